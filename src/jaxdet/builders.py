@@ -1,0 +1,433 @@
+"""The one place where a config becomes objects: model, anchors, losses, optimizer, data.
+
+Everything below takes a config section and returns plain objects (Flax modules, numpy arrays,
+optax transformations, data iterators). No other module reads a config object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxdet.config import schema as S
+from jaxdet.core import anchors as anchor_lib
+from jaxdet.core import box_coders
+from jaxdet.core.detection_loss import DetectionLossParams
+from jaxdet.data import augment, resize
+from jaxdet.data.coco import CocoSource
+from jaxdet.data.loader import make_eval_loader, make_train_loader
+from jaxdet.data.shapes import generate_shapes
+from jaxdet.data.voc import VocSource
+from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
+from jaxdet.models.backbones.resnet import ResNet
+from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
+from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
+from jaxdet.models.layers import BatchNormParams
+from jaxdet.models.necks.fpn import FPN
+from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
+from jaxdet.models.ssd import SSDDetector
+from jaxdet.train import optim
+from jaxdet.train.task import DetectionTask, MatchingParams, PostProcessParams
+
+COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+# --------------------------------------------------------------------------- model
+
+
+def input_size(data: S.DataConfig) -> tuple[int, int]:
+    """The static (height, width) every image is resized and padded to."""
+    r = data.resizer
+    if isinstance(r, S.FixedShapeResizerConfig):
+        return (r.height, r.width)
+    if not r.pad_to_max_dimension:
+        raise ValueError(
+            "data.resizer.pad_to_max_dimension must be true: jaxdet needs one static input shape"
+        )
+    return (r.max_dimension, r.max_dimension)
+
+
+def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
+    return BatchNormParams(momentum=cfg.decay, epsilon=cfg.epsilon, frozen=cfg.frozen)
+
+
+def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
+    b = cfg.backbone
+    bn = batch_norm_params(b.batch_norm)
+    if b.name.startswith("resnet"):
+        return ResNet(
+            int(b.name.removeprefix("resnet")),
+            batch_norm=bn,
+            width_multiplier=b.depth_multiplier,
+            activation_name=b.activation or "relu",
+            dtype=dtype,
+            rngs=rngs,
+        )
+    if b.activation not in (None, "relu6"):
+        raise ValueError(
+            f"model.backbone.activation={b.activation} is not supported for {b.name} "
+            "(MobileNets use relu6)"
+        )
+    if b.name == "mobilenet_v1":
+        return MobileNetV1(
+            b.depth_multiplier, b.min_depth, batch_norm=bn, dtype=dtype, rngs=rngs
+        )
+    # TF's classic SSD reads the 576-channel expansion output of block 15 as its stride-16 map.
+    from_expansion = isinstance(cfg.neck, S.SSDFeatureMapsConfig)
+    return MobileNetV2(
+        b.depth_multiplier,
+        b.min_depth,
+        level4_from_expansion=from_expansion,
+        batch_norm=bn,
+        dtype=dtype,
+        rngs=rngs,
+    )
+
+
+def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
+    n = cfg.neck
+    bn = batch_norm_params(cfg.backbone.batch_norm)
+    if isinstance(n, S.FPNConfig):
+        return FPN(
+            in_channels,
+            n.min_level,
+            n.max_level,
+            n.depth,
+            batch_norm=bn,
+            activation=n.activation,
+            use_depthwise=n.use_depthwise,
+            dtype=dtype,
+            rngs=rngs,
+        )
+    return SSDFeatureMaps(
+        in_channels,
+        source_levels=(4, 5),
+        extra_depths=tuple(n.extra_depths),
+        batch_norm=bn,
+        activation=n.activation,
+        use_depthwise=n.use_depthwise,
+        dtype=dtype,
+        rngs=rngs,
+    )
+
+
+def build_anchor_generator(cfg: S.ModelConfig):
+    a = cfg.anchors
+    if isinstance(a, S.MultiscaleAnchorsConfig):
+        return anchor_lib.MultiscaleAnchorGenerator(
+            min_level=a.min_level,
+            max_level=a.max_level,
+            anchor_scale=a.anchor_scale,
+            scales_per_octave=a.scales_per_octave,
+            aspect_ratios=tuple(a.aspect_ratios),
+        )
+    return anchor_lib.SSDAnchorGenerator(
+        num_layers=a.num_layers,
+        min_scale=a.min_scale,
+        max_scale=a.max_scale,
+        aspect_ratios=tuple(a.aspect_ratios),
+        interpolated_scale_aspect_ratio=a.interpolated_scale_aspect_ratio,
+        base_anchor_size=tuple(a.base_anchor_size),
+        reduce_boxes_in_lowest_layer=a.reduce_boxes_in_lowest_layer,
+    )
+
+
+def num_class_outputs(cfg: S.ModelConfig) -> int:
+    """Class logits per anchor: num_classes, plus one background slot if configured."""
+    return cfg.num_classes + int(cfg.add_background_class)
+
+
+def _neck_levels(cfg: S.ModelConfig) -> list[int]:
+    n = cfg.neck
+    if isinstance(n, S.FPNConfig):
+        return list(range(n.min_level, n.max_level + 1))
+    return list(range(4, 6 + len(n.extra_depths)))
+
+
+def _check_anchor_levels(cfg: S.ModelConfig, levels: list[int]) -> None:
+    a = cfg.anchors
+    if isinstance(a, S.MultiscaleAnchorsConfig):
+        if list(range(a.min_level, a.max_level + 1)) != levels:
+            raise ValueError(
+                f"model.anchors levels {a.min_level}..{a.max_level} must equal the neck's "
+                f"feature levels {levels[0]}..{levels[-1]}"
+            )
+    elif a.num_layers != len(levels):
+        raise ValueError(
+            f"model.anchors.num_layers ({a.num_layers}) must equal the number of feature maps "
+            f"the neck produces ({len(levels)})"
+        )
+
+
+def build_head(cfg: S.ModelConfig, neck_depths: list[int], *, dtype, rngs: nnx.Rngs):
+    h = cfg.head
+    levels = _neck_levels(cfg)
+    _check_anchor_levels(cfg, levels)
+    per_location = build_anchor_generator(cfg).num_anchors_per_location()
+    bn = batch_norm_params(cfg.backbone.batch_norm)
+    if isinstance(h, S.WeightSharedHeadConfig):
+        bn = batch_norm_params(h.batch_norm)
+        if len(set(neck_depths)) != 1 or len(set(per_location)) != 1:
+            raise ValueError(
+                "model.head.name=weight_shared needs the same depth and anchors per location on "
+                f"every level (got depths {neck_depths}, anchors {per_location})"
+            )
+        return WeightSharedBoxPredictor(
+            neck_depths[0],
+            num_class_outputs(cfg),
+            per_location[0],
+            levels,
+            depth=h.depth,
+            num_layers_before_predictor=h.num_layers_before_predictor,
+            kernel_size=h.kernel_size,
+            norm=h.norm,
+            batch_norm=bn,
+            share_norm_across_levels=h.share_norm_across_levels,
+            share_prediction_tower=h.share_prediction_tower,
+            prior_probability=h.prior_probability,
+            activation=h.activation,
+            use_depthwise=h.use_depthwise,
+            dtype=dtype,
+            rngs=rngs,
+        )
+    return ConvolutionalBoxPredictor(
+        neck_depths,
+        num_class_outputs(cfg),
+        per_location,
+        kernel_size=h.kernel_size,
+        num_layers_before_predictor=h.num_layers_before_predictor,
+        depth=h.depth,
+        batch_norm=bn,
+        use_dropout=h.use_dropout,
+        dropout_keep_prob=h.dropout_keep_prob,
+        class_prediction_bias_init=h.class_prediction_bias_init,
+        dtype=dtype,
+        rngs=rngs,
+    )
+
+
+def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
+    """The detector module (params float32, compute in ``config.precision``)."""
+    dtype = COMPUTE_DTYPES[config.precision]
+    rngs = nnx.Rngs(seed)
+    backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
+    neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
+    neck_depths = _neck_depths(config.model, backbone.out_channels)
+    head = build_head(config.model, neck_depths, dtype=dtype, rngs=rngs)
+    return SSDDetector(backbone, neck, head)
+
+
+def _neck_depths(cfg: S.ModelConfig, backbone_channels: dict[int, int]) -> list[int]:
+    n = cfg.neck
+    if isinstance(n, S.FPNConfig):
+        return [n.depth] * (n.max_level - n.min_level + 1)
+    # ssd_feature_maps: the two backbone maps it reads, then its extra layers.
+    return [backbone_channels[4], backbone_channels[5], *n.extra_depths]
+
+
+def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:
+    """Anchors [A, 4] (normalized yxyx) in the order the head flattens its outputs."""
+    size = input_size(config.data)
+    generator = build_anchor_generator(config.model)
+    if isinstance(generator, anchor_lib.MultiscaleAnchorGenerator):
+        anchors = generator.generate(size)
+    else:
+        anchors = generator.generate(model.feature_shapes(size), size)
+    return np.asarray(anchors, np.float32)
+
+
+def build_box_coder(cfg: S.ModelConfig):
+    c = cfg.box_coder
+    if c.name == "faster_rcnn":
+        return box_coders.FasterRcnnBoxCoder(scales=tuple(c.scales))
+    return box_coders.MeanStddevBoxCoder(stddev=c.stddev)
+
+
+def build_loss_params(cfg: S.ModelConfig) -> DetectionLossParams:
+    loss = cfg.loss
+    return DetectionLossParams(
+        classification=loss.classification,
+        alpha=loss.alpha,
+        gamma=loss.gamma,
+        localization=loss.localization,
+        delta=loss.delta,
+        classification_weight=loss.classification_weight,
+        localization_weight=loss.localization_weight,
+        add_background_class=cfg.add_background_class,
+        normalize_by_num_matches=loss.normalize_by_num_matches,
+        normalize_loc_loss_by_codesize=loss.normalize_loc_loss_by_codesize,
+    )
+
+
+def build_matching_params(cfg: S.ModelConfig) -> MatchingParams:
+    m = cfg.matcher
+    return MatchingParams(
+        m.matched_threshold,
+        m.unmatched_threshold,
+        m.negatives_lower_than_unmatched,
+        m.force_match_for_each_row,
+    )
+
+
+def build_post_process_params(cfg: S.ModelConfig) -> PostProcessParams:
+    return PostProcessParams(**cfg.post_processing.model_dump())
+
+
+def build_task(config: S.Config, *, seed: int | None = None) -> DetectionTask:
+    """Model, anchors, targets, loss and post-processing for ``config``."""
+    model = build_model(config, seed=config.train.seed if seed is None else seed)
+    return DetectionTask(
+        model=model,
+        anchors=build_anchors(config, model),
+        box_coder=build_box_coder(config.model),
+        loss_params=build_loss_params(config.model),
+        matching=build_matching_params(config.model),
+        post=build_post_process_params(config.model),
+        input_size=input_size(config.data),
+        num_classes=config.model.num_classes,
+        compute_dtype=COMPUTE_DTYPES[config.precision],
+    )
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
+    lr = cfg.learning_rate
+    if isinstance(lr, S.CosineLearningRateConfig):
+        return optim.cosine_decay_with_warmup(
+            lr.learning_rate_base,
+            lr.total_steps or cfg.num_steps,
+            warmup_learning_rate=lr.warmup_learning_rate,
+            warmup_steps=lr.warmup_steps,
+            hold_base_rate_steps=lr.hold_base_rate_steps,
+        )
+    if isinstance(lr, S.ManualStepLearningRateConfig):
+        return optim.manual_stepping(list(lr.boundaries), list(lr.rates), warmup=lr.warmup)
+    if isinstance(lr, S.ExponentialLearningRateConfig):
+        return optim.exponential_decay(
+            lr.initial_learning_rate,
+            lr.decay_steps,
+            lr.decay_factor,
+            staircase=lr.staircase,
+            burnin_learning_rate=lr.burnin_learning_rate,
+            burnin_steps=lr.burnin_steps,
+            min_learning_rate=lr.min_learning_rate,
+        )
+    return optim.constant(lr.learning_rate)
+
+
+def build_optimizer(cfg: S.TrainConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    o = cfg.optimizer
+    schedule = build_schedule(cfg)
+    tx = optim.make_optimizer(
+        o.name,
+        schedule,
+        momentum=o.momentum,
+        nesterov=o.nesterov,
+        beta1=o.beta1,
+        beta2=o.beta2,
+        epsilon=o.epsilon,
+        rmsprop_decay=o.rmsprop_decay,
+        weight_decay=o.weight_decay,
+        clip_gradient_norm=o.clip_gradient_norm,
+    )
+    return tx, schedule
+
+
+# --------------------------------------------------------------------------- data
+
+
+def build_resizer(cfg: S.DataConfig):
+    r = cfg.resizer
+    if isinstance(r, S.FixedShapeResizerConfig):
+        return resize.FixedShapeResizer(r.height, r.width)
+    return resize.KeepAspectRatioResizer(r.min_dimension, r.max_dimension, r.pad_to_max_dimension)
+
+
+def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
+    if isinstance(op, S.RandomHorizontalFlipConfig):
+        return augment.RandomHorizontalFlip(probability=op.probability)
+    if isinstance(op, S.RandomScaleCropAndPadToSquareConfig):
+        if size[0] != size[1]:
+            raise ValueError(
+                "data.augment random_scale_crop_and_pad_to_square needs a square input size, "
+                f"got {size}"
+            )
+        return augment.RandomScaleCropAndPadToSquare(size[0], op.scale_min, op.scale_max)
+    if isinstance(op, S.SSDRandomCropConfig):
+        return augment.SSDRandomCrop(
+            min_object_covered=tuple(op.min_object_covered),
+            aspect_ratio_range=tuple(op.aspect_ratio_range),
+            area_range=tuple(op.area_range),
+            overlap_thresh=tuple(op.overlap_thresh),
+            random_coef=op.random_coef,
+        )
+    if isinstance(op, S.RandomColorJitterConfig):
+        return augment.RandomColorJitter(
+            brightness=op.brightness,
+            contrast=tuple(op.contrast),
+            saturation=tuple(op.saturation),
+            hue=op.hue,
+            probability=op.probability,
+        )
+    return augment.RandomPadImage(max_pad_frac=op.max_pad_frac)
+
+
+def build_transforms(cfg: S.DataConfig, *, training: bool) -> list:
+    """Per-sample transforms after decode: [augment ops] + resizer + normalize."""
+    size = input_size(cfg)
+    ops = [build_augment_op(op, size) for op in cfg.augment] if training else []
+    ops.append(build_resizer(cfg))
+    ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std)))
+    return ops
+
+
+def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None):
+    """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``."""
+    if isinstance(cfg, S.CocoDataConfig):
+        return CocoSource(cfg.annotation_file, cfg.image_dir)
+    if isinstance(cfg, S.VocDataConfig):
+        names = list(cfg.class_names) if cfg.class_names else None
+        return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names)
+    out = Path(cfg.output_dir)
+    if not out.is_absolute() and workdir is not None:
+        out = Path(workdir) / out
+    annotations = generate_shapes(
+        out,
+        cfg.num_images,
+        image_size=tuple(cfg.image_size),
+        seed=cfg.seed,
+        num_classes=cfg.num_classes,
+        max_objects=cfg.max_objects,
+        min_size_frac=cfg.min_size_frac,
+        max_size_frac=cfg.max_size_frac,
+    )
+    return CocoSource(annotations, Path(annotations).parent / "images")
+
+
+def build_train_loader(config: S.Config, source, *, seed: int | None = None):
+    """Infinite, deterministic, resumable training batches (see ``data.loader``)."""
+    return make_train_loader(
+        source,
+        build_transforms(config.data, training=True),
+        batch_size=config.train.batch_size,
+        max_boxes=config.data.max_number_of_boxes,
+        seed=config.train.seed if seed is None else seed,
+        worker_count=config.data.worker_count,
+    )
+
+
+def build_eval_loader(config: S.Config, source):
+    """One ordered pass, last batch padded and masked."""
+    return make_eval_loader(
+        source,
+        build_transforms(config.data, training=False),
+        batch_size=config.eval.batch_size,
+        max_boxes=config.data.max_number_of_boxes,
+        worker_count=config.data.worker_count,
+    )

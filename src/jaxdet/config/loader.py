@@ -1,0 +1,233 @@
+"""Load a config from YAML (with ``base:`` inheritance and ``--set a.b=c`` overrides).
+
+Errors are :class:`ConfigError` with one line per problem, each naming the field by its dotted
+path; an unknown field lists the nearest valid names, a bad choice lists the allowed values.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from jaxdet.config.schema import Config
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded; the message names each bad field."""
+
+
+def shipped_config_names() -> list[str]:
+    """Names of the configs shipped with jaxdet (``configs/*.yaml`` without the suffix)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def resolve_config_path(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
+    """Return the YAML file for a path, or for the name of a shipped config."""
+    candidates = [Path(name_or_path)]
+    if relative_to is not None:
+        candidates.append(relative_to / name_or_path)
+    stem = Path(name_or_path).name.removesuffix(".yaml")
+    candidates.append(CONFIG_DIR / f"{stem}.yaml")
+    for path in candidates:
+        if path.is_file():
+            return path
+    close = difflib.get_close_matches(stem, shipped_config_names(), n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"config '{name_or_path}' is neither a file nor a shipped config.{hint} "
+        f"Shipped configs: {', '.join(shipped_config_names())}"
+    )
+
+
+def _deep_merge(base: dict, update: Mapping) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_raw(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a YAML config into a dict, resolving ``base:`` (a path or a shipped name)."""
+    path = resolve_config_path(name_or_path, _seen[-1].parent if _seen else None)
+    if path in _seen:
+        raise ConfigError(f"config inheritance loops: {' -> '.join(map(str, _seen + (path,)))}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a mapping at the top level")
+    base = raw.pop("base", None)
+    if base is not None:
+        raw = _deep_merge(load_raw(base, _seen + (path,)), raw)
+    return raw
+
+
+def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML; list items by index: ``a.0.b``)."""
+    raw = copy.deepcopy(dict(raw))  # nested dicts and lists too: the caller's raw stays intact
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.field=value")
+        dotted, value_text = item.split("=", 1)
+        keys = dotted.strip().split(".")
+        value = yaml.safe_load(value_text) if value_text.strip() else ""
+        node: Any = raw
+        for i, key in enumerate(keys[:-1]):
+            if isinstance(node, list):
+                node = _list_item(node, key, keys[: i + 1])
+                continue
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            elif isinstance(child, (list, tuple)):
+                child = node[key] = list(child)
+            node = child
+        last = keys[-1]
+        if isinstance(node, list):
+            node[_list_index(node, last, keys)] = value
+        else:
+            node[last] = value
+    return raw
+
+
+def _list_index(node: list, key: str, path: list[str]) -> int:
+    if not key.lstrip("-").isdigit() or not -len(node) <= int(key) < len(node):
+        raise ConfigError(
+            f"override path '{'.'.join(path)}': '{key}' is not an index of a {len(node)}-item list"
+        )
+    return int(key)
+
+
+def _list_item(node: list, key: str, path: list[str]) -> Any:
+    index = _list_index(node, key, path)
+    if isinstance(node[index], dict):
+        node[index] = dict(node[index])
+    return node[index]
+
+
+def validate(raw: Mapping, source: str = "config") -> Config:
+    """Validate a raw dict into a :class:`Config`, turning pydantic errors into ConfigError."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        lines = [describe_error(e) for e in err.errors()]
+        raise ConfigError(f"{source}: {len(lines)} problem(s)\n  " + "\n  ".join(lines)) from None
+
+
+def load_config(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """Load, merge ``base:``, apply overrides and validate. Raises ConfigError."""
+    raw = apply_overrides(load_raw(name_or_path), overrides)
+    return validate(raw, source=str(name_or_path))
+
+
+def dump_config(config: Config) -> str:
+    """The config as YAML text (every field, defaults included)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def _strip_optional(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip_optional(args[0])
+    return annotation
+
+
+def _union_members(annotation: Any) -> list[Any]:
+    annotation = _strip_optional(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _tag_of(model: type[BaseModel]) -> tuple[str, Any] | None:
+    for key in ("name", "type"):
+        field = model.model_fields.get(key)
+        if field is not None and typing.get_origin(field.annotation) is typing.Literal:
+            return key, typing.get_args(field.annotation)
+    return None
+
+
+def _walk(loc: tuple) -> tuple[str, type[BaseModel] | None]:
+    """Follow a pydantic error location through the schema.
+
+    Returns the dotted user-facing path (without union tags) and the model class that holds the
+    last element, or None if the path leaves the schema.
+    """
+    current: Any = Config
+    parts: list[str] = []
+    holder: type[BaseModel] | None = Config
+    items = list(loc)
+    while items:
+        key = items.pop(0)
+        members = _union_members(current)
+        all_models = all(isinstance(m, type) and issubclass(m, BaseModel) for m in members)
+        if len(members) > 1 and all_models:
+            chosen = None
+            for m in members:
+                tag = _tag_of(m)
+                if tag and key in tag[1]:
+                    chosen = m
+            if chosen is not None:  # the location names the union tag: skip it
+                current = chosen
+                continue
+        current = members[0] if len(members) == 1 else current
+        if typing.get_origin(current) in (tuple, list) and isinstance(key, int):
+            parts.append(str(key))
+            args = [a for a in typing.get_args(current) if a is not Ellipsis]
+            current = args[0] if args else Any
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            holder = current
+            parts.append(str(key))
+            field = current.model_fields.get(str(key))
+            current = field.annotation if field is not None else None
+            continue
+        parts.append(str(key))
+        holder = None
+    return ".".join(parts), holder
+
+
+def describe_error(error: Mapping[str, Any]) -> str:
+    """One readable line for one pydantic error."""
+    path, holder = _walk(tuple(error["loc"]))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        name = path.rsplit(".", 1)[-1]
+        valid = sorted(holder.model_fields) if holder is not None else []
+        close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return f"{path}: unknown field '{name}'.{hint} Valid fields here: {', '.join(valid)}"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    if kind == "union_tag_invalid":
+        ctx = error.get("ctx", {})
+        return (
+            f"{path}: '{ctx.get('tag')}' is not a valid {ctx.get('discriminator', 'name')}; "
+            f"allowed: {ctx.get('expected_tags')}"
+        )
+    if kind == "union_tag_not_found":
+        return f"{path}: needs a {error.get('ctx', {}).get('discriminator', 'name')} field"
+    if kind == "value_error":  # a cross-field check: its message says it all
+        return f"{path or 'config'}: {error['msg'].removeprefix('Value error, ')}"
+    return f"{path}: {error['msg']} (got {error.get('input')!r})"

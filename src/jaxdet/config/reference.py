@@ -1,0 +1,90 @@
+"""Markdown reference of every config field, generated from the schema.
+
+The README embeds this text between two markers; a test keeps the two identical.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from jaxdet.config.schema import Config
+
+BEGIN = "<!-- config-reference:begin -->"
+END = "<!-- config-reference:end -->"
+
+
+def _type_text(annotation: typing.Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _type_text(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_text(a) for a in typing.get_args(annotation))
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return f"list of {_type_text(args[0])}" if args else "list"
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"section `{annotation.__name__}`"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default_text(field) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "**required**"
+    value = field.default
+    if isinstance(value, BaseModel):
+        return "(section defaults)"
+    return f"`{value!r}`" if value is not None else "`null`"
+
+
+def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
+    key = (model, path)
+    if key in seen:
+        return
+    seen.add(key)
+    title = f"`{path}`" if path else "top level"
+    kind = ""
+    for tag in ("name", "type"):
+        f = model.model_fields.get(tag)
+        literal = f is not None and typing.get_origin(f.annotation) is typing.Literal
+        if literal and path and len(typing.get_args(f.annotation)) == 1:
+            kind = f" ({tag}: `{typing.get_args(f.annotation)[0]}`)"
+    doc = (model.__doc__ or "").strip().splitlines()
+    out.append(f"\n#### {title}{kind}\n")
+    if doc and not doc[0].startswith("Base for"):
+        out.append(f"{doc[0]}\n")
+    out.append("| field | type / allowed values | default |\n| --- | --- | --- |")
+    nested = []
+    for name, field in model.model_fields.items():
+        out.append(f"| `{name}` | {_type_text(field.annotation)} | {_default_text(field)} |")
+        for sub in _models_in(field.annotation):
+            nested.append((sub, f"{path}.{name}" if path else name))
+    for sub, sub_path in nested:
+        _sections(sub, sub_path, out, seen)
+
+
+def _models_in(annotation: typing.Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found = []
+    for arg in typing.get_args(annotation):
+        found.extend(_models_in(arg))
+    return found
+
+
+def config_reference() -> str:
+    """The whole reference as Markdown (one table per section, tagged unions per kind)."""
+    out: list[str] = []
+    _sections(Config, "", out, set())
+    return "\n".join(out).strip() + "\n"
+
+
+if __name__ == "__main__":
+    print(config_reference())

@@ -1,0 +1,440 @@
+"""The typed configuration schema: every field a jaxdet config may hold, with its default.
+
+A config is a YAML file validated by :class:`Config`. Unknown fields are errors (see
+``config/loader.py`` for the messages), and every choice is a ``Literal`` so a bad value is
+reported with the allowed ones. Sections with several kinds (``neck``, ``anchors``, ``head``,
+``resizer``, ``learning_rate``, data sources and augment ops) are tagged unions selected by
+their ``name`` (or ``type``) field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    """Base for all config sections: unknown fields are rejected, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- model
+
+
+class BatchNormConfig(Strict):
+    """BatchNorm hyper-parameters (TF OD API: decay, epsilon, train)."""
+
+    decay: float = Field(0.997, gt=0.0, lt=1.0)
+    epsilon: float = Field(1e-3, gt=0.0)
+    frozen: bool = False
+
+
+Activation = Literal["relu", "relu6", "swish", "none"]
+
+
+class BackboneConfig(Strict):
+    """Feature extractor. ``depth_multiplier`` scales channel widths (ResNet: the stem and
+    stage widths — 1.0 is the torchvision network; MobileNets: as TF); ``min_depth`` applies
+    to MobileNets only.
+
+    ``activation`` None keeps the network's own (relu for ResNet, relu6 for MobileNets); TF OD
+    API configs with ``override_base_feature_extractor_hyperparams`` use their conv_hyperparams
+    activation (RELU_6) inside the backbone too. ``batch_norm`` also covers the neck (TF:
+    ``feature_extractor.conv_hyperparams`` serves both).
+    """
+
+    name: Literal[
+        "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "mobilenet_v1",
+        "mobilenet_v2",
+    ]
+    depth_multiplier: float = Field(1.0, gt=0.0)
+    min_depth: int = Field(8, ge=1)
+    activation: Activation | None = None
+    batch_norm: BatchNormConfig = BatchNormConfig()
+
+
+class FPNConfig(Strict):
+    """Feature pyramid over backbone levels; levels above the backbone by strided convs."""
+
+    name: Literal["fpn"]
+    min_level: int = Field(3, ge=2, le=9)
+    max_level: int = Field(7, ge=2, le=9)
+    depth: int = Field(256, ge=1)
+    activation: Activation = "relu6"
+    use_depthwise: bool = False
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> FPNConfig:
+        if self.min_level > self.max_level:
+            raise ValueError(f"min_level ({self.min_level}) > max_level ({self.max_level})")
+        return self
+
+
+class SSDFeatureMapsConfig(Strict):
+    """Classic SSD: backbone levels 4 and 5 plus extra 1x1 / 3x3-stride-2 layers."""
+
+    name: Literal["ssd_feature_maps"]
+    extra_depths: tuple[int, ...] = (512, 256, 256, 128)
+    activation: Activation = "relu6"
+    use_depthwise: bool = False
+
+
+NeckConfig = Annotated[FPNConfig | SSDFeatureMapsConfig, Field(discriminator="name")]
+
+
+class MultiscaleAnchorsConfig(Strict):
+    """RetinaNet anchors: per level, size anchor_scale * 2**level, scales per octave x ratios."""
+
+    name: Literal["multiscale"]
+    min_level: int = Field(3, ge=2, le=9)
+    max_level: int = Field(7, ge=2, le=9)
+    anchor_scale: float = Field(4.0, gt=0.0)
+    scales_per_octave: int = Field(2, ge=1)
+    aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
+
+
+class SSDAnchorsConfig(Strict):
+    """SSD anchors: scales linear from min_scale to max_scale over num_layers feature maps."""
+
+    name: Literal["ssd"]
+    num_layers: int = Field(6, ge=1)
+    min_scale: float = Field(0.2, gt=0.0)
+    max_scale: float = Field(0.95, gt=0.0)
+    aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5, 3.0, 0.3333)
+    interpolated_scale_aspect_ratio: float = 1.0
+    reduce_boxes_in_lowest_layer: bool = True
+    base_anchor_size: tuple[float, float] = (1.0, 1.0)
+
+
+AnchorsConfig = Annotated[
+    MultiscaleAnchorsConfig | SSDAnchorsConfig, Field(discriminator="name")
+]
+
+
+class WeightSharedHeadConfig(Strict):
+    """RetinaNet box predictor: class and box towers shared across levels.
+
+    ``share_prediction_tower`` uses one tower for both the class and the box predictions (TF
+    FPN-lite); ``batch_norm`` is the tower's BatchNorm (TF: ``box_predictor.conv_hyperparams``).
+    """
+
+    name: Literal["weight_shared"]
+    depth: int = Field(256, ge=1)
+    num_layers_before_predictor: int = Field(4, ge=0)
+    kernel_size: int = Field(3, ge=1)
+    norm: Literal["batch_norm", "group_norm", "none"] = "batch_norm"
+    share_norm_across_levels: bool = False
+    prior_probability: float = Field(0.01, gt=0.0, lt=1.0)
+    activation: Activation = "relu6"
+    use_depthwise: bool = False
+    share_prediction_tower: bool = False
+    batch_norm: BatchNormConfig = BatchNormConfig()
+
+
+class ConvolutionalHeadConfig(Strict):
+    """Plain SSD predictor: one conv per feature map."""
+
+    name: Literal["convolutional"]
+    kernel_size: int = Field(1, ge=1)
+    num_layers_before_predictor: int = Field(0, ge=0)
+    depth: int = Field(0, ge=0)
+    use_dropout: bool = False
+    dropout_keep_prob: float = Field(0.8, gt=0.0, le=1.0)
+    class_prediction_bias_init: float = 0.0
+
+
+HeadConfig = Annotated[
+    WeightSharedHeadConfig | ConvolutionalHeadConfig, Field(discriminator="name")
+]
+
+
+class BoxCoderConfig(Strict):
+    """How box regression targets are encoded relative to anchors."""
+
+    name: Literal["faster_rcnn", "mean_stddev"] = "faster_rcnn"
+    scales: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
+    stddev: float = Field(0.01, gt=0.0)
+
+
+class MatcherConfig(Strict):
+    """Argmax matcher on IoU between anchors and ground truth."""
+
+    matched_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    unmatched_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    negatives_lower_than_unmatched: bool = True
+    force_match_for_each_row: bool = True
+
+    @model_validator(mode="after")
+    def _thresholds_ordered(self) -> MatcherConfig:
+        if self.unmatched_threshold > self.matched_threshold:
+            raise ValueError(
+                f"unmatched_threshold ({self.unmatched_threshold}) must be <= "
+                f"matched_threshold ({self.matched_threshold})"
+            )
+        return self
+
+
+class LossConfig(Strict):
+    """Classification and localization losses and their weights.
+
+    ``normalize_loc_loss_by_codesize`` divides the localization loss by the box code size (4),
+    as TF OD API's option of that name does.
+    """
+
+    classification: Literal["sigmoid_focal", "weighted_sigmoid", "softmax"] = "sigmoid_focal"
+    alpha: float | None = 0.25
+    gamma: float = Field(2.0, ge=0.0)
+    localization: Literal["smooth_l1", "l1", "giou"] = "smooth_l1"
+    delta: float = Field(1.0, gt=0.0)
+    classification_weight: float = Field(1.0, ge=0.0)
+    localization_weight: float = Field(1.0, ge=0.0)
+    normalize_by_num_matches: bool = True
+    normalize_loc_loss_by_codesize: bool = False
+
+
+class PostProcessingConfig(Strict):
+    """Score conversion and static-shape non-max suppression."""
+
+    score_converter: Literal["sigmoid", "softmax", "identity"] = "sigmoid"
+    logit_scale: float = Field(1.0, gt=0.0)
+    score_threshold: float = Field(1e-8, ge=0.0)
+    iou_threshold: float = Field(0.6, gt=0.0, le=1.0)
+    max_detections_per_class: int = Field(100, ge=1)
+    max_total_detections: int = Field(100, ge=1)
+    class_agnostic: bool = False
+    pre_nms_top_k: int = Field(1000, ge=1)
+
+
+class ModelConfig(Strict):
+    """A single-stage detector: backbone -> neck -> box predictor over anchors."""
+
+    type: Literal["ssd"] = "ssd"
+    num_classes: int = Field(ge=1)
+    add_background_class: bool = False
+    backbone: BackboneConfig
+    neck: NeckConfig
+    anchors: AnchorsConfig
+    head: HeadConfig
+    box_coder: BoxCoderConfig = BoxCoderConfig()
+    matcher: MatcherConfig = MatcherConfig()
+    loss: LossConfig = LossConfig()
+    post_processing: PostProcessingConfig = PostProcessingConfig()
+
+
+# --------------------------------------------------------------------------- data
+
+
+class CocoDataConfig(Strict):
+    """A COCO instances JSON file and the folder its ``file_name`` entries are relative to."""
+
+    type: Literal["coco"]
+    annotation_file: str
+    image_dir: str
+
+
+class VocDataConfig(Strict):
+    """Pascal VOC: a folder of XML annotations and a folder of images."""
+
+    type: Literal["voc"]
+    annotation_dir: str
+    image_dir: str
+    class_names: tuple[str, ...] | None = None
+
+
+class ShapesDataConfig(Strict):
+    """Generated shapes (written as COCO JSON under ``output_dir``, reused when present)."""
+
+    type: Literal["shapes"]
+    output_dir: str = "data/shapes_train"
+    num_images: int = Field(512, ge=1)
+    seed: int = 0
+    image_size: tuple[int, int] = (128, 128)
+    num_classes: int = Field(3, ge=1)
+    max_objects: int = Field(6, ge=1)
+    min_size_frac: float = Field(0.08, gt=0.0, le=1.0)
+    max_size_frac: float = Field(0.6, gt=0.0, le=1.0)
+
+
+DatasetConfig = Annotated[
+    CocoDataConfig | VocDataConfig | ShapesDataConfig, Field(discriminator="type")
+]
+
+
+class FixedShapeResizerConfig(Strict):
+    name: Literal["fixed_shape"]
+    height: int = Field(ge=1)
+    width: int = Field(ge=1)
+
+
+class KeepAspectRatioResizerConfig(Strict):
+    name: Literal["keep_aspect_ratio"]
+    min_dimension: int = Field(ge=1)
+    max_dimension: int = Field(ge=1)
+    pad_to_max_dimension: bool = True
+
+
+ResizerConfig = Annotated[
+    FixedShapeResizerConfig | KeepAspectRatioResizerConfig, Field(discriminator="name")
+]
+
+
+class RandomHorizontalFlipConfig(Strict):
+    name: Literal["random_horizontal_flip"]
+    probability: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class RandomScaleCropAndPadToSquareConfig(Strict):
+    """Scale jitter + crop to the (square) input size; the resizer must be square."""
+
+    name: Literal["random_scale_crop_and_pad_to_square"]
+    scale_min: float = Field(0.1, gt=0.0)
+    scale_max: float = Field(2.0, gt=0.0)
+
+
+class SSDRandomCropConfig(Strict):
+    name: Literal["ssd_random_crop"]
+    min_object_covered: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    aspect_ratio_range: tuple[float, float] = (0.5, 2.0)
+    area_range: tuple[float, float] = (0.1, 1.0)
+    overlap_thresh: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    random_coef: float = Field(0.15, ge=0.0, le=1.0)
+
+
+class RandomColorJitterConfig(Strict):
+    name: Literal["random_color_jitter"]
+    brightness: float = Field(0.125, ge=0.0)
+    contrast: tuple[float, float] = (0.5, 1.5)
+    saturation: tuple[float, float] = (0.5, 1.5)
+    hue: float = Field(0.02, ge=0.0)
+    probability: float = Field(1.0, ge=0.0, le=1.0)
+
+
+class RandomPadImageConfig(Strict):
+    name: Literal["random_pad_image"]
+    max_pad_frac: float = Field(0.5, ge=0.0)
+
+
+AugmentConfig = Annotated[
+    RandomHorizontalFlipConfig
+    | RandomScaleCropAndPadToSquareConfig
+    | SSDRandomCropConfig
+    | RandomColorJitterConfig
+    | RandomPadImageConfig,
+    Field(discriminator="name"),
+]
+
+
+class DataConfig(Strict):
+    """Where images come from, how they are augmented and brought to one static shape."""
+
+    train: DatasetConfig | None = None
+    eval: DatasetConfig | None = None
+    resizer: ResizerConfig
+    augment: tuple[AugmentConfig, ...] = ()
+    mean: tuple[float, float, float] = (123.675, 116.28, 103.53)
+    std: tuple[float, float, float] = (58.395, 57.12, 57.375)
+    max_number_of_boxes: int = Field(100, ge=1)
+    worker_count: int = Field(0, ge=0)
+
+
+# --------------------------------------------------------------------------- train
+
+
+class OptimizerConfig(Strict):
+    name: Literal["momentum", "sgd", "adam", "adamw", "rmsprop"] = "momentum"
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    nesterov: bool = False
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    epsilon: float = Field(1e-8, gt=0.0)
+    rmsprop_decay: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    clip_gradient_norm: float | None = Field(None, gt=0.0)
+
+
+class CosineLearningRateConfig(Strict):
+    """Cosine decay with linear warmup; ``total_steps`` defaults to ``train.num_steps``."""
+
+    name: Literal["cosine"]
+    learning_rate_base: float = Field(gt=0.0)
+    total_steps: int | None = Field(None, ge=1)
+    warmup_learning_rate: float = Field(0.0, ge=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    hold_base_rate_steps: int = Field(0, ge=0)
+
+
+class ManualStepLearningRateConfig(Strict):
+    name: Literal["manual_step"]
+    boundaries: tuple[int, ...]
+    rates: tuple[float, ...]
+    warmup: bool = False
+
+    @model_validator(mode="after")
+    def _lengths(self) -> ManualStepLearningRateConfig:
+        if len(self.rates) != len(self.boundaries) + 1:
+            raise ValueError(
+                f"rates needs len(boundaries) + 1 = {len(self.boundaries) + 1} values, "
+                f"got {len(self.rates)}"
+            )
+        return self
+
+
+class ExponentialLearningRateConfig(Strict):
+    name: Literal["exponential"]
+    initial_learning_rate: float = Field(gt=0.0)
+    decay_steps: int = Field(ge=1)
+    decay_factor: float = Field(gt=0.0)
+    staircase: bool = True
+    burnin_learning_rate: float = Field(0.0, ge=0.0)
+    burnin_steps: int = Field(0, ge=0)
+    min_learning_rate: float = Field(0.0, ge=0.0)
+
+
+class ConstantLearningRateConfig(Strict):
+    name: Literal["constant"]
+    learning_rate: float = Field(gt=0.0)
+
+
+LearningRateConfig = Annotated[
+    CosineLearningRateConfig
+    | ManualStepLearningRateConfig
+    | ExponentialLearningRateConfig
+    | ConstantLearningRateConfig,
+    Field(discriminator="name"),
+]
+
+
+class TrainConfig(Strict):
+    batch_size: int = Field(8, ge=1)
+    num_steps: int = Field(1000, ge=1)
+    seed: int = 0
+    optimizer: OptimizerConfig = OptimizerConfig()
+    learning_rate: LearningRateConfig = CosineLearningRateConfig(
+        name="cosine", learning_rate_base=0.04, warmup_learning_rate=0.013, warmup_steps=100
+    )
+    ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
+    checkpoint_every: int = Field(1000, ge=1)
+    keep_checkpoints: int = Field(3, ge=1)
+    eval_every: int = Field(0, ge=0)
+    log_every: int = Field(10, ge=1)
+
+
+class EvalConfig(Strict):
+    batch_size: int = Field(8, ge=1)
+    max_images: int | None = Field(None, ge=1)
+    use_ema: bool = True
+    num_visualizations: int = Field(8, ge=0)
+
+
+class Config(Strict):
+    """The whole run: model, data, train, eval and numeric precision."""
+
+    name: str = ""
+    description: str = ""
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    precision: Literal["fp32", "bf16"] = "fp32"

@@ -1,0 +1,179 @@
+"""Anchor generators (numpy; static constants computed once at build time).
+
+Both generators return float32 ``[A, 4]`` boxes ``(ymin, xmin, ymax, xmax)``, in the order
+the model heads reshape to: feature level (ascending) -> y -> x -> anchor ``k`` at that
+location. Within a location:
+
+* ``MultiscaleAnchorGenerator``: scale outer, aspect ratio inner
+  (``k = scale_index * len(aspect_ratios) + aspect_index``). Note: the TF OD API's
+  ``GridAnchorGenerator`` meshgrid puts the aspect ratio outer; the order only matters when
+  loading head weights trained elsewhere.
+* ``SSDAnchorGenerator``: the box-spec list order of TF OD API ``create_ssd_anchors``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _tile(grid_h: int, grid_w: int, heights, widths, stride, offset) -> np.ndarray:
+    """Boxes for a ``grid_h x grid_w`` grid of centers, ``K`` sizes per center -> [h*w*K, 4].
+
+    Center of cell ``(i, j)`` is ``(i * stride[0] + offset[0], j * stride[1] + offset[1])``.
+    """
+    heights = np.asarray(heights, np.float64)
+    widths = np.asarray(widths, np.float64)
+    yc = np.arange(grid_h, dtype=np.float64) * stride[0] + offset[0]
+    xc = np.arange(grid_w, dtype=np.float64) * stride[1] + offset[1]
+    yc = np.broadcast_to(yc[:, None, None], (grid_h, grid_w, heights.size))
+    xc = np.broadcast_to(xc[None, :, None], (grid_h, grid_w, heights.size))
+    hh = np.broadcast_to(heights[None, None, :], yc.shape)
+    ww = np.broadcast_to(widths[None, None, :], yc.shape)
+    boxes = np.stack([yc - 0.5 * hh, xc - 0.5 * ww, yc + 0.5 * hh, xc + 0.5 * ww], axis=-1)
+    return boxes.reshape(-1, 4)
+
+
+def _concat(per_level: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(per_level, axis=0).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class MultiscaleAnchorGenerator:
+    """RetinaNet / EfficientDet anchors (TF OD API ``multiscale_grid_anchor_generator``).
+
+    Level ``l`` has stride ``2**l`` and base size ``anchor_scale * 2**l``; octave scales
+    ``2**(i / scales_per_octave)``; aspect ratio ``a`` gives ``h = size * scale / sqrt(a)``,
+    ``w = size * scale * sqrt(a)``. Centers at ``((i + 0.5) * stride, (j + 0.5) * stride)``
+    pixels (TF places them at ``i * stride`` on an axis whose image size is not divisible by
+    the stride; images here are padded to multiples of the largest stride), divided by
+    ``(H, W)`` when ``normalize_coordinates``.
+    """
+
+    min_level: int
+    max_level: int
+    anchor_scale: float = 4.0
+    scales_per_octave: int = 2
+    aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
+    normalize_coordinates: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "aspect_ratios", tuple(float(a) for a in self.aspect_ratios))
+        if self.max_level < self.min_level:
+            raise ValueError(
+                f"max_level ({self.max_level}) must be >= min_level ({self.min_level})"
+            )
+        if self.scales_per_octave < 1 or not self.aspect_ratios:
+            raise ValueError("scales_per_octave must be >= 1 and aspect_ratios non-empty")
+
+    @property
+    def levels(self) -> list[int]:
+        return list(range(self.min_level, self.max_level + 1))
+
+    def num_anchors_per_location(self) -> list[int]:
+        k = self.scales_per_octave * len(self.aspect_ratios)
+        return [k] * len(self.levels)
+
+    def feature_map_shapes(self, image_size) -> list[tuple[int, int]]:
+        height, width = image_size
+        return [(math.ceil(height / 2**lvl), math.ceil(width / 2**lvl)) for lvl in self.levels]
+
+    def generate(self, image_size) -> np.ndarray:
+        height, width = image_size
+        scales = [2.0 ** (i / self.scales_per_octave) for i in range(self.scales_per_octave)]
+        specs = [(s, a) for s in scales for a in self.aspect_ratios]
+        per_level = []
+        for lvl, (fh, fw) in zip(self.levels, self.feature_map_shapes(image_size), strict=True):
+            stride = float(2**lvl)
+            size = self.anchor_scale * stride
+            heights = [size * s / math.sqrt(a) for s, a in specs]
+            widths = [size * s * math.sqrt(a) for s, a in specs]
+            boxes = _tile(fh, fw, heights, widths, (stride, stride), (stride / 2, stride / 2))
+            if self.normalize_coordinates:
+                boxes = boxes / np.array([height, width, height, width], np.float64)
+            per_level.append(boxes)
+        return _concat(per_level)
+
+
+@dataclass(frozen=True)
+class SSDAnchorGenerator:
+    """SSD anchors (TF OD API ``create_ssd_anchors`` + ``MultipleGridAnchorGenerator``).
+
+    Output is normalized. Scales are linear from ``min_scale`` to ``max_scale`` over
+    ``num_layers`` (or the explicit ``scales``), with 1.0 appended for interpolation.
+    Layer 0 with ``reduce_boxes_in_lowest_layer`` uses ``[(0.1, 1.0), (s0, 2.0), (s0, 0.5)]``;
+    every other layer uses ``(s_i, a)`` for each aspect ratio, plus
+    ``(sqrt(s_i * s_{i+1}), interpolated_scale_aspect_ratio)`` if that ratio is > 0.
+    Grid centers at ``((i + 0.5) / h, (j + 0.5) / w)``; the base anchor size is scaled by
+    ``(min(H, W) / H, min(H, W) / W)`` so anchors stay square in pixels on non-square images.
+    """
+
+    num_layers: int = 6
+    min_scale: float = 0.2
+    max_scale: float = 0.95
+    scales: tuple[float, ...] = ()
+    aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5, 3.0, 1.0 / 3.0)
+    interpolated_scale_aspect_ratio: float = 1.0
+    base_anchor_size: tuple[float, float] = (1.0, 1.0)
+    reduce_boxes_in_lowest_layer: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "scales", tuple(float(s) for s in self.scales))
+        object.__setattr__(self, "aspect_ratios", tuple(float(a) for a in self.aspect_ratios))
+        object.__setattr__(self, "base_anchor_size", tuple(float(b) for b in self.base_anchor_size))
+        if self.num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
+        if self.scales and len(self.scales) != self.num_layers:
+            raise ValueError(
+                f"scales has {len(self.scales)} entries but num_layers is {self.num_layers}"
+            )
+
+    def layer_scales(self) -> list[float]:
+        """Per-layer scales with 1.0 appended (length ``num_layers + 1``)."""
+        if self.scales:
+            return list(self.scales) + [1.0]
+        if self.num_layers == 1:
+            return [self.min_scale, 1.0]
+        step = (self.max_scale - self.min_scale) / (self.num_layers - 1)
+        return [self.min_scale + step * i for i in range(self.num_layers)] + [1.0]
+
+    def box_specs(self) -> list[list[tuple[float, float]]]:
+        """Per layer, the ``(scale, aspect_ratio)`` of each anchor at a location."""
+        scales = self.layer_scales()
+        specs = []
+        for layer in range(self.num_layers):
+            scale, scale_next = scales[layer], scales[layer + 1]
+            if layer == 0 and self.reduce_boxes_in_lowest_layer:
+                layer_specs = [(0.1, 1.0), (scale, 2.0), (scale, 0.5)]
+            else:
+                layer_specs = [(scale, a) for a in self.aspect_ratios]
+                if self.interpolated_scale_aspect_ratio > 0.0:
+                    layer_specs.append(
+                        (math.sqrt(scale * scale_next), self.interpolated_scale_aspect_ratio)
+                    )
+            specs.append(layer_specs)
+        return specs
+
+    def num_anchors_per_location(self) -> list[int]:
+        return [len(s) for s in self.box_specs()]
+
+    def generate(self, feature_map_shapes, image_size) -> np.ndarray:
+        feature_map_shapes = [tuple(int(d) for d in s) for s in feature_map_shapes]
+        if len(feature_map_shapes) != self.num_layers:
+            raise ValueError(
+                f"got {len(feature_map_shapes)} feature map shapes for num_layers={self.num_layers}"
+            )
+        height, width = image_size
+        min_dim = float(min(height, width))
+        base_h = self.base_anchor_size[0] * min_dim / height
+        base_w = self.base_anchor_size[1] * min_dim / width
+        per_level = []
+        for (fh, fw), specs in zip(feature_map_shapes, self.box_specs(), strict=True):
+            heights = [s / math.sqrt(a) * base_h for s, a in specs]
+            widths = [s * math.sqrt(a) * base_w for s, a in specs]
+            stride = (1.0 / fh, 1.0 / fw)
+            offset = (0.5 / fh, 0.5 / fw)
+            per_level.append(_tile(fh, fw, heights, widths, stride, offset))
+        return _concat(per_level)

@@ -1,0 +1,136 @@
+"""Batch detection loss for anchor-based detectors (SSD / RetinaNet / EfficientDet)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import jax.numpy as jnp
+
+from jaxdet.core import losses
+
+
+@dataclass(frozen=True)
+class DetectionLossParams:
+    """Static loss settings (hashable, safe as a ``jax.jit`` static argument)."""
+
+    classification: Literal["sigmoid_focal", "weighted_sigmoid", "softmax"] = "sigmoid_focal"
+    alpha: float | None = 0.25
+    gamma: float = 2.0
+    localization: Literal["smooth_l1", "l1", "giou"] = "smooth_l1"
+    delta: float = 1.0
+    classification_weight: float = 1.0
+    localization_weight: float = 1.0
+    add_background_class: bool = False
+    normalize_by_num_matches: bool = True
+    normalize_loc_loss_by_codesize: bool = False
+    logit_scale: float = 1.0
+
+    def __post_init__(self):
+        allowed_cls = ("sigmoid_focal", "weighted_sigmoid", "softmax")
+        allowed_loc = ("smooth_l1", "l1", "giou")
+        if self.classification not in allowed_cls:
+            raise ValueError(
+                f"classification={self.classification!r}; allowed: {', '.join(allowed_cls)}"
+            )
+        if self.localization not in allowed_loc:
+            raise ValueError(
+                f"localization={self.localization!r}; allowed: {', '.join(allowed_loc)}"
+            )
+
+
+def detection_loss(
+    class_logits: jnp.ndarray,
+    box_encodings: jnp.ndarray,
+    targets: dict,
+    params: DetectionLossParams,
+    *,
+    anchors: jnp.ndarray | None = None,
+    box_coder=None,
+):
+    """Weighted classification + localization loss over a batch.
+
+    Args:
+      class_logits: ``[B, A, K]``; ``K = num_classes + 1`` with ``add_background_class``
+        (column 0 = background, target ``1 - sum(one-hot)``), else ``K = num_classes``.
+      box_encodings: ``[B, A, code_size]`` predicted codes.
+      targets: batched :func:`assign_targets` outputs (``cls_targets`` ``[B, A, C]``,
+        ``cls_weights``, ``box_targets``, ``box_weights``).
+      params: :class:`DetectionLossParams`.
+      anchors, box_coder: needed only for ``localization='giou'`` (both predictions and
+        targets are decoded to boxes).
+
+    Returns ``(total, {"classification_loss", "localization_loss", "num_positives"})``: the
+    two parts already multiplied by their weights and divided by the normalizer
+    (``max(1, positives in the batch)`` with ``normalize_by_num_matches``, else ``B``), so
+    ``total`` is their sum. Computed in float32 whatever the input dtype.
+    ``params.logit_scale`` divides the logits of the softmax loss only (TF
+    ``WeightedSoftmaxClassificationLoss``); the sigmoid losses see the raw logits.
+    """
+    class_logits = class_logits.astype(jnp.float32)
+    box_encodings = box_encodings.astype(jnp.float32)
+    cls_targets = targets["cls_targets"].astype(jnp.float32)
+    cls_weights = targets["cls_weights"].astype(jnp.float32)
+    box_targets = targets["box_targets"].astype(jnp.float32)
+    box_weights = targets["box_weights"].astype(jnp.float32)
+
+    if params.add_background_class:
+        background = 1.0 - jnp.sum(cls_targets, axis=-1, keepdims=True)
+        cls_targets = jnp.concatenate([background, cls_targets], axis=-1)
+    if cls_targets.shape[-1] != class_logits.shape[-1]:
+        raise ValueError(
+            f"class_logits have {class_logits.shape[-1]} columns but the targets give "
+            f"{cls_targets.shape[-1]} (add_background_class={params.add_background_class})"
+        )
+
+    if params.classification == "softmax":
+        cls_loss = losses.softmax_cross_entropy_loss(
+            class_logits, cls_targets, logit_scale=params.logit_scale
+        )
+    else:
+        # As in TF, logit_scale belongs to the softmax loss only; sigmoid losses use raw logits.
+        if params.classification == "sigmoid_focal":
+            per_entry = losses.sigmoid_focal_loss(
+                class_logits, cls_targets, alpha=params.alpha, gamma=params.gamma
+            )
+        else:
+            per_entry = losses.weighted_sigmoid_loss(class_logits, cls_targets)
+        cls_loss = jnp.sum(per_entry, axis=-1)  # [B, A]
+
+    positive = box_weights > 0
+    if params.localization == "smooth_l1":
+        loc_loss = losses.smooth_l1_loss(box_encodings, box_targets, delta=params.delta)
+    elif params.localization == "l1":
+        loc_loss = losses.l1_loss(box_encodings, box_targets)
+    else:
+        if anchors is None or box_coder is None:
+            raise ValueError("localization='giou' needs anchors= and box_coder=")
+        anchors = jnp.asarray(anchors, jnp.float32)
+        # Zero the codes of non-positives before decoding: their (unused) boxes stay finite,
+        # so no NaN reaches the gradient through exp().
+        pred_codes = jnp.where(positive[..., None], box_encodings, 0.0)
+        pred_boxes = box_coder.decode(pred_codes, anchors)
+        target_boxes = box_coder.decode(box_targets, anchors)
+        loc_loss = losses.giou_loss(pred_boxes, target_boxes)
+
+    num_positives = jnp.sum(box_weights)
+    if params.normalize_by_num_matches:
+        normalizer = jnp.maximum(num_positives, 1.0)
+    else:
+        normalizer = jnp.float32(class_logits.shape[0])
+
+    classification_loss = (
+        params.classification_weight * jnp.sum(cls_loss * cls_weights) / normalizer
+    )
+    loc_normalizer = normalizer
+    if params.normalize_loc_loss_by_codesize and params.localization != "giou":
+        loc_normalizer = normalizer * box_encodings.shape[-1]  # TF: divide by the code size
+    localization_loss = (
+        params.localization_weight * jnp.sum(loc_loss * box_weights) / loc_normalizer
+    )
+    total = classification_loss + localization_loss
+    return total, {
+        "classification_loss": classification_loss,
+        "localization_loss": localization_loss,
+        "num_positives": num_positives,
+    }

@@ -1,0 +1,159 @@
+"""Score conversion and static-shape, batched, multi-class greedy NMS."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from jaxdet.core import box_ops
+
+
+def convert_scores(
+    logits: jnp.ndarray,
+    converter: Literal["identity", "sigmoid", "softmax"],
+    logit_scale: float = 1.0,
+    has_background: bool = False,
+) -> jnp.ndarray:
+    """Logits ``[..., K]`` -> scores ``[..., C]``: divide by ``logit_scale``, convert, and
+    drop column 0 (background) after conversion when ``has_background``."""
+    x = logits.astype(jnp.float32) / logit_scale
+    if converter == "identity":
+        scores = x
+    elif converter == "sigmoid":
+        scores = jax.nn.sigmoid(x)
+    elif converter == "softmax":
+        scores = jax.nn.softmax(x, axis=-1)
+    else:
+        raise ValueError(f"converter={converter!r}; allowed: identity, sigmoid, softmax")
+    return scores[..., 1:] if has_background else scores
+
+
+def _greedy_nms(boxes, scores, *, score_threshold, iou_threshold, max_picks):
+    """Greedy NMS on one set of candidates ``boxes[k, 4]``, ``scores[k]``.
+
+    Returns ``(indices[max_picks] int32, valid[max_picks] bool)``. Each pick is the best
+    remaining candidate with score > ``score_threshold``; candidates with IoU >
+    ``iou_threshold`` against it are then removed. One ``[k]`` IoU row per pick (no k x k
+    matrix); stops early once nothing is left.
+    """
+    k = scores.shape[0]
+    remaining = jnp.where(scores > score_threshold, scores, -jnp.inf)
+    positions = jnp.arange(k)
+
+    def cond(state):
+        n, remaining, _, _ = state
+        return (n < max_picks) & jnp.any(remaining > -jnp.inf)
+
+    def body(state):
+        n, remaining, indices, valid = state
+        best = jnp.argmax(remaining)
+        overlap = box_ops.elementwise_iou(boxes[best][None, :], boxes)
+        suppress = (overlap > iou_threshold) | (positions == best)
+        remaining = jnp.where(suppress, -jnp.inf, remaining)
+        indices = indices.at[n].set(best.astype(jnp.int32))
+        valid = valid.at[n].set(True)
+        return n + 1, remaining, indices, valid
+
+    init = (
+        jnp.int32(0),
+        remaining,
+        jnp.zeros((max_picks,), jnp.int32),
+        jnp.zeros((max_picks,), bool),
+    )
+    _, _, indices, valid = jax.lax.while_loop(cond, body, init)
+    return indices, valid
+
+
+def _nms_one_set(boxes, scores, *, top_k, score_threshold, iou_threshold, max_picks):
+    """Top-k candidates, then greedy NMS -> ``(boxes[P, 4], scores[P], index[P])``.
+
+    ``index`` points into the original ``A`` axis; invalid picks have box 0, score -inf.
+    """
+    top_scores, top_idx = jax.lax.top_k(scores, top_k)
+    top_boxes = jnp.take(boxes, top_idx, axis=0)
+    picks, valid = _greedy_nms(
+        top_boxes,
+        top_scores,
+        score_threshold=score_threshold,
+        iou_threshold=iou_threshold,
+        max_picks=max_picks,
+    )
+    out_scores = jnp.where(valid, jnp.take(top_scores, picks), -jnp.inf)
+    out_boxes = jnp.where(valid[:, None], jnp.take(top_boxes, picks, axis=0), 0.0)
+    return out_boxes, out_scores, jnp.take(top_idx, picks)
+
+
+def batched_nms(
+    boxes: jnp.ndarray,
+    scores: jnp.ndarray,
+    *,
+    score_threshold: float,
+    iou_threshold: float,
+    max_detections_per_class: int,
+    max_total_detections: int,
+    class_agnostic: bool = False,
+    pre_nms_top_k: int = 1000,
+) -> dict[str, jnp.ndarray]:
+    """Per-class greedy NMS with static shapes.
+
+    Args:
+      boxes: ``[B, A, 4]`` decoded boxes (shared by all classes).
+      scores: ``[B, A, C]`` per-class scores (background already dropped).
+
+    Per image and class: the top ``min(A, pre_nms_top_k)`` candidates by score, greedy NMS
+    (at most ``max_detections_per_class`` picks; a score must be > ``score_threshold``;
+    IoU > ``iou_threshold`` suppresses); then all classes merged and the best
+    ``D = max_total_detections`` kept. ``class_agnostic``: one NMS per image on the max
+    score over classes (at most ``D`` picks), class = its argmax.
+
+    Returns ``boxes[B, D, 4]``, ``scores[B, D]``, ``classes[B, D]`` int32 (0-based),
+    ``num_detections[B]`` int32; sorted by descending score, zeros past ``num_detections``.
+    """
+    boxes = boxes.astype(jnp.float32)
+    scores = scores.astype(jnp.float32)
+    _, num_anchors, num_classes = scores.shape
+    top_k = min(num_anchors, pre_nms_top_k)
+    d = max_total_detections
+    nms_kwargs = dict(top_k=top_k, score_threshold=score_threshold, iou_threshold=iou_threshold)
+
+    if class_agnostic:
+        picks = min(d, top_k)
+        best_classes = jnp.argmax(scores, axis=-1).astype(jnp.int32)  # [B, A]
+        cand_boxes, cand_scores, cand_idx = jax.vmap(
+            lambda b, s: _nms_one_set(b, s, max_picks=picks, **nms_kwargs)
+        )(boxes, jnp.max(scores, axis=-1))
+        cand_classes = jnp.take_along_axis(best_classes, cand_idx, axis=1)
+    else:
+        picks = min(max_detections_per_class, top_k)
+        per_class = jax.vmap(
+            lambda b, s: _nms_one_set(b, s, max_picks=picks, **nms_kwargs)[:2],
+            in_axes=(None, 1),
+        )  # over classes: -> [C, P, 4], [C, P]
+        cand_boxes, cand_scores = jax.vmap(per_class)(boxes, scores)
+        batch = boxes.shape[0]
+        cand_boxes = cand_boxes.reshape(batch, num_classes * picks, 4)
+        cand_scores = cand_scores.reshape(batch, num_classes * picks)
+        cand_classes = jnp.broadcast_to(
+            jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), picks)[None],
+            cand_scores.shape,
+        )
+
+    # Merge: keep the best D candidates (padding with invalid entries when fewer exist).
+    num_cand = cand_scores.shape[1]
+    if num_cand < d:
+        pad = d - num_cand
+        cand_scores = jnp.pad(cand_scores, ((0, 0), (0, pad)), constant_values=-jnp.inf)
+        cand_boxes = jnp.pad(cand_boxes, ((0, 0), (0, pad), (0, 0)))
+        cand_classes = jnp.pad(cand_classes, ((0, 0), (0, pad)))
+    top_scores, top_idx = jax.lax.top_k(cand_scores, d)
+    valid = top_scores > -jnp.inf
+    out_boxes = jnp.take_along_axis(cand_boxes, top_idx[..., None], axis=1)
+    out_classes = jnp.take_along_axis(cand_classes, top_idx, axis=1)
+    return {
+        "boxes": jnp.where(valid[..., None], out_boxes, 0.0),
+        "scores": jnp.where(valid, top_scores, 0.0),
+        "classes": jnp.where(valid, out_classes, 0).astype(jnp.int32),
+        "num_detections": jnp.sum(valid, axis=1).astype(jnp.int32),
+    }

@@ -1,0 +1,320 @@
+"""Training augment ops: small frozen dataclasses, ``op(sample, rng) -> sample``.
+
+A sample holds ``"image"`` float32 [H, W, 3] in 0..255, ``"boxes"`` float32 [n, 4] NORMALIZED
+(ymin, xmin, ymax, xmax), ``"classes"`` int32 [n], ``"is_crowd"`` bool [n], plus passthrough
+keys (``"image_info"``, ``"image_id"``, ...). Image and boxes always move together; boxes
+that leave a crop are clipped, and dropped (with their classes / is_crowd) when nothing, or
+less than ``min_visible_fraction`` of their area, is left. Ops never modify their input.
+
+Semantics follow the TF Object Detection API preprocessor (``random_horizontal_flip``,
+``random_scale_crop_and_pad_to_square``, ``ssd_random_crop``, ``random_distort_color``,
+``random_pad_image``); :class:`Normalize` goes last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from jaxdet.data.geometry import (
+    Sample,
+    box_areas,
+    filter_boxes,
+    reframe_boxes,
+    resize_image,
+    set_content_size,
+)
+
+# Boxes with less than this fraction of their area left inside a crop are dropped.
+MIN_VISIBLE_FRACTION = 0.05
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_range(name: str, value, lo: float = 0.0) -> None:
+    if len(value) != 2 or not lo <= value[0] <= value[1]:
+        raise ValueError(f"{name} must be a (min, max) pair with {lo} <= min <= max, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomHorizontalFlip:
+    """Mirrors image and boxes left-right with the given probability."""
+
+    probability: float = 0.5
+
+    def __post_init__(self):
+        _check_probability("probability", self.probability)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.probability:
+            return sample
+        out = dict(sample)
+        out["image"] = np.ascontiguousarray(sample["image"][:, ::-1])
+        b = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
+        out["boxes"] = np.stack([b[:, 0], 1.0 - b[:, 3], b[:, 2], 1.0 - b[:, 1]], axis=1)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomScaleCropAndPadToSquare:
+    """TF OD API ``random_scale_crop_and_pad_to_square`` (EfficientDet / CenterNet style).
+
+    Resizes so the longer side is ``output_size * scale`` (scale ~ U[scale_min, scale_max]),
+    takes a random ``output_size`` square crop where the image is larger, and pads at the
+    bottom/right with zeros where it is smaller. Outputs ``output_size x output_size``.
+    """
+
+    output_size: int
+    scale_min: float = 0.1
+    scale_max: float = 2.0
+    min_visible_fraction: float = MIN_VISIBLE_FRACTION
+
+    def __post_init__(self):
+        if self.output_size < 1:
+            raise ValueError(f"output_size must be positive, got {self.output_size}")
+        _check_range("(scale_min, scale_max)", (self.scale_min, self.scale_max), lo=1e-6)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        image = sample["image"]
+        height, width = image.shape[:2]
+        size = self.output_size
+        scale = rng.uniform(self.scale_min, self.scale_max)
+        longest = max(height, width)
+        scaled_h = max(1, int(scale * size * height / longest))
+        scaled_w = max(1, int(scale * size * width / longest))
+        off_y = int(max(0, scaled_h - size) * rng.random())
+        off_x = int(max(0, scaled_w - size) * rng.random())
+        scaled = resize_image(image, scaled_h, scaled_w)
+        crop = scaled[off_y:off_y + size, off_x:off_x + size]
+        canvas = np.zeros((size, size, image.shape[2]), np.float32)
+        canvas[: crop.shape[0], : crop.shape[1]] = crop
+        out = reframe_boxes(
+            sample, src_size=(scaled_h, scaled_w), offset=(-off_y, -off_x),
+            window=(0.0, 0.0, float(crop.shape[0]), float(crop.shape[1])),
+            canvas_size=(size, size), min_visible_fraction=self.min_visible_fraction,
+        )
+        out["image"] = canvas
+        return set_content_size(out, crop.shape[0], crop.shape[1], (height, width))
+
+    @property
+    def output_shape(self) -> tuple[int, int]:
+        return (self.output_size, self.output_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class SSDRandomCrop:
+    """SSD's random crop (TF OD API ``ssd_random_crop``).
+
+    Picks one of ``len(min_object_covered)`` operations uniformly. With probability
+    ``random_coef`` the image is kept unchanged. Otherwise up to ``max_attempts`` crops are
+    sampled (area fraction ~ U[area_range], aspect w/h ~ U[aspect_ratio_range]); a box is
+    kept when its centre is inside the crop and the crop covers at least ``overlap_thresh``
+    of it; a crop is accepted when it keeps at least one box (any crop, for an image without
+    boxes) and covers each kept box by at least ``min_object_covered``. Kept boxes are clipped
+    to the crop. When no attempt succeeds the image is kept unchanged.
+    """
+
+    min_object_covered: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    aspect_ratio_range: tuple[float, float] = (0.5, 2.0)
+    area_range: tuple[float, float] = (0.1, 1.0)
+    overlap_thresh: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    random_coef: float = 0.15
+    max_attempts: int = 50
+
+    def __post_init__(self):
+        if len(self.min_object_covered) != len(self.overlap_thresh) or not self.overlap_thresh:
+            raise ValueError(
+                "min_object_covered and overlap_thresh must be non-empty and of equal length, "
+                f"got {self.min_object_covered} and {self.overlap_thresh}"
+            )
+        _check_range("aspect_ratio_range", self.aspect_ratio_range, lo=1e-6)
+        _check_range("area_range", self.area_range, lo=1e-6)
+        if self.area_range[1] > 1.0:
+            raise ValueError(f"area_range must lie in (0, 1], got {self.area_range}")
+        _check_probability("random_coef", self.random_coef)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        op = int(rng.integers(len(self.min_object_covered)))
+        if rng.random() < self.random_coef:
+            return sample
+        min_cover, overlap = self.min_object_covered[op], self.overlap_thresh[op]
+        image = sample["image"]
+        height, width = image.shape[:2]
+        px = np.asarray(sample["boxes"], np.float32).reshape(-1, 4) * np.array(
+            [height, width, height, width], np.float32)
+        areas = box_areas(px)
+        cy, cx = (px[:, 0] + px[:, 2]) / 2, (px[:, 1] + px[:, 3]) / 2
+        for _ in range(self.max_attempts):
+            area = rng.uniform(*self.area_range) * height * width
+            aspect = rng.uniform(*self.aspect_ratio_range)
+            ch, cw = int(round(math.sqrt(area / aspect))), int(round(math.sqrt(area * aspect)))
+            if not (1 <= ch <= height and 1 <= cw <= width):
+                continue
+            y0 = int(rng.integers(0, height - ch + 1))
+            x0 = int(rng.integers(0, width - cw + 1))
+            y1, x1 = y0 + ch, x0 + cw
+            if len(px):
+                ih = np.clip(np.minimum(px[:, 2], y1) - np.maximum(px[:, 0], y0), 0, None)
+                iw = np.clip(np.minimum(px[:, 3], x1) - np.maximum(px[:, 1], x0), 0, None)
+                cover = ih * iw / np.maximum(areas, 1e-12)
+                keep = (cy >= y0) & (cy < y1) & (cx >= x0) & (cx < x1) & (cover >= overlap)
+                keep &= cover > 0
+                if not keep.any() or cover[keep].min() < min_cover:
+                    continue
+            else:
+                keep = np.zeros((0,), bool)
+            out = reframe_boxes(
+                sample, src_size=(height, width), offset=(-y0, -x0), window=None,
+                canvas_size=(ch, cw), keep=keep,
+            )
+            out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])
+            return set_content_size(out, ch, cw, (height, width))
+        return sample
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomPadImage:
+    """Places the image at a random offset on a larger canvas filled with ``pad_value``.
+
+    Each side grows by U[0, max_pad_frac] of its length (TF OD API ``random_pad_image``).
+    """
+
+    max_pad_frac: float = 0.5
+    pad_value: tuple[float, float, float] = (128.0, 128.0, 128.0)
+    probability: float = 1.0
+
+    def __post_init__(self):
+        if self.max_pad_frac < 0:
+            raise ValueError(f"max_pad_frac must be >= 0, got {self.max_pad_frac}")
+        _check_probability("probability", self.probability)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.probability:
+            return sample
+        image = sample["image"]
+        height, width = image.shape[:2]
+        new_h = height + int(rng.uniform(0, self.max_pad_frac) * height)
+        new_w = width + int(rng.uniform(0, self.max_pad_frac) * width)
+        off_y = int(rng.integers(0, new_h - height + 1))
+        off_x = int(rng.integers(0, new_w - width + 1))
+        canvas = np.empty((new_h, new_w, image.shape[2]), np.float32)
+        canvas[...] = np.asarray(self.pad_value, np.float32)
+        canvas[off_y:off_y + height, off_x:off_x + width] = image
+        out = reframe_boxes(sample, src_size=(height, width), offset=(off_y, off_x),
+                            window=None, canvas_size=(new_h, new_w))
+        out["image"] = canvas
+        return set_content_size(out, new_h, new_w, (height, width))
+
+
+def _rgb_to_hsv(r: np.ndarray, g: np.ndarray, b: np.ndarray):
+    """Planar float32 RGB (any scale) -> hue in [0, 1), saturation in [0, 1], value."""
+    maxc = np.maximum(np.maximum(r, g), b)
+    minc = np.minimum(np.minimum(r, g), b)
+    delta = maxc - minc
+    inv = np.divide(1.0, delta, out=np.zeros_like(delta), where=delta > 0)
+    s = np.divide(delta, maxc, out=np.zeros_like(delta), where=maxc > 0)
+    h = np.where(r == maxc, (g - b) * inv,
+                 np.where(g == maxc, 2.0 + (b - r) * inv, 4.0 + (r - g) * inv))
+    h /= 6.0
+    h %= 1.0
+    return h, s, maxc
+
+
+def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> list[np.ndarray]:
+    """Inverse of :func:`_rgb_to_hsv` (the closed form f(n) = v - v s clip(min(k, 4 - k)))."""
+    h6 = (h % 1.0) * 6.0
+    vs = v * s
+    planes = []
+    for n in (5.0, 3.0, 1.0):
+        k = (h6 + n) % 6.0
+        k = np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0)
+        k *= vs
+        planes.append(v - k)
+    return planes
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomColorJitter:
+    """TF OD API ``random_distort_color`` (ordering 0): brightness, saturation, hue, contrast.
+
+    brightness: max delta as a fraction of 255; contrast / saturation: factor ranges;
+    hue: max rotation as a fraction of the colour circle. Values stay in 0..255.
+    Applied with ``probability``; boxes are untouched.
+    """
+
+    brightness: float = 0.125
+    contrast: tuple[float, float] = (0.5, 1.5)
+    saturation: tuple[float, float] = (0.5, 1.5)
+    hue: float = 0.02
+    probability: float = 1.0
+
+    def __post_init__(self):
+        if self.brightness < 0 or self.hue < 0 or self.hue > 0.5:
+            raise ValueError(f"need brightness >= 0 and 0 <= hue <= 0.5, got {self}")
+        _check_range("contrast", self.contrast)
+        _check_range("saturation", self.saturation)
+        _check_probability("probability", self.probability)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        if rng.random() >= self.probability:
+            return sample
+        image = np.asarray(sample["image"], np.float32)
+        delta = rng.uniform(-self.brightness, self.brightness) * 255.0
+        sat = rng.uniform(*self.saturation)
+        hue = rng.uniform(-self.hue, self.hue)
+        con = rng.uniform(*self.contrast)
+        planes = [image[..., c] + np.float32(delta) for c in range(image.shape[-1])]
+        for p in planes:
+            np.clip(p, 0.0, 255.0, out=p)
+        if hue != 0.0 or sat != 1.0:
+            h, s, v = _rgb_to_hsv(*planes)
+            s *= sat
+            np.clip(s, 0.0, 1.0, out=s)
+            h += hue
+            planes = _hsv_to_rgb(h, s, v)
+        for p in planes:
+            mean = p.mean(dtype=np.float64)
+            p -= mean
+            p *= con
+            p += mean
+            np.clip(p, 0.0, 255.0, out=p)
+        image = np.stack(planes, axis=-1)
+        out = dict(sample)
+        out["image"] = image.astype(np.float32)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalize:
+    """(image - mean) / std per channel; the last op (after the resizer)."""
+
+    mean: tuple[float, float, float] = (123.675, 116.28, 103.53)
+    std: tuple[float, float, float] = (58.395, 57.12, 57.375)
+
+    def __post_init__(self):
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"std must be positive, got {self.std}")
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        out = dict(sample)
+        image = np.asarray(sample["image"], np.float32)
+        out["image"] = ((image - np.asarray(self.mean, np.float32))
+                        / np.asarray(self.std, np.float32)).astype(np.float32)
+        return out
+
+
+__all__ = [
+    "MIN_VISIBLE_FRACTION",
+    "Normalize",
+    "RandomColorJitter",
+    "RandomHorizontalFlip",
+    "RandomPadImage",
+    "RandomScaleCropAndPadToSquare",
+    "SSDRandomCrop",
+    "filter_boxes",
+]

@@ -1,0 +1,210 @@
+"""COCO JSON detection source: records with pixel yxyx boxes and contiguous class indices.
+
+Annotations are validated once, when the source is built:
+  * boxes with w <= 0 or h <= 0 (or non-finite) are dropped and counted,
+  * boxes sticking out of the image are clipped (counted when off by more than a pixel),
+    and dropped when nothing is left inside,
+  * annotations with an unknown category id or image id are dropped and counted,
+  * images without annotations are kept (all-negative images).
+Every drop/repair logs one WARNING naming the annotation file and the annotation id.
+
+The source holds only compact numpy arrays, so it pickles cheaply into loader workers;
+:meth:`CocoSource.ground_truth` re-reads the JSON for the evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxdet.data.records import Record, SkipCounter, make_record
+
+# Boxes exceeding the image by at most this many pixels are clipped without a warning
+# (COCO has many boxes off by float rounding).
+CLIP_TOLERANCE_PX = 1.0
+
+
+def _image_size_from_file(path: str) -> tuple[int, int] | None:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+        return int(height), int(width)
+    except (OSError, ValueError):
+        return None
+
+
+class CocoSource:
+    """Random-access source over a COCO-format detection annotation file."""
+
+    def __init__(
+        self,
+        annotation_file: str | os.PathLike,
+        image_dir: str | os.PathLike,
+        *,
+        skips: SkipCounter | None = None,
+    ):
+        self.annotation_file = str(annotation_file)
+        self.image_dir = str(image_dir)
+        self.skips = skips if skips is not None else SkipCounter()
+        data = _load_json(self.annotation_file)
+        self._parse(data)
+
+    # ---------------------------------------------------------------- parsing
+
+    def _parse(self, data: dict[str, Any]) -> None:
+        file = self.annotation_file
+        for key in ("images", "categories"):
+            if not isinstance(data.get(key), list):
+                raise ValueError(f"{file}: COCO annotation file has no {key!r} list")
+        try:
+            categories = sorted(data["categories"], key=lambda c: int(c["id"]))
+            self.category_ids = [int(c["id"]) for c in categories]
+            self.category_names = [str(c.get("name", c["id"])) for c in categories]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{file}: malformed 'categories' entry ({e!r})") from None
+        if len(set(self.category_ids)) != len(self.category_ids):
+            raise ValueError(f"{file}: duplicate category ids {self.category_ids}")
+        cat_index = {cid: i for i, cid in enumerate(self.category_ids)}
+
+        ids, paths, heights, widths = [], [], [], []
+        seen: set[int] = set()
+        for entry in data["images"]:
+            try:
+                image_id = int(entry["id"])
+                file_name = str(entry["file_name"])
+            except (KeyError, TypeError, ValueError):
+                self.skips.add("malformed_image_entry", file, f"image {entry!r:.80}")
+                continue
+            if image_id in seen:
+                self.skips.add("duplicate_image_id", file, f"image id {image_id}")
+                continue
+            path = os.path.join(self.image_dir, file_name)
+            try:
+                height, width = int(entry["height"]), int(entry["width"])
+            except (KeyError, TypeError, ValueError):
+                height = width = 0
+            if height <= 0 or width <= 0:
+                size = _image_size_from_file(path)
+                if size is None:
+                    self.skips.add(
+                        "image_without_size", file, f"image id {image_id}",
+                        f"no height/width and {path} cannot be opened",
+                    )
+                    continue
+                height, width = size
+            seen.add(image_id)
+            ids.append(image_id)
+            paths.append(file_name)
+            heights.append(height)
+            widths.append(width)
+        self._image_ids = np.asarray(ids, np.int64)
+        self._file_names = paths
+        self._heights = np.asarray(heights, np.int32)
+        self._widths = np.asarray(widths, np.int32)
+        row_of = {image_id: row for row, image_id in enumerate(ids)}
+
+        rows, classes, crowd, boxes = [], [], [], []
+        for ann in data.get("annotations", []) or []:
+            ann_id = ann.get("id", "?") if isinstance(ann, dict) else "?"
+            where = f"annotation id {ann_id}"
+            try:
+                row = row_of.get(int(ann["image_id"]))
+                category = int(ann["category_id"])
+                x, y, w, h = (float(v) for v in ann["bbox"])
+            except (KeyError, TypeError, ValueError):
+                self.skips.add("malformed_annotation", file, where)
+                continue
+            if row is None:
+                self.skips.add("annotation_for_unknown_image", file, where,
+                               f"image id {ann['image_id']}")
+                continue
+            if category not in cat_index:
+                self.skips.add("unknown_category", file, where, f"category id {category}")
+                continue
+            if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
+                self.skips.add("degenerate_box", file, where, f"bbox {[x, y, w, h]}")
+                continue
+            height, width = int(self._heights[row]), int(self._widths[row])
+            y0, x0, y1, x1 = y, x, y + h, x + w
+            cy0, cx0 = min(max(y0, 0.0), height), min(max(x0, 0.0), width)
+            cy1, cx1 = min(max(y1, 0.0), height), min(max(x1, 0.0), width)
+            if cy1 <= cy0 or cx1 <= cx0:
+                self.skips.add("box_outside_image", file, where,
+                               f"bbox {[x, y, w, h]} in a {width}x{height} image")
+                continue
+            off = max(abs(cy0 - y0), abs(cx0 - x0), abs(cy1 - y1), abs(cx1 - x1))
+            if off > CLIP_TOLERANCE_PX:
+                self.skips.add("box_clipped", file, where,
+                               f"bbox {[x, y, w, h]} clipped to a {width}x{height} image")
+            rows.append(row)
+            classes.append(cat_index[category])
+            crowd.append(bool(ann.get("iscrowd", 0)))
+            boxes.append((cy0, cx0, cy1, cx1))
+
+        rows_arr = np.asarray(rows, np.int64)
+        order = np.argsort(rows_arr, kind="stable")
+        self._boxes = np.asarray(boxes, np.float32).reshape(-1, 4)[order]
+        self._classes = np.asarray(classes, np.int32)[order]
+        self._crowd = np.asarray(crowd, bool)[order]
+        sorted_rows = rows_arr[order]
+        n = len(ids)
+        self._offsets = np.searchsorted(sorted_rows, np.arange(n + 1)).astype(np.int64)
+
+    # ---------------------------------------------------------------- API
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.category_ids)
+
+    @property
+    def image_ids(self) -> list[int]:
+        return [int(i) for i in self._image_ids]
+
+    def __len__(self) -> int:
+        return len(self._file_names)
+
+    def __getitem__(self, index: int) -> Record:
+        index = int(index)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} images")
+        index %= len(self)
+        lo, hi = self._offsets[index], self._offsets[index + 1]
+        return make_record(
+            image_path=os.path.join(self.image_dir, self._file_names[index]),
+            image_id=int(self._image_ids[index]),
+            height=int(self._heights[index]),
+            width=int(self._widths[index]),
+            boxes=self._boxes[lo:hi].copy(),
+            classes=self._classes[lo:hi].copy(),
+            is_crowd=self._crowd[lo:hi].copy(),
+        )
+
+    def ground_truth(self) -> dict[str, Any]:
+        """The COCO annotation dict as stored in the file (what pycocotools evaluates)."""
+        return _load_json(self.annotation_file)
+
+    def __repr__(self) -> str:
+        return (
+            f"CocoSource({Path(self.annotation_file).name!r}, {len(self)} images, "
+            f"{len(self._boxes)} boxes, {self.num_classes} classes)"
+        )
+
+
+def _load_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"COCO annotation file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object at the top level")
+    return data

@@ -1,0 +1,103 @@
+"""Host-side geometry shared by augment ops and resizers: image resize, box re-framing.
+
+Samples carry float32 images [H, W, 3] (0..255) and NORMALIZED yxyx boxes. Per-box arrays
+(:data:`PER_BOX_KEYS`) are filtered together whenever boxes are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+PER_BOX_KEYS = ("boxes", "classes", "is_crowd")
+
+Sample = dict[str, Any]
+
+
+def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize (antialiased when shrinking) of a float32 [H, W, C] image.
+
+    Pixel centres follow the half-pixel convention, so normalized coordinates are preserved:
+    a feature spanning [a, b) of the input spans [a * s, b * s) of the output.
+    """
+    image = np.asarray(image, np.float32)
+    if image.shape[:2] == (height, width):
+        return image.copy()
+    if height < 1 or width < 1:
+        raise ValueError(f"cannot resize to {height}x{width}")
+    channels = [
+        np.asarray(Image.fromarray(np.ascontiguousarray(image[:, :, c]), "F").resize(
+            (width, height), Image.BILINEAR))
+        for c in range(image.shape[2])
+    ]
+    return np.stack(channels, axis=-1)
+
+
+def filter_boxes(sample: Sample, keep: np.ndarray) -> Sample:
+    """Keeps only the objects where ``keep`` is True, in every per-box array."""
+    out = dict(sample)
+    for key in PER_BOX_KEYS:
+        if key in out:
+            out[key] = np.asarray(out[key])[keep]
+    return out
+
+
+def box_areas(boxes: np.ndarray) -> np.ndarray:
+    return np.maximum(boxes[:, 2] - boxes[:, 0], 0) * np.maximum(boxes[:, 3] - boxes[:, 1], 0)
+
+
+def reframe_boxes(
+    sample: Sample,
+    *,
+    src_size: tuple[int, int],
+    offset: tuple[float, float],
+    window: tuple[float, float, float, float] | None,
+    canvas_size: tuple[int, int],
+    min_visible_fraction: float = 0.0,
+    keep: np.ndarray | None = None,
+) -> Sample:
+    """Moves normalized boxes from a (src_h, src_w) image into a new canvas.
+
+    A box's pixels ``p`` in the source become ``p * scale + offset`` in the canvas where
+    ``scale`` is folded into ``src_size`` (callers pass the size the boxes are measured in).
+    Boxes are clipped to ``window`` (canvas pixels, y0, x0, y1, x1; None = whole canvas);
+    those with zero area left, or less than ``min_visible_fraction`` of their area, are
+    dropped together with their classes / is_crowd. ``keep`` adds an extra filter.
+    """
+    boxes = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
+    src_h, src_w = src_size
+    can_h, can_w = canvas_size
+    px = boxes * np.array([src_h, src_w, src_h, src_w], np.float32)
+    px = px + np.array([offset[0], offset[1], offset[0], offset[1]], np.float32)
+    if window is None:
+        window = (0.0, 0.0, float(can_h), float(can_w))
+    wy0, wx0, wy1, wx1 = window
+    clipped = np.stack([
+        np.clip(px[:, 0], wy0, wy1), np.clip(px[:, 1], wx0, wx1),
+        np.clip(px[:, 2], wy0, wy1), np.clip(px[:, 3], wx0, wx1),
+    ], axis=1) if len(px) else px
+    before, after = box_areas(px), box_areas(clipped)
+    visible = np.where(before > 0, after / np.maximum(before, 1e-12), 0.0)
+    mask = (after > 0) & (visible >= min_visible_fraction)
+    if keep is not None:
+        mask &= keep
+    out = dict(sample)
+    out["boxes"] = (clipped / np.array([can_h, can_w, can_h, can_w], np.float32)).astype(
+        np.float32)
+    return filter_boxes(out, mask)
+
+
+def set_content_size(
+    sample: Sample, content_h: float, content_w: float, input_size: tuple[int, int]
+) -> Sample:
+    """Sets image_info = (orig_h, orig_w, content_h, content_w) in place.
+
+    ``orig`` is kept from an existing image_info (the decoded image's size); without one,
+    ``input_size`` (the op's input image size) is taken as the original.
+    """
+    info = sample.get("image_info")
+    orig = input_size if info is None else (float(info[0]), float(info[1]))
+    sample["image_info"] = np.array([orig[0], orig[1], content_h, content_w], np.float32)
+    return sample

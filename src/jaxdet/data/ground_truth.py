@@ -1,0 +1,40 @@
+"""Pads per-image ground truth to a static ``max_boxes`` with validity / ignore masks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxdet.data.geometry import Sample
+
+
+def pad_ground_truth(sample: Sample, max_boxes: int) -> Sample:
+    """Returns a sample with fixed-size ground truth.
+
+    Output keys: ``"boxes"`` float32 [max_boxes, 4], ``"classes"`` int32 [max_boxes],
+    ``"valid"`` bool [max_boxes], ``"ignore"`` bool [max_boxes] (from ``is_crowd``; always
+    False on padding) and ``"num_truncated"`` int (objects beyond ``max_boxes``, which are cut
+    off in order: the first ``max_boxes`` objects are kept). ``"is_crowd"`` is removed.
+    """
+    if max_boxes < 1:
+        raise ValueError(f"max_boxes must be >= 1, got {max_boxes}")
+    boxes = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
+    n = boxes.shape[0]
+    classes = np.asarray(sample.get("classes", np.zeros((n,), np.int32)), np.int32).reshape(-1)
+    crowd = np.asarray(sample.get("is_crowd", np.zeros((n,), bool)), bool).reshape(-1)
+    if classes.shape[0] != n or crowd.shape[0] != n:
+        raise ValueError(
+            f"boxes ({n}), classes ({classes.shape[0]}) and is_crowd ({crowd.shape[0]}) "
+            "must have the same length"
+        )
+    k = min(n, max_boxes)
+    out = {key: value for key, value in sample.items() if key != "is_crowd"}
+    out["boxes"] = np.zeros((max_boxes, 4), np.float32)
+    out["boxes"][:k] = boxes[:k]
+    out["classes"] = np.zeros((max_boxes,), np.int32)
+    out["classes"][:k] = classes[:k]
+    out["valid"] = np.zeros((max_boxes,), bool)
+    out["valid"][:k] = True
+    out["ignore"] = np.zeros((max_boxes,), bool)
+    out["ignore"][:k] = crowd[:k]
+    out["num_truncated"] = n - k
+    return out

@@ -1,0 +1,425 @@
+"""Input pipelines on grain: a deterministic, resumable training stream and a padded eval pass.
+
+Per record: decode (a corrupt image is skipped and counted, with one WARNING naming the file:
+never a crash), build the sample (pixel boxes -> normalized), apply the transforms in order
+(the resizer is the last shape-changing one; Normalize may follow), pad the ground truth.
+
+Batches are numpy dicts::
+
+    "images"     float32 [B, H, W, 3]
+    "boxes"      float32 [B, N, 4]   normalized yxyx on the (padded) canvas
+    "classes"    int32   [B, N]
+    "valid"      bool    [B, N]
+    "ignore"     bool    [B, N]      crowd / difficult objects
+    "image_id"   int64   [B]
+    "image_info" float32 [B, 4]      (orig_h, orig_w, content_h, content_w)
+    "mask"       bool    [B]         False on eval padding
+
+Determinism: the training stream is a function of (source, transforms, seed) only. Sample k of
+the stream is record ``perm_epoch[k mod n]`` augmented with an RNG seeded by
+(seed, epoch, record index); workers only prefetch single samples (their round-robin
+interleave is the stream order) and batching happens in the main process, so the worker count
+never changes the data. The iterator state is the index of the next sample of the stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grain
+import numpy as np
+
+from jaxdet.data.decode import CorruptImageError, load_image
+from jaxdet.data.geometry import Sample
+from jaxdet.data.ground_truth import pad_ground_truth
+from jaxdet.data.records import Record, SkipCounter
+
+logger = logging.getLogger("jaxdet.data")
+
+STATE_FORMAT = "jaxdet.train_loader/1"
+_SKIP = "_skipped"  # key marking a sample whose image could not be read
+BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore", "image_id", "image_info", "mask")
+
+
+def build_sample(record: Record, image: np.ndarray) -> Sample:
+    """Decoded image + record -> augmentable sample (float32 image, normalized boxes)."""
+    height, width = image.shape[:2]
+    ann_h = record.get("height") or height
+    ann_w = record.get("width") or width
+    boxes = np.asarray(record["boxes"], np.float32).reshape(-1, 4)
+    boxes = np.clip(boxes / np.array([ann_h, ann_w, ann_h, ann_w], np.float32), 0.0, 1.0)
+    n = boxes.shape[0]
+    return {
+        "image": image.astype(np.float32),
+        "boxes": boxes,
+        "classes": np.asarray(record.get("classes", np.zeros((n,))), np.int32).reshape(-1),
+        "is_crowd": np.asarray(record.get("is_crowd", np.zeros((n,))), bool).reshape(-1),
+        "image_id": int(record["image_id"]),
+        "image_info": np.array([height, width, height, width], np.float32),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pipeline:
+    """Record index -> padded sample; picklable so grain can ship it to worker processes."""
+
+    source: Any
+    transforms: tuple
+    max_boxes: int
+
+    def finish(self, sample: Sample, rng: np.random.Generator, mask: bool) -> Sample:
+        for transform in self.transforms:
+            sample = transform(sample, rng)
+        sample = pad_ground_truth(sample, self.max_boxes)
+        return {
+            "image": np.asarray(sample["image"], np.float32),
+            "boxes": sample["boxes"],
+            "classes": sample["classes"],
+            "valid": sample["valid"],
+            "ignore": sample["ignore"],
+            "image_id": np.int64(sample["image_id"]),
+            "image_info": np.asarray(sample["image_info"], np.float32).reshape(4),
+            "mask": np.bool_(mask),
+            "num_truncated": int(sample["num_truncated"]),
+        }
+
+    def process(self, index: int, rng: np.random.Generator) -> Sample:
+        record = self.source[index]
+        try:
+            image = load_image(record["image_path"])
+        except CorruptImageError as e:
+            return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
+        return self.finish(build_sample(record, image), rng, mask=True)
+
+    def dummy(self, record: Record) -> Sample:
+        """A masked-out sample with the record's image size and no objects (eval padding)."""
+        height = int(record.get("height") or 1)
+        width = int(record.get("width") or 1)
+        empty = dict(record, boxes=np.zeros((0, 4), np.float32),
+                     classes=np.zeros((0,), np.int32), is_crowd=np.zeros((0,), bool),
+                     image_id=-1)
+        sample = build_sample(empty, np.zeros((height, width, 3), np.uint8))
+        return self.finish(sample, np.random.default_rng(0), mask=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainMap:
+    """Stream index -> sample: epoch permutation, then (seed, epoch, record)-seeded augment."""
+
+    pipeline: _Pipeline
+    num_records: int
+    seed: int
+    shuffle: bool
+
+    def record_index(self, stream_index: int) -> tuple[int, int]:
+        epoch, position = divmod(stream_index, self.num_records)
+        if not self.shuffle:
+            return epoch, position
+        perm = _epoch_permutation(self.seed, epoch, self.num_records)
+        return epoch, int(perm[position])
+
+    def __call__(self, stream_index: int) -> Sample:
+        epoch, index = self.record_index(stream_index)
+        rng = np.random.default_rng([self.seed, epoch, index])
+        sample = self.pipeline.process(index, rng)
+        sample["_stream_index"] = stream_index
+        return sample
+
+
+_PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    key = (seed, epoch, n)
+    perm = _PERM_CACHE.get(key)
+    if perm is None:
+        perm = np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
+        if len(_PERM_CACHE) >= 4:
+            _PERM_CACHE.clear()
+        _PERM_CACHE[key] = perm
+    return perm
+
+
+class _DropSkipped:
+    """grain filter in the main process: drops unreadable images, logs and counts them."""
+
+    def __init__(self, skips: SkipCounter, num_records: int, name: str):
+        self.skips = skips
+        self.num_records = num_records
+        self.name = name
+        self.consecutive = 0
+
+    def __call__(self, sample: Sample) -> bool:
+        if _SKIP not in sample:
+            self.consecutive = 0
+            return True
+        self.consecutive += 1
+        self.skips.add("corrupt_image", sample["path"],
+                       f"record {sample['index']}, image id {sample['record']['image_id']}",
+                       sample[_SKIP])
+        if self.consecutive >= max(self.num_records, 1):
+            raise RuntimeError(
+                f"dataset {self.name}: {self.consecutive} images in a row could not be read "
+                f"({self.skips.summary()}); check the image directory"
+            )
+        return False
+
+
+def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
+    shapes = {s["image"].shape for s in samples}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"images in one batch have different shapes {sorted(shapes)}: put a resizer "
+            "(FixedShapeResizer, or KeepAspectRatioResizer with pad_to_max_dimension) or "
+            "RandomScaleCropAndPadToSquare after every other shape-changing transform"
+        )
+    batch = {
+        "images": np.stack([s["image"] for s in samples]),
+        "boxes": np.stack([s["boxes"] for s in samples]),
+        "classes": np.stack([s["classes"] for s in samples]),
+        "valid": np.stack([s["valid"] for s in samples]),
+        "ignore": np.stack([s["ignore"] for s in samples]),
+        "image_id": np.array([s["image_id"] for s in samples], np.int64),
+        "image_info": np.stack([s["image_info"] for s in samples]).astype(np.float32),
+        "mask": np.array([s["mask"] for s in samples], bool),
+    }
+    batch["_stream_index"] = np.array([s.get("_stream_index", -1) for s in samples], np.int64)
+    batch["_num_truncated"] = int(sum(s["num_truncated"] for s in samples))
+    batch["_skips"] = [s[_SKIP + "_info"] for s in samples if _SKIP + "_info" in s]
+    return batch
+
+
+def _describe(source: Any) -> str:
+    for attr in ("annotation_file", "annotation_dir"):
+        if hasattr(source, attr):
+            return str(getattr(source, attr))
+    return type(source).__name__
+
+
+def _check_common(source, batch_size: int, max_boxes: int, worker_count: int,
+                  shard_index: int, shard_count: int) -> None:
+    if len(source) == 0:
+        raise ValueError(f"dataset {_describe(source)} has no images")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_boxes < 1:
+        raise ValueError(f"max_boxes must be >= 1, got {max_boxes}")
+    if worker_count < 0:
+        raise ValueError(f"worker_count must be >= 0, got {worker_count}")
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"need 0 <= shard_index < shard_count, got {shard_index}, {shard_count}")
+
+
+def _read_options(batch_size: int, worker_count: int) -> grain.ReadOptions:
+    return grain.ReadOptions(num_threads=2 if worker_count else 4,
+                             prefetch_buffer_size=max(8, 2 * batch_size))
+
+
+def _ensure_absl_flags_parsed() -> None:
+    """grain's multiprocess prefetch reads absl flags (e.g. when jax's profiler is loaded);
+    outside an ``absl.app`` program nobody parsed them, so take their defaults."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def _maybe_mp(ds: grain.IterDataset, batch_size: int, worker_count: int) -> grain.IterDataset:
+    if worker_count == 0:
+        return ds
+    buffer = max(2, math.ceil(2 * batch_size / worker_count))
+    _ensure_absl_flags_parsed()
+    return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count,
+                                                       per_worker_buffer_size=buffer))
+
+
+class TrainIterator(Iterator[dict[str, np.ndarray]]):
+    """Endless batches; ``get_state()`` / ``set_state()`` resume the exact stream.
+
+    The state is JSON-serializable and independent of the worker count and batch size.
+    ``skips`` counts unreadable images (seen in this process), ``num_truncated`` the objects
+    cut off by ``max_boxes``.
+    """
+
+    def __init__(self, source, transforms, *, batch_size: int, max_boxes: int, seed: int,
+                 worker_count: int, shuffle: bool, shard_index: int, shard_count: int):
+        self._map = _TrainMap(_Pipeline(source, tuple(transforms), max_boxes), len(source),
+                              seed, shuffle)
+        self._name = _describe(source)
+        self._batch_size = batch_size
+        self._worker_count = worker_count
+        self._shard = (shard_index, shard_count)
+        self.skips = SkipCounter()
+        self.num_truncated = 0
+        self._next_index = shard_index
+        self._it: Any = None
+
+    def _start(self) -> None:
+        _, step = self._shard
+        ds = grain.MapDataset.range(self._next_index, sys.maxsize, step).map(self._map)
+        ds = ds.to_iter_dataset(_read_options(self._batch_size, self._worker_count))
+        ds = _maybe_mp(ds, self._batch_size, self._worker_count)
+        ds = ds.filter(_DropSkipped(self.skips, self._map.num_records, self._name))
+        ds = ds.batch(self._batch_size, drop_remainder=True, batch_fn=_collate)
+        self._it = iter(ds)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self._it is None:
+            self._start()
+        batch = next(self._it)
+        self._next_index = int(batch.pop("_stream_index")[-1]) + self._shard[1]
+        truncated = batch.pop("_num_truncated")
+        if truncated and not self.num_truncated:
+            logger.warning("%s: images with more objects than max_boxes; the extra objects are "
+                           "dropped (counted in num_truncated)", self._name)
+        self.num_truncated += truncated
+        batch.pop("_skips")
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "next_index": self._next_index,
+            "seed": self._map.seed,
+            "shuffle": self._map.shuffle,
+            "num_records": self._map.num_records,
+            "shard_index": self._shard[0],
+            "shard_count": self._shard[1],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a {STATE_FORMAT} state: {state!r:.200}")
+        mine = self.get_state()
+        for key in ("seed", "shuffle", "num_records", "shard_count"):
+            if state[key] != mine[key]:
+                raise ValueError(
+                    f"loader state was saved with {key}={state[key]!r} but this loader has "
+                    f"{key}={mine[key]!r}; resuming would not replay the same data"
+                )
+        if state["next_index"] % self._shard[1] != self._shard[0]:
+            raise ValueError(f"loader state belongs to shard {state['shard_index']}, "
+                             f"this loader is shard {self._shard[0]}")
+        self.close()
+        self._next_index = int(state["next_index"])
+
+    def close(self) -> None:
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "close"):
+            it.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort at interpreter shutdown
+            pass
+
+
+def make_train_loader(
+    source,
+    transforms: list,
+    *,
+    batch_size: int,
+    max_boxes: int,
+    seed: int,
+    worker_count: int = 0,
+    shuffle: bool = True,
+    shard_index: int = 0,
+    shard_count: int = 1,
+) -> TrainIterator:
+    """Endless training batches, reshuffled each epoch, deterministic in ``seed``.
+
+    ``shard_index`` / ``shard_count`` split the stream between JAX processes (each yields its
+    own per-process batches of ``batch_size``).
+    """
+    _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
+    return TrainIterator(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
+                         seed=seed, worker_count=worker_count, shuffle=shuffle,
+                         shard_index=shard_index, shard_count=shard_count)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EvalMap:
+    pipeline: _Pipeline
+    num_records: int
+
+    def __call__(self, index: int) -> Sample:
+        if index >= self.num_records:
+            return self.pipeline.dummy(self.pipeline.source[0])
+        sample = self.pipeline.process(index, np.random.default_rng([0, index]))
+        if _SKIP in sample:
+            dummy = self.pipeline.dummy(sample["record"])
+            dummy[_SKIP + "_info"] = (sample["path"], sample["index"],
+                                      sample["record"]["image_id"], sample[_SKIP])
+            return dummy
+        return sample
+
+
+class EvalLoader:
+    """One ordered pass; the last batch is padded with masked-out dummies (mask False).
+
+    Unreadable images also become masked-out dummies (logged and counted in ``skips``), so
+    every batch has the same shape. ``len()`` is the number of batches.
+    """
+
+    def __init__(self, source, transforms, *, batch_size: int, max_boxes: int,
+                 worker_count: int, shard_index: int, shard_count: int):
+        self._map = _EvalMap(_Pipeline(source, tuple(transforms), max_boxes), len(source))
+        self._name = _describe(source)
+        self.batch_size = batch_size
+        self._worker_count = worker_count
+        self._shard = (shard_index, shard_count)
+        self.num_examples = len(source)
+        per_step = batch_size * shard_count
+        self._padded = math.ceil(self.num_examples / per_step) * per_step
+        self.skips = SkipCounter()
+
+    def __len__(self) -> int:
+        return self._padded // (self.batch_size * self._shard[1])
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        index, count = self._shard
+        ds = grain.MapDataset.range(index, self._padded, count).map(self._map)
+        ds = ds.to_iter_dataset(_read_options(self.batch_size, self._worker_count))
+        ds = _maybe_mp(ds, self.batch_size, self._worker_count)
+        ds = ds.batch(self.batch_size, drop_remainder=False, batch_fn=_collate)
+        it = iter(ds)
+        try:
+            for batch in it:
+                for path, i, image_id, reason in batch.pop("_skips"):
+                    self.skips.add("corrupt_image", path, f"record {i}, image id {image_id}",
+                                   reason)
+                batch.pop("_stream_index")
+                batch.pop("_num_truncated")
+                yield batch
+        finally:
+            if hasattr(it, "close"):
+                it.close()
+
+
+def make_eval_loader(
+    source,
+    transforms: list,
+    *,
+    batch_size: int,
+    max_boxes: int,
+    worker_count: int = 0,
+    shard_index: int = 0,
+    shard_count: int = 1,
+) -> EvalLoader:
+    """One pass over ``source`` in order, in fixed-size batches (padding masked out)."""
+    _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
+    return EvalLoader(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
+                      worker_count=worker_count, shard_index=shard_index,
+                      shard_count=shard_count)
+
+
+__all__ = ["BATCH_KEYS", "EvalLoader", "TrainIterator", "build_sample", "make_eval_loader",
+           "make_train_loader"]

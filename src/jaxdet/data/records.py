@@ -1,0 +1,117 @@
+"""The record a data source yields, and counting of skipped / repaired items.
+
+A *record* is a plain dict describing one annotated image, before decoding:
+
+    "image_path": str        path of the encoded image file
+    "image_id":   int        id used by the evaluator (COCO image id)
+    "height":     int        annotated image height in pixels
+    "width":      int        annotated image width in pixels
+    "boxes":      float32 [n, 4]  PIXEL boxes (ymin, xmin, ymax, xmax), inside the image
+    "classes":    int32 [n]  contiguous 0-based class indices
+    "is_crowd":   bool [n]   COCO iscrowd / VOC difficult: ignored in training and eval
+
+Sources validate and repair annotations once, when they are built, and report every
+dropped or repaired item through a :class:`SkipCounter` (one WARNING line naming the file and
+the record, so a person can find and fix it).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("jaxdet.data")
+
+Record = dict[str, Any]
+
+RECORD_KEYS = ("image_path", "image_id", "height", "width", "boxes", "classes", "is_crowd")
+
+
+def make_record(
+    image_path: str,
+    image_id: int,
+    height: int,
+    width: int,
+    boxes: Any = None,
+    classes: Any = None,
+    is_crowd: Any = None,
+) -> Record:
+    """Builds a record with the canonical dtypes and shapes (empty annotations allowed)."""
+    boxes = np.zeros((0, 4), np.float32) if boxes is None else np.asarray(boxes, np.float32)
+    boxes = boxes.reshape(-1, 4)
+    n = boxes.shape[0]
+    classes = np.zeros((n,), np.int32) if classes is None else np.asarray(classes, np.int32)
+    is_crowd = np.zeros((n,), bool) if is_crowd is None else np.asarray(is_crowd, bool)
+    if classes.shape != (n,) or is_crowd.shape != (n,):
+        raise ValueError(
+            f"record for {image_path!r}: boxes {boxes.shape}, classes {classes.shape} and "
+            f"is_crowd {is_crowd.shape} disagree on the number of objects"
+        )
+    return {
+        "image_path": str(image_path),
+        "image_id": int(image_id),
+        "height": int(height),
+        "width": int(width),
+        "boxes": boxes,
+        "classes": classes,
+        "is_crowd": is_crowd,
+    }
+
+
+class SkipCounter:
+    """Counts skipped or repaired items by reason and logs one WARNING line for each.
+
+    To keep a bad dataset from flooding the log, at most ``max_logged_per_reason`` lines are
+    written per reason; one further line says that the rest are counted but not shown.
+    The counter lives in one process: a loader reports skips from its main process.
+    """
+
+    def __init__(self, max_logged_per_reason: int = 20, log: logging.Logger | None = None):
+        self.max_logged_per_reason = max_logged_per_reason
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._logged: collections.Counter[str] = collections.Counter()
+        self._seen: set[tuple[str, str]] = set()
+        self._log = log or logger
+
+    def add(self, reason: str, file: str, record: Any = None, detail: str = "") -> None:
+        """Counts one item for ``reason``; ``file`` and ``record`` name where it came from.
+
+        The same (reason, file, record) is logged only the first time (a corrupt image seen
+        again in the next epoch is counted, not logged again).
+        """
+        self.counts[reason] += 1
+        key = (reason, f"{file}|{record}")
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self._logged[reason] += 1
+        count = self._logged[reason]
+        if count <= self.max_logged_per_reason:
+            where = str(file) if record is None else f"{file} [{record}]"
+            message = f"{reason}: {where}" + (f": {detail}" if detail else "")
+            self._log.warning(message)
+            if count == self.max_logged_per_reason:
+                self._log.warning(
+                    "%s: further occurrences are counted but not logged", reason
+                )
+
+    def __getitem__(self, reason: str) -> int:
+        return self.counts[reason]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    def summary(self) -> str:
+        if not self.counts:
+            return "nothing skipped"
+        return ", ".join(f"{reason}: {n}" for reason, n in sorted(self.counts.items()))
+
+    def __repr__(self) -> str:
+        return f"SkipCounter({self.as_dict()})"

@@ -1,0 +1,96 @@
+"""Resizers to a static shape (TF OD API ``fixed_shape_resizer`` / ``keep_aspect_ratio_resizer``).
+
+Each ``resizer(sample, rng=None) -> sample`` resizes the image, normalizes the boxes to the
+output canvas and records ``"image_info"`` float32 [4] = (orig_h, orig_w, content_h,
+content_w): ``orig`` is the decoded image's size (kept from an incoming image_info), and
+``content`` is the extent of the resized image inside the canvas (padding is bottom/right).
+A detection normalized to the canvas maps back to original pixels by
+``box * canvas_size / content_size * orig_size``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxdet.data.geometry import Sample, reframe_boxes, resize_image, set_content_size
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedShapeResizer:
+    """Resizes to exactly ``height x width`` (aspect ratio not kept; boxes stay normalized)."""
+
+    height: int
+    width: int
+
+    def __post_init__(self):
+        if self.height < 1 or self.width < 1:
+            raise ValueError(f"height and width must be positive, got {self.height}x{self.width}")
+
+    @property
+    def output_size(self) -> tuple[int, int]:
+        return (self.height, self.width)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        image = sample["image"]
+        in_size = image.shape[:2]
+        out = dict(sample)
+        out["image"] = resize_image(image, self.height, self.width)
+        out["boxes"] = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
+        return set_content_size(out, self.height, self.width, in_size)
+
+
+def keep_aspect_ratio_size(
+    height: int, width: int, min_dimension: int, max_dimension: int
+) -> tuple[int, int]:
+    """TF OD API ``_compute_new_static_size``: shorter side -> min_dimension unless the
+    longer side would then exceed max_dimension, in which case longer side -> max_dimension."""
+    scale = min_dimension / min(height, width)
+    large = (int(round(height * scale)), int(round(width * scale)))
+    if max(large) <= max_dimension:
+        return max(1, large[0]), max(1, large[1])
+    scale = max_dimension / max(height, width)
+    return max(1, int(round(height * scale))), max(1, int(round(width * scale)))
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepAspectRatioResizer:
+    """Keeps the aspect ratio; with ``pad_to_max_dimension`` pads (zeros, bottom/right) to a
+    static ``max_dimension x max_dimension`` canvas and normalizes boxes to that canvas."""
+
+    min_dimension: int
+    max_dimension: int
+    pad_to_max_dimension: bool = True
+
+    def __post_init__(self):
+        if not 0 < self.min_dimension <= self.max_dimension:
+            raise ValueError(
+                "need 0 < min_dimension <= max_dimension, got "
+                f"{self.min_dimension} and {self.max_dimension}"
+            )
+
+    @property
+    def output_size(self) -> tuple[int, int] | None:
+        """The static (H, W); None when not padding (the shape then varies per image)."""
+        if not self.pad_to_max_dimension:
+            return None
+        return (self.max_dimension, self.max_dimension)
+
+    def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
+        image = sample["image"]
+        height, width = image.shape[:2]
+        new_h, new_w = keep_aspect_ratio_size(height, width, self.min_dimension,
+                                              self.max_dimension)
+        resized = resize_image(image, new_h, new_w)
+        if self.pad_to_max_dimension:
+            canvas_h = canvas_w = self.max_dimension
+            canvas = np.zeros((canvas_h, canvas_w, image.shape[2]), np.float32)
+            canvas[:new_h, :new_w] = resized
+        else:
+            canvas_h, canvas_w, canvas = new_h, new_w, resized
+        out = reframe_boxes(sample, src_size=(new_h, new_w), offset=(0, 0),
+                            window=(0.0, 0.0, float(new_h), float(new_w)),
+                            canvas_size=(canvas_h, canvas_w))
+        out["image"] = canvas
+        return set_content_size(out, new_h, new_w, (height, width))

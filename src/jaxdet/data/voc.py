@@ -1,0 +1,193 @@
+"""Pascal VOC XML detection source.
+
+Reads one XML file per image (``filename``, ``size``, ``object/name``, ``object/bndbox`` with
+1-based inclusive pixel corners, ``object/difficult``). Boxes become continuous pixel
+coordinates (xmin - 1, ymin - 1, xmax, ymax) as in detectron2; ``difficult`` objects become
+``is_crowd`` (ignored in training and evaluation). :meth:`VocSource.ground_truth` builds a
+COCO dict (category ids 1..C, difficult -> iscrowd 1) so the COCO evaluator serves VOC too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxdet.data.records import Record, SkipCounter, make_record
+
+logger = logging.getLogger("jaxdet.data")
+
+VOC_CLASSES = (
+    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
+    "train", "tvmonitor",
+)
+
+
+def _text(node: ET.Element | None, tag: str, default: str | None = None) -> str | None:
+    child = node.find(tag) if node is not None else None
+    if child is None or child.text is None:
+        return default
+    return child.text.strip()
+
+
+class VocSource:
+    """Random-access source over a folder of Pascal VOC XML annotations.
+
+    Args:
+      annotation_dir: folder of ``*.xml`` files (VOC ``Annotations/``).
+      image_dir: folder holding the images named by ``<filename>`` (VOC ``JPEGImages/``).
+      class_names: ordered class list (index = contiguous class). ``None``: the 20 standard VOC
+        classes when every name found belongs to them, else the sorted names found.
+        Objects whose name is not in the list are dropped and counted.
+      image_set: optional file listing the image ids to use, one per line (VOC
+        ``ImageSets/Main/train.txt``); by default every XML file, sorted by name.
+    """
+
+    def __init__(
+        self,
+        annotation_dir: str | os.PathLike,
+        image_dir: str | os.PathLike,
+        class_names: list[str] | None = None,
+        *,
+        image_set: str | os.PathLike | None = None,
+        skips: SkipCounter | None = None,
+    ):
+        self.annotation_dir = str(annotation_dir)
+        self.image_dir = str(image_dir)
+        self.skips = skips if skips is not None else SkipCounter()
+        if not os.path.isdir(self.annotation_dir):
+            raise FileNotFoundError(f"VOC annotation folder not found: {self.annotation_dir}")
+        if image_set is not None:
+            with open(image_set, encoding="utf-8") as f:
+                stems = [line.split()[0] for line in f if line.strip()]
+            xml_files = [os.path.join(self.annotation_dir, s + ".xml") for s in stems]
+        else:
+            xml_files = sorted(
+                str(p) for p in Path(self.annotation_dir).iterdir() if p.suffix == ".xml"
+            )
+        parsed = [p for p in (self._parse_file(f) for f in xml_files) if p is not None]
+
+        if class_names is None:
+            found = sorted({name for p in parsed for name, *_ in p["objects"]})
+            if set(found) <= set(VOC_CLASSES):
+                class_names = list(VOC_CLASSES)
+            else:
+                class_names = found
+                logger.info("VOC classes taken from %s: %s", self.annotation_dir, found)
+        self.category_names = [str(c) for c in class_names]
+        if len(set(self.category_names)) != len(self.category_names):
+            raise ValueError(f"class_names has duplicates: {self.category_names}")
+        self.category_ids = list(range(1, len(self.category_names) + 1))
+        index_of = {name: i for i, name in enumerate(self.category_names)}
+
+        self._records: list[Record] = []
+        for image_id, p in enumerate(parsed, start=1):
+            boxes, classes, crowd = [], [], []
+            for k, (name, box, difficult) in enumerate(p["objects"]):
+                if name not in index_of:
+                    self.skips.add("unknown_category", p["xml"], f"object {k}", f"name {name!r}")
+                    continue
+                boxes.append(box)
+                classes.append(index_of[name])
+                crowd.append(difficult)
+            self._records.append(
+                make_record(p["image_path"], image_id, p["height"], p["width"],
+                            boxes, classes, crowd)
+            )
+
+    def _parse_file(self, xml_file: str) -> dict[str, Any] | None:
+        try:
+            root = ET.parse(xml_file).getroot()
+        except FileNotFoundError:
+            self.skips.add("missing_annotation_file", xml_file)
+            return None
+        except ET.ParseError as e:
+            self.skips.add("malformed_xml", xml_file, detail=str(e))
+            return None
+        filename = _text(root, "filename") or (Path(xml_file).stem + ".jpg")
+        image_path = os.path.join(self.image_dir, filename)
+        size = root.find("size")
+        try:
+            height, width = int(float(_text(size, "height", "0"))), int(
+                float(_text(size, "width", "0"))
+            )
+        except ValueError:
+            height = width = 0
+        if height <= 0 or width <= 0:
+            from PIL import Image
+
+            try:
+                with Image.open(image_path) as image:
+                    width, height = image.size
+            except (OSError, ValueError):
+                self.skips.add("image_without_size", xml_file,
+                               detail=f"no <size> and {image_path} cannot be opened")
+                return None
+        objects = []
+        for k, obj in enumerate(root.findall("object")):
+            name = _text(obj, "name")
+            bndbox = obj.find("bndbox")
+            try:
+                xmin, ymin, xmax, ymax = (
+                    float(_text(bndbox, tag)) for tag in ("xmin", "ymin", "xmax", "ymax")
+                )
+                difficult = bool(int(float(_text(obj, "difficult", "0") or 0)))
+            except (TypeError, ValueError):
+                self.skips.add("malformed_object", xml_file, f"object {k}")
+                continue
+            if name is None:
+                self.skips.add("malformed_object", xml_file, f"object {k}", "no <name>")
+                continue
+            y0, x0, y1, x1 = ymin - 1.0, xmin - 1.0, ymax, xmax
+            if not all(map(math.isfinite, (y0, x0, y1, x1))) or y1 <= y0 or x1 <= x0:
+                self.skips.add("degenerate_box", xml_file, f"object {k} ({name})",
+                               f"bndbox {[xmin, ymin, xmax, ymax]}")
+                continue
+            c = (max(y0, 0.0), max(x0, 0.0), min(y1, float(height)), min(x1, float(width)))
+            if c[2] <= c[0] or c[3] <= c[1]:
+                self.skips.add("box_outside_image", xml_file, f"object {k} ({name})")
+                continue
+            if max(abs(a - b) for a, b in zip(c, (y0, x0, y1, x1), strict=True)) > 1.0:
+                self.skips.add("box_clipped", xml_file, f"object {k} ({name})")
+            objects.append((name, c, difficult))
+        return {"xml": xml_file, "image_path": image_path, "height": height, "width": width,
+                "objects": objects}
+
+    # ---------------------------------------------------------------- API
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.category_names)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> Record:
+        record = self._records[int(index)]
+        return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in record.items()}
+
+    def ground_truth(self) -> dict[str, Any]:
+        """A COCO-format dict (ids 1..C, bbox xywh, difficult -> iscrowd 1)."""
+        images, annotations = [], []
+        for r in self._records:
+            images.append({"id": r["image_id"], "file_name": os.path.basename(r["image_path"]),
+                           "height": r["height"], "width": r["width"]})
+            for box, c, crowd in zip(r["boxes"], r["classes"], r["is_crowd"], strict=True):
+                y0, x0, y1, x1 = (float(v) for v in box)
+                annotations.append({
+                    "id": len(annotations) + 1, "image_id": r["image_id"],
+                    "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
+                })
+        categories = [{"id": i + 1, "name": n} for i, n in enumerate(self.category_names)]
+        return {"info": {"description": f"VOC {self.annotation_dir}"}, "licenses": [],
+                "images": images, "annotations": annotations, "categories": categories}
+
+    def __repr__(self) -> str:
+        return f"VocSource({self.annotation_dir!r}, {len(self)} images, {self.num_classes} classes)"

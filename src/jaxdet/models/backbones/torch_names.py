@@ -1,0 +1,133 @@
+"""One-to-one mapping between PyTorch ``state_dict`` keys (torchvision / timm) and our
+parameters.
+
+Our modules mirror the PyTorch attribute names, so a key is the module path joined by dots
+plus the PyTorch leaf name::
+
+    layer1.0.downsample.0.weight  <->  ('layer1', 0, 'downsample', 0, 'kernel')   'conv'
+    layer1.0.bn1.running_var      <->  ('layer1', 0, 'bn1', 'var')                 'identity'
+
+Transforms (apply with :func:`to_ours`):
+
+* ``conv``: OIHW -> HWIO, ``transpose(2, 3, 1, 0)``.
+* ``dwconv``: grouped / depthwise conv; torch ``(C_out, C_in/groups, kh, kw)`` -> ours
+  ``(kh, kw, C_in/groups, C_out)``: the same permutation, named apart so an importer can
+  tell them apart in logs.
+* ``linear``: ``(out, in)`` -> ``(in, out)``.
+* ``identity``: biases, norm scales and running statistics.
+
+``num_batches_tracked`` has no counterpart and is skipped by :func:`load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+Path = tuple[str | int, ...]
+
+_PERMUTATIONS: dict[str, tuple[int, ...] | None] = {
+    "conv": (2, 3, 1, 0),
+    "dwconv": (2, 3, 1, 0),
+    "linear": (1, 0),
+    "identity": None,
+}
+
+
+def to_ours(transform: str, array) -> np.ndarray:
+    """Convert one PyTorch tensor (as a numpy array) to our layout."""
+    perm = _PERMUTATIONS[transform]
+    array = np.asarray(array)
+    return array if perm is None else np.transpose(array, perm)
+
+
+def torch_shape_to_ours(transform: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    perm = _PERMUTATIONS[transform]
+    return tuple(shape) if perm is None else tuple(shape[i] for i in perm)
+
+
+def torch_state_dict_map(model: nnx.Module) -> dict[str, tuple[Path, str]]:
+    """``{torch_key: (our_param_path, transform)}`` covering every Param and BatchStat of
+    ``model`` exactly once. Raises if a variable lives in a module type it cannot name."""
+    mapping: dict[str, tuple[Path, str]] = {}
+
+    def add(path: Path, torch_leaf: str, our_leaf: str, transform: str):
+        key = ".".join(str(p) for p in (*path, torch_leaf))
+        if key in mapping:
+            raise ValueError(f"duplicate PyTorch key {key}")
+        mapping[key] = ((*path, our_leaf), transform)
+
+    for path, module in nnx.iter_modules(model):
+        if isinstance(module, nnx.Conv):
+            add(path, "weight", "kernel", "dwconv" if module.feature_group_count > 1 else "conv")
+            if module.bias is not None:
+                add(path, "bias", "bias", "identity")
+        elif isinstance(module, nnx.BatchNorm):
+            add(path, "weight", "scale", "identity")
+            add(path, "bias", "bias", "identity")
+            add(path, "running_mean", "mean", "identity")
+            add(path, "running_var", "var", "identity")
+        elif isinstance(module, nnx.GroupNorm):
+            add(path, "weight", "scale", "identity")
+            add(path, "bias", "bias", "identity")
+        elif isinstance(module, nnx.Linear):
+            add(path, "weight", "kernel", "linear")
+            if module.bias is not None:
+                add(path, "bias", "bias", "identity")
+
+    ours = {path for path, _ in nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat)))}
+    mapped = {path for path, _ in mapping.values()}
+    if ours != mapped:
+        unmapped = sorted(map(str, ours - mapped))[:10]
+        unknown = sorted(map(str, mapped - ours))[:10]
+        raise ValueError(
+            "torch_state_dict_map does not cover the model one-to-one; "
+            f"unmapped: {unmapped}, unknown: {unknown}"
+        )
+    return mapping
+
+
+def _variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
+    obj = model
+    for p in path:
+        obj = obj[p] if isinstance(p, int) else getattr(obj, p)
+    return obj
+
+
+def load_state_dict(
+    model: nnx.Module,
+    state_dict: Mapping[str, np.ndarray],
+    *,
+    strict: bool = True,
+    ignore_prefixes: tuple[str, ...] = (),
+) -> list[str]:
+    """Copy a PyTorch ``state_dict`` (values as numpy arrays) into ``model`` in place.
+
+    Keys ending in ``num_batches_tracked`` or starting with one of ``ignore_prefixes`` (e.g.
+    ``("fc.",)`` for a torchvision classifier) are ignored; with ``strict`` every other key must
+    map and every parameter must be given. Returns the state_dict keys that were not used.
+    """
+    mapping = torch_state_dict_map(model)
+    unused = []
+    for key, value in state_dict.items():
+        if key.endswith("num_batches_tracked") or key.startswith(ignore_prefixes):
+            continue
+        if key not in mapping:
+            unused.append(key)
+            continue
+        path, transform = mapping[key]
+        array = to_ours(transform, value)
+        variable = _variable_at(model, path)
+        if array.shape != variable.shape:
+            raise ValueError(
+                f"{key}: shape {np.shape(value)} -> {array.shape} does not fit "
+                f"{'/'.join(map(str, path))} {variable.shape}"
+            )
+        variable[...] = jnp.asarray(array, variable.dtype)
+    missing = sorted(set(mapping) - set(state_dict))
+    if strict and (unused or missing):
+        raise ValueError(f"state_dict mismatch: unexpected {unused[:10]}, missing {missing[:10]}")
+    return unused

@@ -1,0 +1,313 @@
+"""Building blocks shared by backbones, necks and heads.
+
+Conventions used across ``jaxdet.models``:
+
+* Images and feature maps are NHWC.
+* Every module takes ``dtype`` (the compute dtype, e.g. ``jnp.bfloat16``); parameters and
+  BatchNorm statistics always stay float32.
+* Train / eval mode is nnx's own: ``model.train()`` / ``model.eval()`` flip
+  ``use_running_average`` on every BatchNorm (and ``deterministic`` on Dropout). Modules are
+  built in train mode.
+* Convolutions come in two padding flavours:
+
+  - ``"symmetric"``: explicit ``k // 2`` padding on every side, like PyTorch's
+    ``padding=k//2``. Backbones whose weights come from torchvision / timm use it, so
+    imported weights reproduce the reference outputs exactly (TF "SAME" pads stride-2
+    convolutions on even inputs asymmetrically and would shift every feature map).
+  - ``"same"``: TensorFlow's ``SAME``. Necks and heads that mirror the TF Object Detection
+    API use it (e.g. the SSD extra layers take 300 -> 19, 10, 5, 3, 2, 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdet.models import depthwise as depthwise_lib
+
+ActivationName = Literal["relu", "relu6", "swish", "none"]
+Padding = Literal["symmetric", "same"]
+
+# He-normal on fan-out: torchvision's ResNet / MobileNet initialisation.
+kaiming_fan_out = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
+zeros = nnx.initializers.zeros_init()
+
+
+@dataclass(frozen=True)
+class BatchNormParams:
+    """BatchNorm settings shared by every norm layer a builder creates.
+
+    ``momentum`` is the decay of the running statistics (TF's ``decay``; PyTorch's
+    ``momentum=0.1`` is ``0.9`` here). ``frozen=True`` always normalizes with the running
+    statistics, never updates them and stops gradients to scale and bias (the usual way to
+    fine-tune a pretrained backbone with small per-device batches).
+    """
+
+    momentum: float = 0.997
+    epsilon: float = 1e-3
+    frozen: bool = False
+
+
+class BatchNorm(nnx.BatchNorm):
+    """``nnx.BatchNorm`` that can be frozen, and that folds running statistics into one
+    float32 affine transform whenever it uses them (eval mode or frozen).
+
+    Parameter names are nnx's (``scale``, ``bias``, ``mean``, ``var``), so checkpoints and
+    optimizers see an ordinary BatchNorm.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        frozen: bool = False,
+        momentum: float = 0.997,
+        epsilon: float = 1e-3,
+        dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        super().__init__(
+            num_features,
+            use_running_average=False,
+            momentum=momentum,
+            epsilon=epsilon,
+            dtype=dtype,
+            param_dtype=jnp.float32,
+            rngs=rngs,
+        )
+        self.frozen = frozen
+
+    def __call__(self, x, use_running_average: bool | None = None, *, mask=None):
+        if use_running_average is None:
+            use_running_average = self.use_running_average
+        if not (self.frozen or use_running_average):
+            return super().__call__(x, use_running_average=False, mask=mask)
+        scale, bias = self.scale[...], self.bias[...]
+        mean, var = self.mean[...], self.var[...]
+        if self.frozen:
+            scale, bias = jax.lax.stop_gradient(scale), jax.lax.stop_gradient(bias)
+        mean, var = jax.lax.stop_gradient(mean), jax.lax.stop_gradient(var)
+        mul = scale * jax.lax.rsqrt(var + self.epsilon)
+        shift = bias - mean * mul
+        out_dtype = self.dtype or jnp.promote_types(x.dtype, jnp.float32)
+        x = x.astype(out_dtype)
+        return x * mul.astype(out_dtype) + shift.astype(out_dtype)
+
+
+def batch_norm(
+    num_features: int, params: BatchNormParams, dtype=None, rngs: nnx.Rngs | None = None
+) -> BatchNorm:
+    """A :class:`BatchNorm` configured by ``params``."""
+    if rngs is None:
+        raise TypeError("batch_norm() needs rngs")
+    return BatchNorm(
+        num_features,
+        frozen=params.frozen,
+        momentum=params.momentum,
+        epsilon=params.epsilon,
+        dtype=dtype,
+        rngs=rngs,
+    )
+
+
+_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": jax.nn.relu,
+    "relu6": jax.nn.relu6,
+    "swish": jax.nn.swish,
+    "none": lambda x: x,
+}
+
+
+def activation(name: ActivationName) -> Callable[[jax.Array], jax.Array]:
+    """The activation function called ``name`` (one of relu, relu6, swish, none)."""
+    try:
+        return _ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown activation {name!r}; expected one of {sorted(_ACTIVATIONS)}"
+        ) from None
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def conv(
+    in_features: int,
+    out_features: int,
+    kernel_size: int | Sequence[int],
+    stride: int = 1,
+    *,
+    groups: int = 1,
+    dilation: int = 1,
+    use_bias: bool = False,
+    padding: Padding = "symmetric",
+    kernel_init=kaiming_fan_out,
+    bias_init=zeros,
+    dtype=None,
+    rngs: nnx.Rngs,
+) -> nnx.Conv:
+    """``nnx.Conv`` with PyTorch-style explicit symmetric padding (default) or TF ``SAME``.
+
+    The kernel is HWIO: ``(kh, kw, in_features // groups, out_features)``.
+    """
+    kh, kw = _pair(kernel_size)
+    if padding == "symmetric":
+        pad = ((dilation * (kh - 1) // 2,) * 2, (dilation * (kw - 1) // 2,) * 2)
+    elif padding == "same":
+        pad = "SAME"
+    else:
+        raise ValueError(f"unknown padding {padding!r}; expected 'symmetric' or 'same'")
+    layer = nnx.Conv(
+        in_features,
+        out_features,
+        (kh, kw),
+        strides=stride,
+        padding=pad,
+        kernel_dilation=dilation,
+        feature_group_count=groups,
+        use_bias=use_bias,
+        kernel_init=kernel_init,
+        bias_init=bias_init,
+        dtype=dtype,
+        param_dtype=jnp.float32,
+        rngs=rngs,
+    )
+    if groups > 1 or (kh, kw) == (1, 1):  # slow on XLA:CPU; see models/depthwise.py
+        layer.conv_general_dilated = depthwise_lib.conv_general_dilated
+    return layer
+
+
+def depthwise_conv(
+    features: int,
+    kernel_size: int | Sequence[int],
+    stride: int = 1,
+    **kwargs,
+) -> nnx.Conv:
+    """Depthwise convolution (one filter per channel, multiplier 1); see :func:`conv`."""
+    return conv(features, features, kernel_size, stride, groups=features, **kwargs)
+
+
+class SeparableConv(nnx.Module):
+    """TF ``separable_conv2d`` with ``depth_multiplier=1``: depthwise kxk then pointwise 1x1,
+    with no norm or activation in between (the caller normalizes the result)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int,
+        stride: int = 1,
+        *,
+        use_bias: bool = False,
+        padding: Padding = "same",
+        kernel_init=kaiming_fan_out,
+        bias_init=zeros,
+        dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        self.depthwise = depthwise_conv(
+            in_features, kernel_size, stride, padding=padding, kernel_init=kernel_init,
+            dtype=dtype, rngs=rngs,
+        )
+        self.pointwise = conv(
+            in_features, out_features, 1, use_bias=use_bias, kernel_init=kernel_init,
+            bias_init=bias_init, dtype=dtype, rngs=rngs,
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.pointwise(self.depthwise(x))
+
+
+class ConvNormAct(nnx.Module):
+    """conv (plain or separable) -> BatchNorm -> activation: the TF OD API ``conv_hyperparams``
+    unit used by necks. Attributes: ``conv``, ``norm``."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int,
+        stride: int = 1,
+        *,
+        batch_norm_params: BatchNormParams,
+        activation_name: ActivationName = "relu",
+        separable: bool = False,
+        padding: Padding = "same",
+        kernel_init=kaiming_fan_out,
+        dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        if separable:
+            self.conv = SeparableConv(
+                in_features, out_features, kernel_size, stride, padding=padding,
+                kernel_init=kernel_init, dtype=dtype, rngs=rngs,
+            )
+        else:
+            self.conv = conv(
+                in_features, out_features, kernel_size, stride, padding=padding,
+                kernel_init=kernel_init, dtype=dtype, rngs=rngs,
+            )
+        self.norm = batch_norm(out_features, batch_norm_params, dtype, rngs)
+        self.act = activation(activation_name)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.act(self.norm(self.conv(x)))
+
+
+class DepthwiseNormAct(nnx.Module):
+    """Depthwise kxk conv -> BatchNorm -> activation (TF ``separable_conv2d`` with
+    ``num_outputs=None`` under a ``conv_hyperparams`` arg scope). Attributes: ``conv``,
+    ``norm``."""
+
+    def __init__(
+        self,
+        features: int,
+        kernel_size: int,
+        stride: int = 1,
+        *,
+        batch_norm_params: BatchNormParams,
+        activation_name: ActivationName = "relu6",
+        padding: Padding = "same",
+        kernel_init=kaiming_fan_out,
+        dtype=None,
+        rngs: nnx.Rngs,
+    ):
+        self.conv = depthwise_conv(
+            features, kernel_size, stride, padding=padding, kernel_init=kernel_init,
+            dtype=dtype, rngs=rngs,
+        )
+        self.norm = batch_norm(features, batch_norm_params, dtype, rngs)
+        self.act = activation(activation_name)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.act(self.norm(self.conv(x)))
+
+
+def max_pool_symmetric(x: jax.Array, window: int = 3, stride: int = 2) -> jax.Array:
+    """Max pooling with PyTorch-style symmetric padding (padded cells never win)."""
+    p = window // 2
+    init = -jnp.inf  # a Python scalar, so JAX recognizes max-pool and can differentiate it
+    return jax.lax.reduce_window(
+        x,
+        init,
+        jax.lax.max,
+        (1, window, window, 1),
+        (1, stride, stride, 1),
+        ((0, 0), (p, p), (p, p), (0, 0)),
+    )
+
+
+def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:
+    """Round ``value`` to a multiple of ``divisor`` (at least ``min_value``) without going
+    more than 10% below it: the MobileNet channel rule (TF slim / Keras / timm)."""
+    min_value = divisor if min_value is None else min_value
+    new = max(min_value, int(value + divisor / 2) // divisor * divisor)
+    if new < 0.9 * value:
+        new += divisor
+    return int(new)

@@ -1,0 +1,196 @@
+"""Whole jobs from a config: train (with periodic eval) and eval of a workdir's checkpoint.
+
+Workdir layout::
+
+    config.yaml            the resolved config of the run
+    checkpoints/<step>/    orbax checkpoints (state + metadata: config fingerprint, data position)
+    metrics.jsonl          one JSON object per logged step; tensorboard/ holds the same
+    eval/step_<N>/         detections.json and metrics.json of each evaluation
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+
+from jaxdet import builders
+from jaxdet.config.loader import dump_config
+from jaxdet.config.schema import Config
+from jaxdet.eval.runner import evaluate_and_write, make_predict_fn
+from jaxdet.train.checkpoint import Checkpointer
+from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
+from jaxdet.train.metrics_log import MetricsLogger
+from jaxdet.train.step import abstract_train_state, init_train_state, make_train_step
+
+log = logging.getLogger("jaxdet")
+
+
+class WorkdirMismatch(RuntimeError):
+    """The workdir holds checkpoints of a different model/input configuration."""
+
+
+def config_fingerprint(config: Config) -> str:
+    """Hash of everything that fixes the checkpoint's shapes (model, input size, precision)."""
+    keyed = {
+        "model": config.model.model_dump(mode="json"),
+        "input_size": list(builders.input_size(config.data)),
+        "ema": config.train.ema_decay is not None,
+        "optimizer": config.train.optimizer.name,
+    }
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _checkpointer(config: Config, workdir: Path) -> Checkpointer:
+    return Checkpointer(
+        workdir / "checkpoints",
+        keep=config.train.keep_checkpoints,
+        every_steps=config.train.checkpoint_every,
+    )
+
+
+def _check_fingerprint(checkpointer: Checkpointer, step: int, expected: str, workdir) -> None:
+    found = checkpointer.read_metadata(step).get("fingerprint")
+    if found != expected:
+        raise WorkdirMismatch(
+            f"{workdir} holds checkpoints of a different model, input size or optimizer "
+            f"(config fingerprint {found} != {expected}); use another --workdir. "
+            "Nothing was overwritten."
+        )
+
+
+def _eval_params(config: Config, state: dict):
+    use_ema = config.eval.use_ema and bool(state.get("ema_params"))
+    return state["ema_params"] if use_ema else state["params"]
+
+
+@dataclass
+class EvalContext:
+    """Everything evaluation needs, built once per run so predict compiles once."""
+
+    config: Config
+    task: object
+    predict: object
+    source: object
+
+    @classmethod
+    def build(cls, config: Config, task, workdir: Path) -> EvalContext:
+        if config.data.eval is None:
+            raise ValueError("data.eval is not set: there is nothing to evaluate on")
+        source = builders.build_source(config.data.eval, workdir)
+        return cls(config, task, make_predict_fn(task), source)
+
+    def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:
+        return evaluate_and_write(
+            self.task,
+            self.predict,
+            _eval_params(self.config, state),
+            state["batch_stats"],
+            self.source,
+            lambda: builders.build_eval_loader(self.config, self.source),
+            out_dir,
+            batch_size=self.config.eval.batch_size,
+            max_images=self.config.eval.max_images,
+            extra={"step": step, "config": self.config.name},
+            progress=progress,
+        )
+
+
+def train(
+    config: Config,
+    workdir: str | Path,
+    *,
+    stop_after: int | None = None,
+    progress: bool = True,
+    evaluate: bool = True,
+) -> LoopResult:
+    """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    task = builders.build_task(config)
+    tx, schedule = builders.build_optimizer(config.train)
+    ema = config.train.ema_decay is not None
+    checkpointer = _checkpointer(config, workdir)
+    fingerprint = config_fingerprint(config)
+
+    if config.data.train is None:
+        raise ValueError("data.train is not set: there is nothing to train on")
+    source = builders.build_source(config.data.train, workdir)
+    batches = builders.build_train_loader(config, source)
+
+    start = checkpointer.latest_step()
+    if start is None:
+        state, start = init_train_state(task, tx, ema=ema), 0
+    else:
+        _check_fingerprint(checkpointer, start, fingerprint, workdir)
+        state, meta = checkpointer.restore(start, abstract_train_state(task, tx, ema=ema))
+        batches.set_state(meta["data"])
+        log.info("resumed from step %d", start)
+    (workdir / "config.yaml").write_text(dump_config(config))
+
+    hooks = []
+    if evaluate and config.data.eval is not None:
+        eval_ctx = EvalContext.build(config, task, workdir)
+        logger_ref: list[MetricsLogger] = []
+
+        def run_eval(step: int, st: dict) -> None:
+            metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress)
+            scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            logger_ref[0].log(step, scalars, prefix="eval")
+            log.info("eval at step %d: AP %.3f AP50 %.3f", step, metrics["AP"], metrics["AP50"])
+
+        hooks.append(PeriodicHook(run_eval, every=config.train.eval_every))
+
+    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
+    if hooks:
+        logger_ref.append(logger)
+    try:
+        return train_loop(
+            step_fn=make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay),
+            state=state,
+            batches=batches,
+            start_step=start,
+            num_steps=config.train.num_steps,
+            checkpointer=checkpointer,
+            checkpoint_metadata=lambda: {"fingerprint": fingerprint, "data": batches.get_state()},
+            logger=logger,
+            log_every=config.train.log_every,
+            batch_size=config.train.batch_size,
+            hooks=hooks,
+            stop_after=stop_after,
+            progress=progress,
+        )
+    finally:
+        logger.close()
+        checkpointer.close()
+
+
+def evaluate(
+    config: Config,
+    workdir: str | Path,
+    *,
+    step: int | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict:
+    """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics."""
+    workdir = Path(workdir)
+    task = builders.build_task(config)
+    tx, _ = builders.build_optimizer(config.train)
+    checkpointer = _checkpointer(config, workdir)
+    try:
+        step = checkpointer.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}: train first")
+        _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
+        abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None)
+        state, _ = checkpointer.restore(step, abstract)
+    finally:
+        checkpointer.close()
+    ctx = EvalContext.build(config, task, workdir)
+    return ctx(state, Path(out_dir) if out_dir else workdir / "eval" / f"step_{step}",
+               step=step, progress=progress)

@@ -1,0 +1,133 @@
+"""Checkpoints: an orbax ``CheckpointManager`` holding the train state and JSON metadata.
+
+Each step directory holds two items: ``state`` (any pytree of arrays, saved sharded and
+asynchronously) and ``metadata`` (a JSON dict: config fingerprint, data-iterator state,
+...). Orbax writes a step into a temporary directory and renames it when complete, so a
+run killed mid-save never leaves a half-written checkpoint as the latest one; leftover
+temporary directories are removed when the next ``Checkpointer`` opens the directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+_STATE, _METADATA = "state", "metadata"
+
+
+def _with_default_sharding(abstract_state: Any) -> Any:
+    """Give leaves without a sharding (plain ``jax.eval_shape`` output) one on device 0."""
+    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def fix(leaf):
+        if isinstance(leaf, jax.ShapeDtypeStruct) and getattr(leaf, "sharding", None) is None:
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=default)
+        if isinstance(leaf, jax.Array):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+        return leaf
+
+    return jax.tree.map(fix, abstract_state)
+
+
+class Checkpointer:
+    """Save every ``every_steps`` steps, keep the last ``keep``, restore to given shardings.
+
+    Every JAX process must call ``save``/``restore`` (orbax coordinates the hosts).
+    """
+
+    def __init__(self, directory: str | Path, *, keep: int = 3, every_steps: int = 1000,
+                 async_save: bool = True):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}.")
+        if every_steps < 1:
+            raise ValueError(f"every_steps must be >= 1, got {every_steps}.")
+        self.directory = Path(directory).absolute()
+        self.every_steps = int(every_steps)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=int(keep),
+            save_decision_policy=policies.AnySavePolicy([
+                policies.FixedIntervalPolicy(self.every_steps),
+                policies.PreemptionCheckpointingPolicy(),
+            ]),
+            create=True,
+            cleanup_tmp_directories=True,
+            enable_async_checkpointing=async_save,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=(_STATE, _METADATA)
+        )
+
+    def save(self, step: int, state: Any, metadata: dict | None = None, *,
+             force: bool = False) -> bool:
+        """Save ``state`` and ``metadata`` at ``step`` if due (or ``force``); True if saved.
+
+        Not due: ``step % every_steps != 0``, or ``step`` is not newer than the latest
+        checkpoint. The save runs in the background; call ``wait()`` before reading it.
+        """
+        step = int(step)
+        if step in self._manager.all_steps():
+            return False
+        args = ocp.args.Composite(**{
+            _STATE: ocp.args.StandardSave(state),
+            _METADATA: ocp.args.JsonSave(dict(metadata or {})),
+        })
+        return bool(self._manager.save(step, args=args, force=force))
+
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def read_metadata(self, step: int) -> dict:
+        """The JSON metadata saved with ``step``, without touching the (large) state."""
+        restored = self._manager.restore(
+            int(step), args=ocp.args.Composite(**{_METADATA: ocp.args.JsonRestore()})
+        )
+        return dict(restored[_METADATA] or {})
+
+    def restore(self, step: int | None, abstract_state: Any) -> tuple[Any, dict]:
+        """Restore ``(state, metadata)`` from ``step`` (``None``: the latest).
+
+        ``abstract_state`` is a pytree of ``jax.ShapeDtypeStruct`` (e.g. from
+        ``jax.eval_shape``) or arrays; each leaf is restored with its dtype and sharding
+        (leaves without one go to the first device).
+        """
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"no checkpoint to restore in {self.directory}.")
+        elif int(step) not in self._manager.all_steps():
+            raise FileNotFoundError(
+                f"no checkpoint for step {step} in {self.directory}; "
+                f"available: {self.all_steps()}."
+            )
+        restored = self._manager.restore(
+            int(step),
+            args=ocp.args.Composite(**{
+                _STATE: ocp.args.StandardRestore(_with_default_sharding(abstract_state)),
+                _METADATA: ocp.args.JsonRestore(),
+            }),
+        )
+        return restored[_STATE], dict(restored[_METADATA] or {})
+
+    def wait(self) -> None:
+        """Block until background saves have finished."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Checkpointer"]

@@ -1,0 +1,139 @@
+"""A small hook-based training loop (no per-model trainers).
+
+The loop owns only the order of things: fetch a batch, run the compiled step, log, checkpoint,
+call hooks. What a step computes, what a hook does and where data comes from are passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxdet.train.checkpoint import Checkpointer
+from jaxdet.train.metrics_log import MetricsLogger
+
+TrainState = dict
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept untouched."""
+
+
+class Hook(Protocol):
+    def after_step(self, step: int, state: TrainState) -> None: ...
+
+    def at_end(self, step: int, state: TrainState) -> None: ...
+
+
+@dataclass
+class PeriodicHook:
+    """Calls ``fn(step, state)`` every ``every`` steps (0 = never) and once at the end."""
+
+    fn: Callable[[int, TrainState], Any]
+    every: int = 0
+    at_end_too: bool = True
+    _last: int = field(default=-1, repr=False)
+
+    def after_step(self, step: int, state: TrainState) -> None:
+        if self.every and step % self.every == 0:
+            self._last = step
+            self.fn(step, state)
+
+    def at_end(self, step: int, state: TrainState) -> None:
+        if self.at_end_too and self._last != step:
+            self._last = step
+            self.fn(step, state)
+
+
+@dataclass
+class LoopResult:
+    state: TrainState
+    step: int
+    last_metrics: dict
+    images_per_second: float
+    compile_seconds: float
+
+
+def _check_finite(step: int, metrics: dict, last_saved: int | None) -> None:
+    loss = float(metrics["loss"])
+    if not math.isfinite(loss):
+        kept = f"the last good checkpoint (step {last_saved}) is kept" if last_saved else (
+            "no checkpoint had been written yet"
+        )
+        raise TrainingDiverged(
+            f"loss is {loss} at step {step}; training stopped and {kept}. Try a lower "
+            "learning rate, gradient clipping (train.optimizer.clip_gradient_norm) or fp32."
+        )
+
+
+def train_loop(
+    *,
+    step_fn: Callable[[TrainState, dict], tuple[TrainState, dict]],
+    state: TrainState,
+    batches: Iterator[dict],
+    start_step: int,
+    num_steps: int,
+    checkpointer: Checkpointer,
+    checkpoint_metadata: Callable[[], dict],
+    logger: MetricsLogger,
+    log_every: int,
+    batch_size: int,
+    hooks: Sequence[Hook] = (),
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> LoopResult:
+    """Run steps ``start_step+1 .. num_steps`` (1-based, ``state['step']`` counts them).
+
+    ``stop_after`` ends the loop early after that step without the end-of-run actions — it
+    stands for a run killed mid-way (tests use it to prove resumption is exact).
+    """
+    step = start_step
+    last_saved = checkpointer.latest_step()
+    window_start, window_images = time.perf_counter(), 0
+    compile_seconds, rate = 0.0, 0.0
+    metrics: dict = {}
+    bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
+               disable=not progress, dynamic_ncols=True)
+    while step < num_steps:
+        batch = next(batches)
+        t0 = time.perf_counter()
+        state, metrics = step_fn(state, batch)
+        step += 1
+        if step == start_step + 1:  # the first call compiles; time it apart from throughput
+            jax.block_until_ready(metrics["loss"])
+            compile_seconds = time.perf_counter() - t0
+            window_start, window_images = time.perf_counter(), 0
+        else:
+            window_images += batch_size
+        if step % log_every == 0 or step == num_steps:
+            metrics = jax.device_get(metrics)
+            _check_finite(step, metrics, last_saved)
+            elapsed = time.perf_counter() - window_start
+            rate = window_images / elapsed if window_images and elapsed > 0 else rate
+            scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
+            scalars["images_per_second"] = rate
+            logger.log(step, scalars, prefix="train")
+            bar.set_postfix(loss=f"{scalars['loss']:.4f}", lr=f"{scalars['learning_rate']:.2e}",
+                            img_s=f"{rate:.1f}")
+        bar.update(1)
+        if step % checkpointer.every_steps == 0 or step == num_steps:
+            _check_finite(step, jax.device_get(metrics), last_saved)
+            if checkpointer.save(step, state, checkpoint_metadata(), force=step == num_steps):
+                last_saved = step
+        for hook in hooks:
+            hook.after_step(step, state)
+        if stop_after is not None and step >= stop_after:
+            break
+    bar.close()
+    checkpointer.wait()
+    if stop_after is None or step >= num_steps:
+        for hook in hooks:
+            hook.at_end(step, state)
+    return LoopResult(state, step, jax.device_get(metrics), rate, compile_seconds)

@@ -1,0 +1,78 @@
+"""Scalar metrics to ``workdir/metrics.jsonl`` and TensorBoard (``workdir/tensorboard/``).
+
+Each ``log`` call appends one JSON line ``{"step": int, "time": unix seconds,
+"metrics": {name: value}}`` (non-finite values written as ``null``) and one TensorBoard
+scalar per metric. Only the process that should write (JAX process 0) passes
+``enabled=True``; a disabled logger touches no files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _scalar(name: str, value: Any) -> float:
+    array = np.asarray(value)
+    if array.size != 1:
+        raise ValueError(f"metric {name!r} is not a scalar (shape {array.shape}).")
+    return float(array.reshape(()))
+
+
+class MetricsLogger:
+    def __init__(self, workdir: str | Path, enabled: bool = True, flush_secs: int = 10):
+        self.workdir = Path(workdir)
+        self.enabled = enabled
+        self.jsonl_path = self.workdir / "metrics.jsonl"
+        self.tensorboard_dir = self.workdir / "tensorboard"
+        self._file = None
+        self._writer = None
+        if enabled:
+            from tensorboardX import SummaryWriter
+
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.jsonl_path, "a", buffering=1)  # noqa: SIM115
+            self._writer = SummaryWriter(logdir=str(self.tensorboard_dir), flush_secs=flush_secs)
+
+    def log(self, step: int, metrics: Mapping[str, Any], prefix: str = "") -> None:
+        """Log scalars at ``step``; names become ``prefix/name`` when a prefix is given."""
+        if not self.enabled or self._file is None:
+            return
+        values = {
+            (f"{prefix.rstrip('/')}/{name}" if prefix else str(name)): _scalar(name, value)
+            for name, value in metrics.items()
+        }
+        record = {
+            "step": int(step),
+            "time": time.time(),
+            "metrics": {k: (v if math.isfinite(v) else None) for k, v in values.items()},
+        }
+        self._file.write(json.dumps(record) + "\n")
+        for name, value in values.items():
+            self._writer.add_scalar(name, value, global_step=int(step))
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._writer.close()
+            self._file = self._writer = None
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["MetricsLogger"]

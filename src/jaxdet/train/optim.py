@@ -1,0 +1,240 @@
+"""Learning-rate schedules and optimizers.
+
+The schedules reproduce the TF Object Detection API's ``utils/learning_schedules.py``
+(the TF2 versions) step for step, so a migrated ``pipeline.config`` trains with the same
+learning rate at every step. Each returns an ``optax.Schedule``: a jittable function of
+the (integer) step count.
+
+``make_optimizer`` assembles an ``optax.GradientTransformation``:
+``clip_by_global_norm -> [L2 weight decay] -> optimizer`` (AdamW uses decoupled decay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import optax
+
+OptimizerName = Literal["momentum", "sgd", "adam", "adamw", "rmsprop"]
+OPTIMIZER_NAMES: tuple[str, ...] = ("momentum", "sgd", "adam", "adamw", "rmsprop")
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def constant(learning_rate: float) -> optax.Schedule:
+    """A constant learning rate."""
+    return optax.constant_schedule(float(learning_rate))
+
+
+def cosine_decay_with_warmup(
+    learning_rate_base: float,
+    total_steps: int,
+    warmup_learning_rate: float = 0.0,
+    warmup_steps: int = 0,
+    hold_base_rate_steps: int = 0,
+) -> optax.Schedule:
+    """Cosine decay with linear warmup and an optional hold, as the TF OD API.
+
+    * ``step < warmup_steps``: ``warmup_lr + (base - warmup_lr) * step / warmup_steps``;
+    * ``warmup_steps <= step <= warmup_steps + hold_base_rate_steps`` (hold > 0): ``base``;
+    * then ``0.5 * base * (1 + cos(pi * (step - warmup - hold) / (total - warmup - hold)))``;
+    * ``step > total_steps``: 0.
+    """
+    base = float(learning_rate_base)
+    warmup_lr = float(warmup_learning_rate)
+    total_steps, warmup_steps, hold = int(total_steps), int(warmup_steps), int(hold_base_rate_steps)
+    if total_steps < warmup_steps:
+        raise ValueError(
+            f"cosine_decay_with_warmup: total_steps ({total_steps}) must be >= "
+            f"warmup_steps ({warmup_steps})."
+        )
+    if warmup_steps > 0 and base < warmup_lr:
+        raise ValueError(
+            f"cosine_decay_with_warmup: learning_rate_base ({base}) must be >= "
+            f"warmup_learning_rate ({warmup_lr})."
+        )
+    # TF divides by zero here (nan at step == total); any positive value gives the same
+    # rates everywhere else, so guard it.
+    decay_span = float(max(total_steps - warmup_steps - hold, 1))
+    slope = (base - warmup_lr) / warmup_steps if warmup_steps > 0 else 0.0
+
+    def schedule(count):
+        step = jnp.asarray(count)
+        stepf = step.astype(jnp.float32)
+        lr = 0.5 * base * (1.0 + jnp.cos(math.pi * (stepf - warmup_steps - hold) / decay_span))
+        if hold > 0:
+            lr = jnp.where(step > warmup_steps + hold, lr, base)
+        if warmup_steps > 0:
+            lr = jnp.where(step < warmup_steps, slope * stepf + warmup_lr, lr)
+        return jnp.where(step > total_steps, 0.0, lr).astype(jnp.float32)
+
+    return schedule
+
+
+def manual_stepping(
+    boundaries: Sequence[int], rates: Sequence[float], warmup: bool = False
+) -> optax.Schedule:
+    """Piecewise-constant rates, as the TF OD API's ``manual_stepping``.
+
+    ``rates[i]`` holds for ``boundaries[i-1] <= step < boundaries[i]``. With ``warmup``,
+    steps ``0 .. boundaries[0]-1`` interpolate linearly from ``rates[0]`` towards
+    ``rates[1]`` (``rates[0] + (rates[1] - rates[0]) * step / boundaries[0]``).
+    """
+    boundaries = list(boundaries)
+    if any(isinstance(b, bool) or int(b) != b or b < 0 for b in boundaries):
+        raise ValueError(
+            f"manual_stepping: boundaries must be non-negative integers, got {boundaries}."
+        )
+    boundaries = [int(b) for b in boundaries]
+    if any(b1 <= b0 for b0, b1 in zip(boundaries[:-1], boundaries[1:], strict=False)):
+        raise ValueError(
+            f"manual_stepping: boundaries must be strictly increasing, got {boundaries}."
+        )
+    rates = [float(r) for r in rates]
+    if len(rates) != len(boundaries) + 1:
+        raise ValueError(
+            f"manual_stepping: need exactly len(boundaries) + 1 = {len(boundaries) + 1} rates, "
+            f"got {len(rates)}."
+        )
+    if boundaries and boundaries[0] == 0:
+        raise ValueError("manual_stepping: the first boundary cannot be zero.")
+
+    bounds = jnp.asarray(boundaries, dtype=jnp.int32)
+    values = jnp.asarray(rates, dtype=jnp.float32)
+    do_warmup = bool(warmup and boundaries)
+    slope = (rates[1] - rates[0]) / boundaries[0] if do_warmup else 0.0
+
+    def schedule(count):
+        step = jnp.asarray(count)
+        index = jnp.sum(step >= bounds) if boundaries else 0
+        lr = values[index]
+        if do_warmup:
+            warm = rates[0] + slope * step.astype(jnp.float32)
+            lr = jnp.where(step < boundaries[0], warm, lr)
+        return lr.astype(jnp.float32)
+
+    return schedule
+
+
+def exponential_decay(
+    initial_learning_rate: float,
+    decay_steps: int,
+    decay_factor: float,
+    staircase: bool = True,
+    burnin_learning_rate: float = 0.0,
+    burnin_steps: int = 0,
+    min_learning_rate: float = 0.0,
+) -> optax.Schedule:
+    """Exponential decay with a burn-in period, as the TF OD API.
+
+    ``step < burnin_steps``: ``burnin_learning_rate`` (0 means ``initial_learning_rate``);
+    then ``initial * decay_factor ** ((step - burnin_steps) / decay_steps)`` (floored
+    exponent when ``staircase``); never below ``min_learning_rate``.
+    """
+    base = float(initial_learning_rate)
+    if decay_steps <= 0:
+        raise ValueError(f"exponential_decay: decay_steps must be positive, got {decay_steps}.")
+    burnin_lr = float(burnin_learning_rate) if burnin_learning_rate != 0 else base
+    factor, min_lr = float(decay_factor), float(min_learning_rate)
+    burnin_steps, decay_steps = int(burnin_steps), int(decay_steps)
+
+    def schedule(count):
+        step = jnp.asarray(count)
+        p = (step - burnin_steps).astype(jnp.float32) / decay_steps
+        if staircase:
+            p = jnp.floor(p)
+        post = base * jnp.power(jnp.float32(factor), p)
+        lr = jnp.where(step < burnin_steps, burnin_lr, post)
+        return jnp.maximum(lr, min_lr).astype(jnp.float32)
+
+    return schedule
+
+
+# --------------------------------------------------------------------------- optimizers
+
+
+def default_decay_mask(params: Any) -> Any:
+    """Decay only kernels (ndim > 1): no decay on biases or normalization scales."""
+    return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
+
+
+def make_optimizer(
+    name: OptimizerName,
+    learning_rate: optax.Schedule | float,
+    *,
+    momentum: float = 0.9,
+    nesterov: bool = False,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    rmsprop_decay: float = 0.9,
+    weight_decay: float = 0.0,
+    clip_gradient_norm: float | None = None,
+    decay_mask: Callable[[Any], Any] | None = None,
+) -> optax.GradientTransformation:
+    """Build the optimizer: clipping by global norm, then weight decay, then the update.
+
+    For ``momentum``/``sgd``/``adam``/``rmsprop`` the weight decay is an L2 regularizer
+    (TF OD API style): ``grad += weight_decay * param`` on the masked params, before the
+    optimizer sees the gradient. (The TF OD API's ``l2_regularizer.weight`` w adds
+    ``w/2 * |param|^2`` to the loss, i.e. ``weight_decay = w`` here.) ``adamw`` uses
+    optax's decoupled decay (scaled by the learning rate). ``decay_mask`` maps params to a
+    pytree of bools; the default decays only params with ``ndim > 1``.
+
+    ``rmsprop`` follows Keras' RMSprop (used by the TF2 OD API): epsilon outside the
+    square root, accumulator initialised to zero, momentum when ``momentum > 0``.
+    """
+    if name not in OPTIMIZER_NAMES:
+        raise ValueError(f"optimizer name {name!r} is not one of {list(OPTIMIZER_NAMES)}.")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
+    if clip_gradient_norm is not None and clip_gradient_norm <= 0:
+        raise ValueError(f"clip_gradient_norm must be positive or None, got {clip_gradient_norm}.")
+    mask = decay_mask if decay_mask is not None else default_decay_mask
+
+    chain: list[optax.GradientTransformation] = []
+    if clip_gradient_norm is not None:
+        chain.append(optax.clip_by_global_norm(float(clip_gradient_norm)))
+
+    if name == "adamw":
+        chain.append(
+            optax.adamw(
+                learning_rate, b1=beta1, b2=beta2, eps=epsilon,
+                weight_decay=weight_decay, mask=mask, nesterov=nesterov,
+            )
+        )
+    else:
+        if weight_decay > 0:
+            chain.append(optax.add_decayed_weights(weight_decay, mask=mask))
+        if name == "momentum":
+            chain.append(optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov))
+        elif name == "sgd":
+            chain.append(optax.sgd(learning_rate))
+        elif name == "adam":
+            chain.append(
+                optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon, nesterov=nesterov)
+            )
+        else:  # rmsprop
+            chain.append(
+                optax.rmsprop(
+                    learning_rate, decay=rmsprop_decay, eps=epsilon, eps_in_sqrt=False,
+                    momentum=momentum if momentum > 0 else None, nesterov=nesterov,
+                )
+            )
+    return chain[0] if len(chain) == 1 else optax.chain(*chain)
+
+
+__all__ = [
+    "OPTIMIZER_NAMES",
+    "constant",
+    "cosine_decay_with_warmup",
+    "default_decay_mask",
+    "exponential_decay",
+    "make_optimizer",
+    "manual_stepping",
+]

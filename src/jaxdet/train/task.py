@@ -1,0 +1,186 @@
+"""A detection task: the pure functions that a train step and a predict step are made of.
+
+``DetectionTask`` holds constructed objects only (a Flax module, anchors, a box coder, loss and
+post-processing parameters) — builders.py makes it from a config. Its methods are pure
+functions of (params, batch_stats, arrays), safe to call inside ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
+from jaxdet.core.nms import batched_nms, convert_scores
+from jaxdet.core.target_assigner import assign_targets
+from jaxdet.eval.postprocess import to_original_coordinates
+from jaxdet.models.ssd import concat_levels
+
+PyTree = Any
+
+
+@dataclass(frozen=True)
+class PostProcessParams:
+    """Score conversion and NMS settings (see ``core.nms``)."""
+
+    score_converter: str = "sigmoid"
+    logit_scale: float = 1.0
+    score_threshold: float = 1e-8
+    iou_threshold: float = 0.6
+    max_detections_per_class: int = 100
+    max_total_detections: int = 100
+    class_agnostic: bool = False
+    pre_nms_top_k: int = 1000
+
+
+@dataclass(frozen=True)
+class MatchingParams:
+    """Argmax-matcher arguments for ``core.target_assigner.assign_targets``."""
+
+    matched_threshold: float = 0.5
+    unmatched_threshold: float = 0.5
+    negatives_lower_than_unmatched: bool = True
+    force_match_for_each_row: bool = True
+
+
+@dataclass
+class DetectionTask:
+    """Model + anchors + targets + loss + post-processing for a single-stage detector.
+
+    Attributes:
+      model: the detector module (used for its graph definitions and initial variables).
+      anchors: [A, 4] normalized yxyx anchors in the head's output order.
+      input_size: (H, W) of every batch image.
+      num_classes: foreground classes (contiguous 0-based ids).
+    """
+
+    model: nnx.Module
+    anchors: np.ndarray
+    box_coder: Any
+    loss_params: DetectionLossParams
+    matching: MatchingParams
+    post: PostProcessParams
+    input_size: tuple[int, int]
+    num_classes: int
+    compute_dtype: Any = jnp.float32
+    _graphdefs: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.model.train()
+        self._graphdefs["train"] = nnx.graphdef(self.model)
+        self.model.eval()
+        self._graphdefs["eval"] = nnx.graphdef(self.model)
+        self.model.train()
+
+    # ----------------------------------------------------------------- variables
+
+    def initial_variables(self) -> tuple[PyTree, PyTree]:
+        """(params, batch_stats) of the freshly built model, as pure dicts of arrays."""
+        _, params, batch_stats = nnx.split(self.model, nnx.Param, nnx.BatchStat)
+        return nnx.to_pure_dict(params), nnx.to_pure_dict(batch_stats)
+
+    def abstract_variables(self) -> tuple[PyTree, PyTree]:
+        """Shapes/dtypes of (params, batch_stats) without allocating them."""
+        return jax.eval_shape(self.initial_variables)
+
+    # ----------------------------------------------------------------- forward
+
+    def apply(
+        self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool
+    ) -> tuple[tuple[jax.Array, jax.Array], PyTree]:
+        """Run the detector.
+
+        Args:
+          images: [B, H, W, 3] normalized float images.
+        Returns:
+          ((class_logits [B, A, K] f32, box_encodings [B, A, 4] f32), new batch_stats).
+        """
+        graphdef = self._graphdefs["train" if train else "eval"]
+        model = nnx.merge(graphdef, params, batch_stats)
+        outputs = model(images.astype(self.compute_dtype))
+        logits, encodings = concat_levels(outputs)
+        new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
+        return (logits.astype(jnp.float32), encodings.astype(jnp.float32)), new_stats
+
+    # ----------------------------------------------------------------- targets and loss
+
+    def targets(self, batch: dict) -> dict:
+        """Per-anchor targets [B, A, ...] for a batch (see ``core.target_assigner``)."""
+        m = self.matching
+
+        def one(boxes, classes, valid, ignore):
+            return assign_targets(
+                jnp.asarray(self.anchors),
+                boxes,
+                classes,
+                valid,
+                ignore,
+                num_classes=self.num_classes,
+                box_coder=self.box_coder,
+                matched_threshold=m.matched_threshold,
+                unmatched_threshold=m.unmatched_threshold,
+                negatives_lower_than_unmatched=m.negatives_lower_than_unmatched,
+                force_match_for_each_row=m.force_match_for_each_row,
+            )
+
+        return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])
+
+    def loss(
+        self, params: PyTree, batch_stats: PyTree, batch: dict
+    ) -> tuple[jax.Array, tuple[dict, PyTree]]:
+        """Training loss of a batch: (total, (components, new batch_stats))."""
+        targets = self.targets(batch)
+        (logits, encodings), new_stats = self.apply(
+            params, batch_stats, batch["images"], train=True
+        )
+        total, parts = detection_loss(
+            logits,
+            encodings,
+            targets,
+            self.loss_params,
+            anchors=jnp.asarray(self.anchors),
+            box_coder=self.box_coder,
+        )
+        return total, (parts, new_stats)
+
+    # ----------------------------------------------------------------- inference
+
+    def predict(
+        self, params: PyTree, batch_stats: PyTree, images: jax.Array, image_info: jax.Array
+    ) -> dict:
+        """Detections in original-image pixels.
+
+        Args:
+          images: [B, H, W, 3]; image_info: [B, 4] (orig_h, orig_w, content_h, content_w).
+        Returns:
+          dict boxes [B, D, 4] pixel yxyx, scores [B, D], classes [B, D] int32,
+          num_detections [B] int32, with D = max_total_detections.
+        """
+        (logits, encodings), _ = self.apply(params, batch_stats, images, train=False)
+        anchors = jnp.asarray(self.anchors)
+        boxes = self.box_coder.decode(encodings, anchors[None])
+        boxes = jnp.clip(boxes, 0.0, 1.0)
+        p = self.post
+        scores = convert_scores(
+            logits,
+            p.score_converter,
+            logit_scale=p.logit_scale,
+            has_background=self.loss_params.add_background_class,
+        )
+        det = batched_nms(
+            boxes,
+            scores,
+            score_threshold=p.score_threshold,
+            iou_threshold=p.iou_threshold,
+            max_detections_per_class=p.max_detections_per_class,
+            max_total_detections=p.max_total_detections,
+            class_agnostic=p.class_agnostic,
+            pre_nms_top_k=p.pre_nms_top_k,
+        )
+        det["boxes"] = to_original_coordinates(det["boxes"], image_info, self.input_size)
+        return det

@@ -1,0 +1,139 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxdet.models.layers import (
+    BatchNorm,
+    BatchNormParams,
+    SeparableConv,
+    activation,
+    batch_norm,
+    conv,
+    make_divisible,
+    max_pool_symmetric,
+)
+
+
+def _bn_state(bn):
+    return np.asarray(bn.mean[...]).copy(), np.asarray(bn.var[...]).copy()
+
+
+def test_activation_names():
+    x = jnp.array([-2.0, 0.5, 8.0])
+    np.testing.assert_allclose(activation("relu")(x), [0.0, 0.5, 8.0])
+    np.testing.assert_allclose(activation("relu6")(x), [0.0, 0.5, 6.0])
+    np.testing.assert_allclose(activation("swish")(x), x * jax.nn.sigmoid(x), rtol=1e-6)
+    np.testing.assert_allclose(activation("none")(x), x)
+    with pytest.raises(ValueError, match="relu6"):
+        activation("gelu")
+
+
+def test_make_divisible_matches_reference_rule():
+    assert make_divisible(32 * 0.35) == 16  # 8 would be > 10% below 11.2
+    assert make_divisible(16 * 0.35) == 8
+    assert make_divisible(64 * 0.35) == 24
+    assert make_divisible(5.6, 8, min_value=16) == 16
+    assert make_divisible(1280 * 1.4) == 1792
+
+
+def test_batch_norm_factory_settings():
+    bn = batch_norm(4, BatchNormParams(momentum=0.9, epsilon=1e-5, frozen=True), jnp.bfloat16,
+                    nnx.Rngs(0))
+    assert isinstance(bn, BatchNorm)
+    assert (bn.momentum, bn.epsilon, bn.frozen, bn.dtype) == (0.9, 1e-5, True, jnp.bfloat16)
+    assert bn.scale.dtype == jnp.float32
+
+
+def _randomized_bn(params, n=3):
+    bn = batch_norm(n, params, None, nnx.Rngs(0))
+    bn.scale[...] = jnp.array([1.5, 0.5, 2.0])
+    bn.bias[...] = jnp.array([0.1, -0.2, 0.3])
+    bn.mean[...] = jnp.array([0.5, -1.0, 2.0])
+    bn.var[...] = jnp.array([4.0, 0.25, 1.0])
+    return bn
+
+
+def test_frozen_batch_norm_keeps_stats_and_gives_zero_grads_in_train_mode():
+    bn = _randomized_bn(BatchNormParams(epsilon=1e-3, frozen=True))
+    bn.train()
+    assert bn.use_running_average is False  # train mode reached it; frozen wins anyway
+    x = jax.random.normal(jax.random.key(0), (4, 5, 5, 3)) * 3.0 + 1.0
+    before = _bn_state(bn)
+    y = bn(x)
+    after = _bn_state(bn)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+    expected = (x - before[0]) / np.sqrt(before[1] + 1e-3) * bn.scale[...] + bn.bias[...]
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+    def loss(model, x):
+        return jnp.sum(model(x) ** 2)
+
+    grads = nnx.grad(loss)(bn, x)
+    np.testing.assert_array_equal(grads["scale"][...], 0.0)
+    np.testing.assert_array_equal(grads["bias"][...], 0.0)
+    # The input still gets a gradient.
+    gx = jax.grad(lambda x: loss(bn, x))(x)
+    assert np.abs(np.asarray(gx)).sum() > 0
+
+
+def test_trainable_batch_norm_updates_stats_in_train_mode_only():
+    bn = _randomized_bn(BatchNormParams(momentum=0.9))
+    x = jax.random.normal(jax.random.key(1), (8, 4, 4, 3)) + 5.0
+    before = _bn_state(bn)
+    bn.eval()
+    y_eval = bn(x)
+    np.testing.assert_array_equal(_bn_state(bn)[0], before[0])
+    expected = (x - before[0]) / np.sqrt(before[1] + 1e-3) * bn.scale[...] + bn.bias[...]
+    np.testing.assert_allclose(y_eval, expected, rtol=1e-5, atol=1e-5)
+    bn.train()
+    y_train = bn(x)
+    batch_mean = np.asarray(x).mean(axis=(0, 1, 2))
+    np.testing.assert_allclose(bn.mean[...], 0.9 * before[0] + 0.1 * batch_mean, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(y_train).mean(axis=(0, 1, 2)), bn.bias[...], atol=1e-4)
+    grads = nnx.grad(lambda m, x: jnp.sum(m(x) * x))(bn, x)
+    assert np.abs(np.asarray(grads["scale"][...])).sum() > 0
+
+
+def test_batch_norm_bf16_compute_keeps_float32_params():
+    bn = batch_norm(3, BatchNormParams(), jnp.bfloat16, nnx.Rngs(0))
+    x = jnp.ones((2, 4, 4, 3), jnp.bfloat16)
+    assert bn(x).dtype == jnp.bfloat16
+    bn.eval()
+    assert bn(x).dtype == jnp.bfloat16
+    assert bn.mean.dtype == jnp.float32 and bn.scale.dtype == jnp.float32
+
+
+@pytest.mark.parametrize(("kernel", "size"), [(1, 8), (3, 7), (3, 8), (7, 7)])
+def test_symmetric_conv_matches_pytorch_padding(kernel, size):
+    c = conv(2, 3, kernel, 2, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (1, size, size, 2))
+    y = c(x)
+    pad = kernel // 2
+    expected = jax.lax.conv_general_dilated(
+        x, c.kernel[...], (2, 2), ((pad, pad), (pad, pad)),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )
+    assert y.shape[1] == (size + 2 * pad - kernel) // 2 + 1
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_same_padding_and_separable_conv():
+    c = conv(2, 3, 3, 2, padding="same", rngs=nnx.Rngs(0))
+    assert c(jnp.zeros((1, 19, 19, 2))).shape == (1, 10, 10, 3)
+    sep = SeparableConv(4, 6, 3, 2, rngs=nnx.Rngs(0))
+    assert sep.depthwise.kernel.shape == (3, 3, 1, 4)
+    assert sep.pointwise.kernel.shape == (1, 1, 4, 6)
+    assert sep(jnp.zeros((1, 5, 5, 4))).shape == (1, 3, 3, 6)
+    with pytest.raises(ValueError, match="padding"):
+        conv(2, 3, 3, padding="valid", rngs=nnx.Rngs(0))
+
+
+def test_max_pool_symmetric_ignores_padding():
+    x = -jnp.arange(25.0).reshape(1, 5, 5, 1) - 1.0  # all negative: zero padding would win
+    y = max_pool_symmetric(x, 3, 2)
+    assert y.shape == (1, 3, 3, 1)
+    assert float(y[0, 0, 0, 0]) == -1.0
+    assert float(y[0, 2, 2, 0]) == float(x[0, 3, 3, 0])
