@@ -1,6 +1,7 @@
-"""Markdown reference of every config field, generated from the schema.
+"""Markdown generated from the schema and the shipped configs, embedded in the README.
 
-The README embeds this text between two markers; a test keeps the two identical.
+``python -m jaxdet.config.reference --write README.md`` refreshes the config reference and the
+shipped-config table between their markers; a test fails when the README is stale.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from jaxdet.config.schema import Config
 
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
+TABLE_BEGIN = "<!-- shipped-configs:begin -->"
+TABLE_END = "<!-- shipped-configs:end -->"
 
 
 def _type_text(annotation: typing.Any) -> str:
@@ -86,5 +89,57 @@ def config_reference() -> str:
     return "\n".join(out).strip() + "\n"
 
 
+def shipped_configs_table() -> str:
+    """One row per shipped config: what it builds, input size, batch, steps."""
+    from jaxdet.builders import input_size
+    from jaxdet.config.loader import load_config, shipped_config_names
+
+    rows = [
+        "| config | builds | input | backbone | neck | head | batch x steps |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in shipped_config_names():
+        c = load_config(name)
+        m = c.model
+        h, w = input_size(c.data)
+        backbone = m.backbone.name + (
+            f" x{m.backbone.depth_multiplier:g}" if m.backbone.depth_multiplier != 1 else ""
+        )
+        neck = m.neck.name + (
+            f" P{m.neck.min_level}-P{m.neck.max_level} d{m.neck.depth}"
+            if m.neck.name == "fpn" else ""
+        ) + (" (depthwise)" if m.neck.use_depthwise else "")
+        head = m.head.name + (
+            f" d{m.head.depth} x{m.head.num_layers_before_predictor}"
+            if m.head.name == "weight_shared" else f" k{m.head.kernel_size}"
+        )
+        rows.append(
+            f"| `{name}` | {c.description} | {h}x{w} | {backbone} | {neck} | {head} | "
+            f"{c.train.batch_size} x {c.train.num_steps} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _replace_between(text: str, begin: str, end: str, body: str) -> str:
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[:start] + "\n" + body + text[stop:]
+
+
+def render_readme(text: str) -> str:
+    """``text`` with both generated sections refreshed."""
+    text = _replace_between(text, BEGIN, END, config_reference())
+    return _replace_between(text, TABLE_BEGIN, TABLE_END, shipped_configs_table())
+
+
 if __name__ == "__main__":
-    print(config_reference())
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="print or refresh the generated README parts")
+    parser.add_argument("--write", metavar="README", help="update this README in place")
+    args = parser.parse_args()
+    if args.write:
+        path = Path(args.write)
+        path.write_text(render_readme(path.read_text()))
+    else:
+        print(config_reference())
