@@ -35,9 +35,17 @@ class WorkdirMismatch(RuntimeError):
 
 
 def config_fingerprint(config: Config) -> str:
-    """Hash of everything that fixes the checkpoint's shapes (model, input size, precision)."""
+    """Hash of what fixes the checkpoint's tensors: the network, classes, anchors, input size.
+
+    Loss, matcher and post-processing settings are left out on purpose: a trained checkpoint
+    may be evaluated with another score threshold, or fine-tuned with another loss.
+    """
+    m = config.model
     keyed = {
-        "model": config.model.model_dump(mode="json"),
+        "model": m.model_dump(
+            mode="json", include={"type", "num_classes", "add_background_class", "backbone",
+                                  "neck", "anchors", "head"}
+        ),
         "input_size": list(builders.input_size(config.data)),
         "ema": config.train.ema_decay is not None,
         "optimizer": config.train.optimizer.name,

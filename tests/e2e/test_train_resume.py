@@ -38,8 +38,13 @@ def test_train_step_compiles_once_for_any_number_of_boxes(tiny_config):
     step = make_train_step(task, tx, schedule, ema_decay=0.9)
     state = init_train_state(task, tx, ema=True)
     rng = np.random.default_rng(0)
-    for counts in ([0, 1, 2, 3], [8, 8, 0, 5], [1, 0, 0, 7]):
+    before = _leaves(state["params"])
+    for i, counts in enumerate(([0, 1, 2, 3], [8, 8, 0, 5], [1, 0, 0, 7])):
         state, metrics = step(state, _batch_with_boxes(task, 4, 8, counts, rng))
+        if i == 0:  # EMA after one step: 0.9 * initial + 0.1 * updated
+            for p0, p1, e in zip(before, _leaves(state["params"]), _leaves(state["ema_params"]),
+                                 strict=True):
+                np.testing.assert_allclose(e, 0.9 * p0 + 0.1 * p1, rtol=1e-5, atol=1e-6)
     assert np.isfinite(float(metrics["loss"]))
     assert int(state["step"]) == 3
     assert step._cache_size() == 1
