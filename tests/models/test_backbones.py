@@ -55,8 +55,8 @@ def test_resnet_structure_mirrors_torchvision():
     assert block.downsample[0].kernel.shape == (1, 1, 256, 512)
     assert model.layer2[1].downsample is None
     assert not hasattr(model, "fc")
-    with pytest.raises(ValueError, match="50, 101, 152"):
-        ResNet(34, batch_norm=BN, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"\[18, 34, 50, 101, 152\]"):
+        ResNet(26, batch_norm=BN, rngs=nnx.Rngs(0))
 
 
 V1_CHANNELS = {
