@@ -141,13 +141,6 @@ def num_class_outputs(cfg: S.ModelConfig) -> int:
     return cfg.num_classes + int(cfg.add_background_class)
 
 
-def _neck_levels(cfg: S.ModelConfig) -> list[int]:
-    n = cfg.neck
-    if isinstance(n, S.FPNConfig):
-        return list(range(n.min_level, n.max_level + 1))
-    return list(range(4, 6 + len(n.extra_depths)))
-
-
 def _check_anchor_levels(cfg: S.ModelConfig, levels: list[int]) -> None:
     a = cfg.anchors
     if isinstance(a, S.MultiscaleAnchorsConfig):
@@ -163,9 +156,11 @@ def _check_anchor_levels(cfg: S.ModelConfig, levels: list[int]) -> None:
         )
 
 
-def build_head(cfg: S.ModelConfig, neck_depths: list[int], *, dtype, rngs: nnx.Rngs):
+def build_head(cfg: S.ModelConfig, neck_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
+    """The box predictor over the neck's levels (``neck_channels``: {level: channels})."""
     h = cfg.head
-    levels = _neck_levels(cfg)
+    levels = sorted(neck_channels)
+    neck_depths = [neck_channels[level] for level in levels]
     _check_anchor_levels(cfg, levels)
     per_location = build_anchor_generator(cfg).num_anchors_per_location()
     bn = batch_norm_params(cfg.backbone.batch_norm)
@@ -216,17 +211,8 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
     rngs = nnx.Rngs(seed)
     backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
     neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
-    neck_depths = _neck_depths(config.model, backbone.out_channels)
-    head = build_head(config.model, neck_depths, dtype=dtype, rngs=rngs)
+    head = build_head(config.model, dict(neck.out_channels), dtype=dtype, rngs=rngs)
     return SSDDetector(backbone, neck, head)
-
-
-def _neck_depths(cfg: S.ModelConfig, backbone_channels: dict[int, int]) -> list[int]:
-    n = cfg.neck
-    if isinstance(n, S.FPNConfig):
-        return [n.depth] * (n.max_level - n.min_level + 1)
-    # ssd_feature_maps: the two backbone maps it reads, then its extra layers.
-    return [backbone_channels[4], backbone_channels[5], *n.extra_depths]
 
 
 def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:

@@ -140,22 +140,19 @@ def train(
         log.info("resumed from step %d", start)
     (workdir / "config.yaml").write_text(dump_config(config))
 
+    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
     hooks = []
     if evaluate and config.data.eval is not None:
         eval_ctx = EvalContext.build(config, task, workdir)
-        logger_ref: list[MetricsLogger] = []
 
         def run_eval(step: int, st: dict) -> None:
             metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress)
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-            logger_ref[0].log(step, scalars, prefix="eval")
+            logger.log(step, scalars, prefix="eval")
             log.info("eval at step %d: AP %.3f AP50 %.3f", step, metrics["AP"], metrics["AP50"])
 
         hooks.append(PeriodicHook(run_eval, every=config.train.eval_every))
 
-    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
-    if hooks:
-        logger_ref.append(logger)
     try:
         return train_loop(
             step_fn=make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay),

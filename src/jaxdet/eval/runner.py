@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -116,6 +115,3 @@ def format_metrics(metrics: dict) -> str:
         lines.append("per-class AP  " + ", ".join(cells))
     return "\n".join(lines)
 
-
-def read_metrics(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
