@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
-.PHONY: install install-test demo test lint bench clean
+.PHONY: install install-test demo test lint bench peer-venv bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,27 @@ demo: install
 test: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+## The benchmark peer (torch + torchvision, ~5 GB) lives in its own venv, never in make test.
+PEER_VENV ?= .venv-peer
+$(PEER_VENV)/.installed: pyproject.toml
+	@test -x $(PEER_VENV)/bin/python || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip --disable-pip-version-check -q install --upgrade pip
+	$(PEER_VENV)/bin/python -m pip --disable-pip-version-check -q install -e . torchvision
+	@touch $@
+
+peer-venv: $(PEER_VENV)/.installed
+
+## jaxdet vs torchvision RetinaNet-R50-FPN at 640x640 (train step and inference, one process).
+bench-peer: peer-venv
+	$(PEER_VENV)/bin/python benchmarks/vs_torchvision.py
+
+## Our own throughput figures (no torch needed).
+bench: install
+	$(PY) benchmarks/train_throughput.py --config retinanet_resnet50_fpn_640 --batch-size 2 \
+		--steps 3 --set precision=fp32
+	$(PY) benchmarks/inference_throughput.py --config retinanet_resnet50_fpn_640 \
+		--batch-sizes 1 8 --set precision=fp32
 
 lint: install-test
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -396,8 +396,21 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None):
     return CocoSource(annotations, Path(annotations).parent / "images")
 
 
+def check_class_count(config: S.Config, source) -> None:
+    """Refuse a dataset with more classes than the model predicts (they would be dropped)."""
+    found = getattr(source, "num_classes", None)
+    if found is not None and found > config.model.num_classes:
+        names = list(getattr(source, "category_names", []) or [])
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise ValueError(
+            f"the dataset {source!r} has {found} classes ({shown}) but model.num_classes is "
+            f"{config.model.num_classes}; set --set model.num_classes={found}"
+        )
+
+
 def build_train_loader(config: S.Config, source, *, seed: int | None = None):
     """Infinite, deterministic, resumable training batches (see ``data.loader``)."""
+    check_class_count(config, source)
     return make_train_loader(
         source,
         build_transforms(config.data, training=True),
@@ -410,6 +423,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None):
 
 def build_eval_loader(config: S.Config, source):
     """One ordered pass, last batch padded and masked."""
+    check_class_count(config, source)
     return make_eval_loader(
         source,
         build_transforms(config.data, training=False),

@@ -1,4 +1,4 @@
-"""Command line: ``jaxdet train | eval | demo | configs``.
+"""Command line: ``jaxdet train | eval | predict | summary | demo | configs``.
 
 Every command that reads a config takes ``--config NAME_OR_PATH`` and any number of
 ``--set section.field=value`` overrides.
@@ -41,9 +41,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     p.add_argument("--out", default=None, help="output folder (default: WORKDIR/eval/step_N)")
 
+    p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint")
+    _add_config_args(p, required=False)
+    p.add_argument("--workdir", required=True, help="the trained run (checkpoints/, config.yaml)")
+    p.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
+                   help="image files and/or folders (searched recursively)")
+    p.add_argument("--out", required=True, help="output folder: <name>.json + <name>.jpg each")
+    p.add_argument("--score-threshold", type=float, default=None,
+                   help="keep detections >= this (default: model.post_processing's)")
+    p.add_argument("--max-detections", type=int, default=None,
+                   help="at most this many per image (default: all the model returns)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: eval.batch_size")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+
     p = sub.add_parser("demo", help="generate shapes, train shapes_demo, evaluate, print AP")
     p.add_argument("--workdir", default="runs/demo")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C")
+
+    p = sub.add_parser("summary", help="parameters, anchors, output shapes and FLOPs of a config")
+    _add_config_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (no compile)")
 
     sub.add_parser("configs", help="list the shipped configs")
     return parser
@@ -85,6 +103,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from jaxdet.predict import predict_images
+
+    missing = [p for p in args.inputs if not Path(p).exists()]
+    if missing:  # before loading the config and checkpoint
+        raise FileNotFoundError(f"input not found: {', '.join(missing)}")
+    config = _config_for_workdir(args)
+    summary = predict_images(config, args.workdir, args.inputs, args.out,
+                             score_threshold=args.score_threshold,
+                             max_detections=args.max_detections, batch_size=args.batch_size,
+                             step=args.step)
+    print(f"predicted {summary.line()}")
+    for path, reason in summary.skipped:
+        print(f"  skipped {path}: {reason}")
+    if not summary.num_images:
+        print(f"error: none of the images could be read; see {summary.out_dir}/predictions.json",
+              file=sys.stderr)
+        return 1
+    print(f"wrote {summary.out_dir}/<name>.json, <name>.jpg and predictions.json")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
@@ -107,6 +147,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    from jaxdet.summary import format_summary, model_summary
+
+    config = load_config(args.config, args.overrides)
+    summary = model_summary(config, flops=not args.no_flops)
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
 def cmd_configs(_: argparse.Namespace) -> int:
     for name in shipped_config_names():
         config = load_config(name)
@@ -114,7 +163,8 @@ def cmd_configs(_: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "demo": cmd_demo, "configs": cmd_configs}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo": cmd_demo,
+            "summary": cmd_summary, "configs": cmd_configs}
 
 
 def main(argv: list[str] | None = None) -> int:

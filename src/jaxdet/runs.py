@@ -5,7 +5,7 @@ Workdir layout::
     config.yaml            the resolved config of the run
     checkpoints/<step>/    orbax checkpoints (state + metadata: config fingerprint, data position)
     metrics.jsonl          one JSON object per logged step; tensorboard/ holds the same
-    eval/step_<N>/         detections.json and metrics.json of each evaluation
+    eval/step_<N>/         detections.json, metrics.json and samples.png of each evaluation
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.step import abstract_train_state, init_train_state, make_train_step
+from jaxdet.train.task import DetectionTask
 
 log = logging.getLogger("jaxdet")
 
@@ -105,6 +106,7 @@ class EvalContext:
             max_images=self.config.eval.max_images,
             extra={"step": step, "config": self.config.name},
             progress=progress,
+            num_visualizations=self.config.eval.num_visualizations,
         )
 
 
@@ -140,6 +142,8 @@ def train(
         log.info("resumed from step %d", start)
     (workdir / "config.yaml").write_text(dump_config(config))
 
+    from jaxdet.plots import try_plot_training_curves  # matplotlib loads only when drawing
+
     logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
     hooks = []
     if evaluate and config.data.eval is not None:
@@ -150,6 +154,8 @@ def train(
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             logger.log(step, scalars, prefix="eval")
             log.info("eval at step %d: AP %.3f AP50 %.3f", step, metrics["AP"], metrics["AP50"])
+            if logger.enabled:
+                try_plot_training_curves(workdir)  # curves.png; failures only warn
 
         hooks.append(PeriodicHook(run_eval, every=config.train.eval_every))
 
@@ -172,6 +178,8 @@ def train(
     finally:
         logger.close()
         checkpointer.close()
+        if logger.enabled:  # also after a NaN stop or a crash; a plotting error only warns
+            try_plot_training_curves(workdir)
 
 
 def evaluate(
@@ -184,18 +192,47 @@ def evaluate(
 ) -> dict:
     """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics."""
     workdir = Path(workdir)
+    task, state, step = restore_for_inference(config, workdir, step=step)
+    ctx = EvalContext.build(config, task, workdir)
+    return ctx(state, Path(out_dir) if out_dir else workdir / "eval" / f"step_{step}",
+               step=step, progress=progress)
+
+
+def restore_for_inference(
+    config: Config, workdir: str | Path, step: int | None = None
+) -> tuple[DetectionTask, dict, int]:
+    """Build the task and restore a checkpoint of ``workdir`` (latest, or ``step``).
+
+    The checkpoint's config fingerprint must match ``config``. Pass the state to
+    :func:`inference_variables` for the (params, batch_stats) that eval and predict use.
+
+    Returns:
+      (task, state dict with params / batch_stats / opt_state [/ ema_params], step).
+    Raises:
+      FileNotFoundError: no checkpoint, or none for ``step``.
+      WorkdirMismatch: the checkpoint belongs to another model/input configuration.
+    """
+    workdir = Path(workdir)
     task = builders.build_task(config)
     tx, _ = builders.build_optimizer(config.train)
     checkpointer = _checkpointer(config, workdir)
     try:
-        step = checkpointer.latest_step() if step is None else step
         if step is None:
-            raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}: train first")
+            step = checkpointer.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}: train first")
+        elif int(step) not in checkpointer.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {workdir / 'checkpoints'}"
+                                    f" (available: {checkpointer.all_steps()})")
+        step = int(step)
         _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
         abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None)
         state, _ = checkpointer.restore(step, abstract)
     finally:
         checkpointer.close()
-    ctx = EvalContext.build(config, task, workdir)
-    return ctx(state, Path(out_dir) if out_dir else workdir / "eval" / f"step_{step}",
-               step=step, progress=progress)
+    return task, state, step
+
+
+def inference_variables(config: Config, state: dict) -> tuple[dict, dict]:
+    """(params, batch_stats) for inference: the EMA params when ``eval.use_ema`` and present."""
+    return _eval_params(config, state), state["batch_stats"]

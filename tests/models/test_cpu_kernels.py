@@ -49,3 +49,24 @@ def test_pointwise_matches_lax_and_grouped_non_depthwise_falls_back():
     want = lax.conv_general_dilated(x, wg, (1, 1), "SAME", dimension_numbers=DN,
                                     feature_group_count=2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hw", [(8, 10), (7, 9)])
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((0, 0), (0, 0))])
+def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):
+    x = jax.random.normal(jax.random.key(0), (2, *hw, 6))
+    w = jax.random.normal(jax.random.key(1), (1, 1, 6, 5))
+    dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+    def ours(x, w):
+        return depthwise.conv_general_dilated(x, w, (2, 2), padding, dimension_numbers=dn)
+
+    def ref(x, w):
+        return lax.conv_general_dilated(x, w, (2, 2), padding, dimension_numbers=DN)
+
+    assert ours(x, w).shape == ref(x, w).shape == (2, (hw[0] + 1) // 2, (hw[1] + 1) // 2, 5)
+    np.testing.assert_allclose(ours(x, w), ref(x, w), rtol=1e-5, atol=1e-5)
+    loss = lambda f: (lambda x, w: jnp.sum(jnp.sin(f(x, w))))  # noqa: E731
+    for a, b in zip(jax.grad(loss(ours), (0, 1))(x, w), jax.grad(loss(ref), (0, 1))(x, w),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

@@ -5,16 +5,23 @@ Annotations are validated once, when the source is built:
   * boxes sticking out of the image are clipped (counted when off by more than a pixel),
     and dropped when nothing is left inside,
   * annotations with an unknown category id or image id are dropped and counted,
+  * image entries without id / file_name, with a repeated id, or without a size when the file
+    cannot be opened either, are dropped and counted,
   * images without annotations are kept (all-negative images).
-Every drop/repair logs one WARNING naming the annotation file and the annotation id.
+Every drop/repair logs one WARNING naming the annotation file and the annotation / image id;
+``source.skips`` holds the counts by reason, and one summary line follows the parse.
+Unreadable image files are found later, by the loaders (skipped and counted there).
 
 The source holds only compact numpy arrays, so it pickles cheaply into loader workers;
-:meth:`CocoSource.ground_truth` re-reads the JSON for the evaluator.
+:meth:`CocoSource.ground_truth` re-reads the JSON for the evaluator and leaves out exactly the
+image entries and annotations dropped here, and gives the boxes clipped here (by more than
+``CLIP_TOLERANCE_PX``) their clipped extent, so training and evaluation see the same objects.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -23,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from jaxdet.data.records import Record, SkipCounter, make_record
+
+logger = logging.getLogger("jaxdet.data")
 
 # Boxes exceeding the image by at most this many pixels are clipped without a warning
 # (COCO has many boxes off by float rounding).
@@ -54,7 +63,18 @@ class CocoSource:
         self.image_dir = str(image_dir)
         self.skips = skips if skips is not None else SkipCounter()
         data = _load_json(self.annotation_file)
+        if not os.path.isdir(self.image_dir):
+            raise FileNotFoundError(
+                f"image folder not found: {self.image_dir} (images of {self.annotation_file})"
+            )
+        before = self.skips.as_dict()
         self._parse(data)
+        dropped = {k: n - before.get(k, 0) for k, n in self.skips.as_dict().items()
+                   if n != before.get(k, 0)}
+        if dropped:
+            logger.warning("%s: %d images, %d boxes kept; dropped or repaired: %s",
+                           self.annotation_file, len(self), len(self._boxes),
+                           ", ".join(f"{k}: {n}" for k, n in sorted(dropped.items())))
 
     # ---------------------------------------------------------------- parsing
 
@@ -75,15 +95,21 @@ class CocoSource:
 
         ids, paths, heights, widths = [], [], [], []
         seen: set[int] = set()
-        for entry in data["images"]:
+        # positions in data["images"] / data["annotations"] dropped here (for ground_truth())
+        self._dropped_images: list[int] = []
+        self._dropped_annotations: list[int] = []
+        self._clipped_annotations: dict[int, list[float]] = {}  # position -> clipped xywh
+        for position, entry in enumerate(data["images"]):
             try:
                 image_id = int(entry["id"])
                 file_name = str(entry["file_name"])
             except (KeyError, TypeError, ValueError):
                 self.skips.add("malformed_image_entry", file, f"image {entry!r:.80}")
+                self._dropped_images.append(position)
                 continue
             if image_id in seen:
                 self.skips.add("duplicate_image_id", file, f"image id {image_id}")
+                self._dropped_images.append(position)
                 continue
             path = os.path.join(self.image_dir, file_name)
             try:
@@ -97,6 +123,7 @@ class CocoSource:
                         "image_without_size", file, f"image id {image_id}",
                         f"no height/width and {path} cannot be opened",
                     )
+                    self._dropped_images.append(position)
                     continue
                 height, width = size
             seen.add(image_id)
@@ -111,9 +138,13 @@ class CocoSource:
         row_of = {image_id: row for row, image_id in enumerate(ids)}
 
         rows, classes, crowd, boxes = [], [], [], []
-        for ann in data.get("annotations", []) or []:
-            ann_id = ann.get("id", "?") if isinstance(ann, dict) else "?"
+        annotations = data.get("annotations") or []
+        if not isinstance(annotations, list):
+            raise ValueError(f"{file}: 'annotations' must be a list")
+        for position, ann in enumerate(annotations):
+            ann_id = ann.get("id", f"#{position}") if isinstance(ann, dict) else f"#{position}"
             where = f"annotation id {ann_id}"
+            self._dropped_annotations.append(position)  # popped again when the box is kept
             try:
                 row = row_of.get(int(ann["image_id"]))
                 category = int(ann["category_id"])
@@ -125,24 +156,27 @@ class CocoSource:
                 self.skips.add("annotation_for_unknown_image", file, where,
                                f"image id {ann['image_id']}")
                 continue
+            image_where = f"image id {ann['image_id']}, {where}"
             if category not in cat_index:
-                self.skips.add("unknown_category", file, where, f"category id {category}")
+                self.skips.add("unknown_category", file, image_where, f"category id {category}")
                 continue
             if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
-                self.skips.add("degenerate_box", file, where, f"bbox {[x, y, w, h]}")
+                self.skips.add("degenerate_box", file, image_where, f"bbox {[x, y, w, h]}")
                 continue
             height, width = int(self._heights[row]), int(self._widths[row])
             y0, x0, y1, x1 = y, x, y + h, x + w
             cy0, cx0 = min(max(y0, 0.0), height), min(max(x0, 0.0), width)
             cy1, cx1 = min(max(y1, 0.0), height), min(max(x1, 0.0), width)
             if cy1 <= cy0 or cx1 <= cx0:
-                self.skips.add("box_outside_image", file, where,
+                self.skips.add("box_outside_image", file, image_where,
                                f"bbox {[x, y, w, h]} in a {width}x{height} image")
                 continue
             off = max(abs(cy0 - y0), abs(cx0 - x0), abs(cy1 - y1), abs(cx1 - x1))
             if off > CLIP_TOLERANCE_PX:
-                self.skips.add("box_clipped", file, where,
+                self.skips.add("box_clipped", file, image_where,
                                f"bbox {[x, y, w, h]} clipped to a {width}x{height} image")
+                self._clipped_annotations[position] = [cx0, cy0, cx1 - cx0, cy1 - cy0]
+            self._dropped_annotations.pop()
             rows.append(row)
             classes.append(cat_index[category])
             crowd.append(bool(ann.get("iscrowd", 0)))
@@ -187,8 +221,29 @@ class CocoSource:
         )
 
     def ground_truth(self) -> dict[str, Any]:
-        """The COCO annotation dict as stored in the file (what pycocotools evaluates)."""
-        return _load_json(self.annotation_file)
+        """The COCO annotation dict of the file, with this source's repairs applied.
+
+        Image entries and annotations dropped while parsing (see the module docstring) are
+        left out and boxes clipped by more than ``CLIP_TOLERANCE_PX`` get their clipped
+        ``bbox``; everything else is as stored in the file (what pycocotools evaluates). On a
+        clean file this is the file's dict unchanged.
+        """
+        data = _load_json(self.annotation_file)
+        if not (self._dropped_images or self._dropped_annotations or self._clipped_annotations):
+            return data
+        out = dict(data)
+        drop = set(self._dropped_images)
+        out["images"] = [e for i, e in enumerate(data["images"]) if i not in drop]
+        drop = set(self._dropped_annotations)
+        annotations = []
+        for i, ann in enumerate(data.get("annotations") or []):
+            if i in drop:
+                continue
+            if i in self._clipped_annotations:
+                ann = dict(ann, bbox=self._clipped_annotations[i])
+            annotations.append(ann)
+        out["annotations"] = annotations
+        return out
 
     def __repr__(self) -> str:
         return (

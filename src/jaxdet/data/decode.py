@@ -3,17 +3,31 @@
 EXIF orientation is deliberately NOT applied: COCO, VOC and TF OD API annotations are given in
 the stored pixel grid, and TF's decoders ignore EXIF too.
 
-Truncated files are errors: this module relies on Pillow's default
-``ImageFile.LOAD_TRUNCATED_IMAGES = False`` and forces a full decode with ``.load()``.
+Truncated files are errors: a full decode is forced with ``.load()``, and with Pillow's default
+``ImageFile.LOAD_TRUNCATED_IMAGES = False`` any file that ends early raises. If some other code
+set that global to True, Pillow would grey-fill the missing part silently; a JPEG cut short is
+still caught then (Pillow marks it), other formats cannot be, and one WARNING says so.
+
+Mode conversions (all to uint8 RGB): L, LA, 1, P (with or without transparency), PA, RGBA,
+RGBX, CMYK, YCbCr, LAB, HSV through Pillow's converters (alpha dropped, CMYK -> RGB with
+Pillow's formula, e.g. C=255 -> (0, 255, 255)); 16-bit (``I;16*``, and 16-bit PNGs opened as
+mode ``I``) scaled by 255/65535, so 65535 -> 255 and 32768 -> 128, never clipped; float ``F``
+images in [0, 1] scaled by 255, otherwise clipped to [0, 255]. Corrupt bytes in the middle of
+a JPEG that libjpeg decodes with a warning are not detectable through Pillow and decode as
+they are (TensorFlow's decoder does the same).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageFile
+
+logger = logging.getLogger("jaxdet.data")
+_warned_truncated_flag = False
 
 
 class CorruptImageError(Exception):
@@ -60,12 +74,21 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
       CorruptImageError: the file is missing, empty, truncated or not an image.
     """
     path = os.fspath(path)
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        _warn_truncated_flag()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Palette images with Transparency"
             with Image.open(path) as image:
                 image.load()
+                if getattr(image, "_ended", False):
+                    # JPEG plugin: premature end of data, EOI faked because
+                    # LOAD_TRUNCATED_IMAGES is True; the rest would be grey.
+                    raise CorruptImageError(path, "image file is truncated (premature end "
+                                                  "of JPEG data)")
                 array = _to_rgb_uint8(image)
+    except CorruptImageError:
+        raise
     except FileNotFoundError:
         raise CorruptImageError(path, "file not found") from None
     except IsADirectoryError:
@@ -79,3 +102,14 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
     if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
         raise CorruptImageError(path, f"decoded to an empty array {array.shape}")
     return np.ascontiguousarray(array)
+
+
+def _warn_truncated_flag() -> None:
+    global _warned_truncated_flag
+    if not _warned_truncated_flag:
+        _warned_truncated_flag = True
+        logger.warning(
+            "PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True (set outside jaxdet): truncated JPEGs "
+            "are still skipped, but truncated PNG/other files would be decoded with grey fill; "
+            "set it to False to have them skipped too"
+        )

@@ -4,6 +4,21 @@ Per record: decode (a corrupt image is skipped and counted, with one WARNING nam
 never a crash), build the sample (pixel boxes -> normalized), apply the transforms in order
 (the resizer is the last shape-changing one; Normalize may follow), pad the ground truth.
 
+Bad input, as the loaders report it (``loader.stats``: the source's drop counts from parsing,
+plus the loader's own, plus ``num_truncated``):
+  * ``corrupt_image`` (missing, truncated or undecodable file): training skips the sample and
+    takes the next one, so batches stay full; eval yields a masked-out dummy in its place, so
+    the image gets no detections and is left out of the COCO metrics (the evaluator scores only
+    the images it was given detections for); ``EvalLoader.skipped_image_ids`` lists them.
+    One WARNING per file names the path, record index and image id; every epoch counts again.
+  * ``too_many_boxes`` (training): an image with more objects after augmentation than
+    ``max_boxes`` keeps the first ``max_boxes``; one WARNING per image names the file, and
+    ``num_truncated`` counts the objects cut off (eval counts them too; its metrics use the
+    source's full ground truth, so nothing is lost there).
+  * A source without images, or whose every image is unreadable, is one clear error naming the
+    annotation file / folder (at construction, or at the first batch / end of the eval pass).
+  * Training logs one summary line of these counts when the epoch it started in is done.
+
 Batches are numpy dicts::
 
     "images"     float32 [B, H, W, 3]
@@ -37,12 +52,13 @@ import numpy as np
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
-from jaxdet.data.records import Record, SkipCounter
+from jaxdet.data.records import EpochTally, Record, SkipCounter
 
 logger = logging.getLogger("jaxdet.data")
 
 STATE_FORMAT = "jaxdet.train_loader/1"
 _SKIP = "_skipped"  # key marking a sample whose image could not be read
+_TRUNCATED = "_truncated"  # (path, index, image id, objects cut, stream index or -1)
 BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore", "image_id", "image_info", "mask")
 
 
@@ -94,7 +110,11 @@ class _Pipeline:
             image = load_image(record["image_path"])
         except CorruptImageError as e:
             return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
-        return self.finish(build_sample(record, image), rng, mask=True)
+        sample = self.finish(build_sample(record, image), rng, mask=True)
+        if sample["num_truncated"]:
+            sample[_TRUNCATED] = (record["image_path"], int(index), int(record["image_id"]),
+                                  sample["num_truncated"], -1)
+        return sample
 
     def dummy(self, record: Record) -> Sample:
         """A masked-out sample with the record's image size and no objects (eval padding)."""
@@ -128,6 +148,8 @@ class _TrainMap:
         rng = np.random.default_rng([self.seed, epoch, index])
         sample = self.pipeline.process(index, rng)
         sample["_stream_index"] = stream_index
+        if _TRUNCATED in sample:
+            sample[_TRUNCATED] = sample[_TRUNCATED][:4] + (stream_index,)
         return sample
 
 
@@ -148,10 +170,13 @@ def _epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 class _DropSkipped:
     """grain filter in the main process: drops unreadable images, logs and counts them."""
 
-    def __init__(self, skips: SkipCounter, num_records: int, name: str):
+    def __init__(self, skips: SkipCounter, num_records: int, name: str, image_dir: str,
+                 tally: EpochTally | None = None):
         self.skips = skips
         self.num_records = num_records
         self.name = name
+        self.image_dir = image_dir
+        self.tally = tally
         self.consecutive = 0
 
     def __call__(self, sample: Sample) -> bool:
@@ -162,10 +187,12 @@ class _DropSkipped:
         self.skips.add("corrupt_image", sample["path"],
                        f"record {sample['index']}, image id {sample['record']['image_id']}",
                        sample[_SKIP])
+        if self.tally is not None:
+            self.tally.add(sample["_stream_index"], "corrupt_image")
         if self.consecutive >= max(self.num_records, 1):
             raise RuntimeError(
                 f"dataset {self.name}: {self.consecutive} images in a row could not be read "
-                f"({self.skips.summary()}); check the image directory"
+                f"({self.skips.summary()}); check {self.image_dir}"
             )
         return False
 
@@ -191,6 +218,7 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
     batch["_stream_index"] = np.array([s.get("_stream_index", -1) for s in samples], np.int64)
     batch["_num_truncated"] = int(sum(s["num_truncated"] for s in samples))
     batch["_skips"] = [s[_SKIP + "_info"] for s in samples if _SKIP + "_info" in s]
+    batch["_truncated"] = [s[_TRUNCATED] for s in samples if _TRUNCATED in s]
     return batch
 
 
@@ -201,10 +229,27 @@ def _describe(source: Any) -> str:
     return type(source).__name__
 
 
+def _image_dir(source: Any) -> str:
+    image_dir = getattr(source, "image_dir", None)
+    return f"the image directory {image_dir}" if image_dir else "the image directory"
+
+
+def _source_skips(source: Any) -> dict[str, int]:
+    skips = getattr(source, "skips", None)
+    return skips.as_dict() if isinstance(skips, SkipCounter) else {}
+
+
+def _stats(source: Any, skips: SkipCounter, num_truncated: int) -> dict[str, int]:
+    return {**_source_skips(source), **skips.as_dict(), "num_truncated": num_truncated}
+
+
 def _check_common(source, batch_size: int, max_boxes: int, worker_count: int,
                   shard_index: int, shard_count: int) -> None:
     if len(source) == 0:
-        raise ValueError(f"dataset {_describe(source)} has no images")
+        dropped = _source_skips(source)
+        why = ("; every entry was dropped: " + ", ".join(
+            f"{k}: {n}" for k, n in sorted(dropped.items()))) if dropped else ""
+        raise ValueError(f"dataset {_describe(source)} has no images{why}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_boxes < 1:
@@ -242,8 +287,9 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
     """Endless batches; ``get_state()`` / ``set_state()`` resume the exact stream.
 
     The state is JSON-serializable and independent of the worker count and batch size.
-    ``skips`` counts unreadable images (seen in this process), ``num_truncated`` the objects
-    cut off by ``max_boxes``.
+    ``skips`` counts, in this process, unreadable images (``corrupt_image``) and images with
+    more objects than ``max_boxes`` (``too_many_boxes``), once per occurrence (so once per
+    epoch); ``num_truncated`` counts the objects cut off; ``stats`` adds the source's counts.
     """
 
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int, seed: int,
@@ -254,17 +300,28 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
         self._batch_size = batch_size
         self._worker_count = worker_count
         self._shard = (shard_index, shard_count)
+        self._source = source
+        self._max_boxes = max_boxes
         self.skips = SkipCounter()
         self.num_truncated = 0
         self._next_index = shard_index
+        self._tally = EpochTally(len(source))
         self._it: Any = None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts by reason: the source's parse-time drops, this loader's skips, and
+        ``num_truncated`` (objects beyond ``max_boxes``)."""
+        return _stats(self._source, self.skips, self.num_truncated)
 
     def _start(self) -> None:
         _, step = self._shard
         ds = grain.MapDataset.range(self._next_index, sys.maxsize, step).map(self._map)
         ds = ds.to_iter_dataset(_read_options(self._batch_size, self._worker_count))
         ds = _maybe_mp(ds, self._batch_size, self._worker_count)
-        ds = ds.filter(_DropSkipped(self.skips, self._map.num_records, self._name))
+        self._tally.start(self._next_index)
+        ds = ds.filter(_DropSkipped(self.skips, self._map.num_records, self._name,
+                                    _image_dir(self._source), self._tally))
         ds = ds.batch(self._batch_size, drop_remainder=True, batch_fn=_collate)
         self._it = iter(ds)
 
@@ -272,14 +329,33 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
         if self._it is None:
             self._start()
         batch = next(self._it)
-        self._next_index = int(batch.pop("_stream_index")[-1]) + self._shard[1]
-        truncated = batch.pop("_num_truncated")
-        if truncated and not self.num_truncated:
-            logger.warning("%s: images with more objects than max_boxes; the extra objects are "
-                           "dropped (counted in num_truncated)", self._name)
-        self.num_truncated += truncated
+        last = int(batch.pop("_stream_index")[-1])
+        self._next_index = last + self._shard[1]
+        self.num_truncated += batch.pop("_num_truncated")
+        for path, index, image_id, cut, stream_index in batch.pop("_truncated"):
+            self.skips.add("too_many_boxes", path, f"record {index}, image id {image_id}",
+                           f"{cut} objects beyond max_boxes={self._max_boxes} dropped")
+            self._tally.add(stream_index, "too_many_boxes")
+            self._tally.add(stream_index, "num_truncated", cut)
         batch.pop("_skips")
+        if self._tally.done(self._next_index):
+            self._summarize()
         return batch
+
+    def _summarize(self) -> None:
+        """One log line of the counts of the epoch this iterator started in, once it is done."""
+        tally = self._tally
+        counts = dict(tally.counts)
+        objects = counts.pop("num_truncated", 0)
+        what = f"{self._name}: epoch {tally.epoch} done"
+        if counts:
+            logger.warning("%s; %s; %d objects beyond max_boxes=%d dropped (totals so far in "
+                           "loader.stats)", what,
+                           ", ".join(f"{k}: {n}" for k, n in sorted(counts.items())), objects,
+                           self._max_boxes)
+        else:
+            logger.info("%s; every image read, no object beyond max_boxes=%d", what,
+                        self._max_boxes)
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -307,6 +383,7 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
                              f"this loader is shard {self._shard[0]}")
         self.close()
         self._next_index = int(state["next_index"])
+        self._tally = EpochTally(self._map.num_records)
 
     def close(self) -> None:
         it, self._it = self._it, None
@@ -366,7 +443,11 @@ class EvalLoader:
     """One ordered pass; the last batch is padded with masked-out dummies (mask False).
 
     Unreadable images also become masked-out dummies (logged and counted in ``skips``), so
-    every batch has the same shape. ``len()`` is the number of batches.
+    every batch has the same shape and the image is left out of the metrics; after a pass,
+    ``skipped_image_ids`` lists them and ``num_truncated`` counts objects beyond
+    ``max_boxes`` (eval metrics use the source's ground truth, so those are not lost).
+    A pass in which no image at all could be read raises a RuntimeError at its end.
+    ``len()`` is the number of batches.
     """
 
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int,
@@ -379,7 +460,16 @@ class EvalLoader:
         self.num_examples = len(source)
         per_step = batch_size * shard_count
         self._padded = math.ceil(self.num_examples / per_step) * per_step
+        self._source = source
         self.skips = SkipCounter()
+        self.num_truncated = 0
+        self.skipped_image_ids: list[int] = []
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts by reason: the source's parse-time drops, this loader's skips (summed over
+        passes), and ``num_truncated``."""
+        return _stats(self._source, self.skips, self.num_truncated)
 
     def __len__(self) -> int:
         return self._padded // (self.batch_size * self._shard[1])
@@ -391,17 +481,31 @@ class EvalLoader:
         ds = _maybe_mp(ds, self.batch_size, self._worker_count)
         ds = ds.batch(self.batch_size, drop_remainder=False, batch_fn=_collate)
         it = iter(ds)
+        skipped: list[int] = []
+        real = 0
         try:
             for batch in it:
                 for path, i, image_id, reason in batch.pop("_skips"):
                     self.skips.add("corrupt_image", path, f"record {i}, image id {image_id}",
                                    reason)
+                    skipped.append(int(image_id))
                 batch.pop("_stream_index")
-                batch.pop("_num_truncated")
+                batch.pop("_truncated")
+                self.num_truncated += batch.pop("_num_truncated")
+                real += int(batch["mask"].sum())
+                self.skipped_image_ids = list(skipped)
                 yield batch
         finally:
             if hasattr(it, "close"):
                 it.close()
+        if skipped:
+            logger.warning("%s: %d of %d images could not be read and are left out of the "
+                           "evaluation (image ids %s%s)", self._name, len(skipped),
+                           len(skipped) + real, skipped[:10], ", ..." if len(skipped) > 10 else "")
+            if real == 0:
+                raise RuntimeError(f"dataset {self._name}: none of its {len(skipped)} images "
+                                   f"could be read ({self.skips.summary()}); check "
+                                   f"{_image_dir(self._source)}")
 
 
 def make_eval_loader(

@@ -12,7 +12,8 @@ A *record* is a plain dict describing one annotated image, before decoding:
 
 Sources validate and repair annotations once, when they are built, and report every
 dropped or repaired item through a :class:`SkipCounter` (one WARNING line naming the file and
-the record, so a person can find and fix it).
+the record, so a person can find and fix it). Loaders count unreadable images and truncated
+ground truth the same way; :class:`EpochTally` holds one epoch's counts for their summary line.
 """
 
 from __future__ import annotations
@@ -115,3 +116,30 @@ class SkipCounter:
 
     def __repr__(self) -> str:
         return f"SkipCounter({self.as_dict()})"
+
+
+class EpochTally:
+    """Counts by reason of one epoch of a record stream (stream index // num_records), for a
+    loader's one-line summary: ``start`` fixes the epoch, ``add`` counts items of that epoch
+    only, ``done`` is True once, when the stream has moved past the epoch's last index."""
+
+    def __init__(self, num_records: int):
+        self.num_records = num_records
+        self.epoch: int | None = None
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.reported = False
+
+    def start(self, stream_index: int) -> None:
+        if self.epoch is None:
+            self.epoch = stream_index // self.num_records
+
+    def add(self, stream_index: int, reason: str, n: int = 1) -> None:
+        if stream_index // self.num_records == self.epoch:
+            self.counts[reason] += n
+
+    def done(self, next_index: int) -> bool:
+        """True once, when every stream index of the epoch lies before ``next_index``."""
+        if self.reported or self.epoch is None:
+            return False
+        self.reported = next_index >= (self.epoch + 1) * self.num_records
+        return self.reported

@@ -5,6 +5,18 @@ Reads one XML file per image (``filename``, ``size``, ``object/name``, ``object/
 coordinates (xmin - 1, ymin - 1, xmax, ymax) as in detectron2; ``difficult`` objects become
 ``is_crowd`` (ignored in training and evaluation). :meth:`VocSource.ground_truth` builds a
 COCO dict (category ids 1..C, difficult -> iscrowd 1) so the COCO evaluator serves VOC too.
+
+Validation, once, when the source is built (each drop/repair is one WARNING naming the XML file
+and the object, counted in ``source.skips`` by reason; one summary line follows):
+  * unreadable or malformed XML files, and files with no ``<size>`` whose image cannot be
+    opened either, are dropped,
+  * objects with a non-numeric or non-finite ``bndbox``, or with xmax < xmin or ymax < ymin
+    after the 1-based conversion (``xmin == xmax`` is a 1-pixel box in VOC, not an empty one),
+    are dropped; boxes sticking out of the image are clipped (counted when off by more than a
+    pixel) and dropped when nothing is left inside,
+  * objects whose name is not in the class list are dropped,
+  * images without objects are kept (all-negative images).
+Unreadable image files are found later, by the loaders (skipped and counted there).
 """
 
 from __future__ import annotations
@@ -63,6 +75,9 @@ class VocSource:
         self.skips = skips if skips is not None else SkipCounter()
         if not os.path.isdir(self.annotation_dir):
             raise FileNotFoundError(f"VOC annotation folder not found: {self.annotation_dir}")
+        if not os.path.isdir(self.image_dir):
+            raise FileNotFoundError(f"VOC image folder not found: {self.image_dir}")
+        before = self.skips.as_dict()
         if image_set is not None:
             with open(image_set, encoding="utf-8") as f:
                 stems = [line.split()[0] for line in f if line.strip()]
@@ -100,6 +115,13 @@ class VocSource:
                 make_record(p["image_path"], image_id, p["height"], p["width"],
                             boxes, classes, crowd)
             )
+        dropped = {k: n - before.get(k, 0) for k, n in self.skips.as_dict().items()
+                   if n != before.get(k, 0)}
+        if dropped:
+            logger.warning("%s: %d images, %d boxes kept; dropped or repaired: %s",
+                           self.annotation_dir, len(self._records),
+                           sum(len(r["boxes"]) for r in self._records),
+                           ", ".join(f"{k}: {n}" for k, n in sorted(dropped.items())))
 
     def _parse_file(self, xml_file: str) -> dict[str, Any] | None:
         try:

@@ -1,19 +1,28 @@
-"""Run a detector over an eval loader and score it with the COCO evaluator."""
+"""Run a detector over an eval loader, score it with the COCO evaluator, draw a few samples."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from PIL import Image
 from tqdm.auto import tqdm
 
+from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.train.task import DetectionTask
+from jaxdet.visualize import draw_detections, image_grid
 
 PyTree = Any
+log = logging.getLogger("jaxdet")
+
+SAMPLES_SCORE_THRESHOLD = 0.3  # predictions drawn in samples.png ...
+SAMPLES_TOP_K = 5  # ... or the top-k when none reaches the threshold
+SAMPLES_CELL_SIZE = 320
 
 
 def make_predict_fn(task: DetectionTask) -> Callable:
@@ -68,8 +77,13 @@ def evaluate_and_write(
     max_images: int | None = None,
     extra: dict | None = None,
     progress: bool = True,
+    num_visualizations: int = 0,
 ) -> dict:
-    """Detect on ``source``, write detections.json + metrics.json in ``out_dir``, return metrics."""
+    """Detect on ``source``, write detections.json + metrics.json in ``out_dir``, return metrics.
+
+    With ``num_visualizations > 0`` also writes ``samples.png`` (see :func:`write_samples`)
+    for the first ``num_visualizations`` images of the source.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ground_truth = source.ground_truth()
@@ -77,12 +91,14 @@ def evaluate_and_write(
         ground_truth = _first_images(ground_truth, source, max_images)
     evaluator = CocoEvaluator(ground_truth, source.category_ids, source.category_names)
     n = len(source) if max_images is None else min(len(source), max_images)
+    shown = [int(source[i]["image_id"]) for i in range(min(n, max(num_visualizations, 0)))]
+    recorder = _KeepDetections(evaluator, shown)
     seen = run_detection(
         predict,
         params,
         batch_stats,
         loader_factory(),
-        evaluator,
+        recorder,
         max_images=max_images,
         total_batches=-(-n // batch_size),
         progress=progress,
@@ -91,7 +107,99 @@ def evaluate_and_write(
     metrics["num_images"] = seen
     evaluator.write_detections(out_dir / "detections.json")
     evaluator.write_metrics(out_dir / "metrics.json", extra=extra)
+    if shown:
+        write_samples(out_dir / "samples.png", source, recorder.kept, source.category_names,
+                      len(shown))
     return metrics
+
+
+class _KeepDetections:
+    """Passes detections on to a CocoEvaluator and keeps those of a few images (for drawing)."""
+
+    def __init__(self, evaluator: CocoEvaluator, image_ids: Iterable[int]):
+        self.evaluator = evaluator
+        self.wanted = set(image_ids)
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def add_detections(self, image_ids, boxes, scores, classes, num_detections) -> None:
+        self.evaluator.add_detections(image_ids, boxes, scores, classes, num_detections)
+        for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):
+            if image_id in self.wanted:
+                k = int(num_detections[row])
+                self.kept[image_id] = (np.asarray(boxes[row][:k]), np.asarray(scores[row][:k]),
+                                       np.asarray(classes[row][:k]))
+
+
+def _fit(image: np.ndarray, boxes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scale an image (and its pixel boxes) so its longer side is ``size``: labels are drawn
+    at the size they are shown."""
+    height, width = image.shape[:2]
+    scale = size / max(height, width)
+    new_h, new_w = max(1, round(height * scale)), max(1, round(width * scale))
+    resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BILINEAR))
+    factor = np.array([new_h / height, new_w / width] * 2, np.float64)
+    return resized, np.asarray(boxes, np.float64).reshape(-1, 4) * factor
+
+
+def write_samples(
+    path: str | Path,
+    source,
+    detections: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    class_names: list[str],
+    num_images: int,
+    *,
+    score_threshold: float = SAMPLES_SCORE_THRESHOLD,
+    top_k: int = SAMPLES_TOP_K,
+    cell_size: int = SAMPLES_CELL_SIZE,
+) -> Path | None:
+    """Writes a PNG grid: per image, ground truth (left) next to predictions (right).
+
+    Args:
+      source: records ``source[i]`` (image_path, image_id, pixel yxyx boxes, classes).
+      detections: image_id -> (boxes [n, 4] original-pixel yxyx, scores [n], classes [n]).
+      num_images: the first ``num_images`` records are drawn (unreadable images are left out).
+      score_threshold / top_k: predictions with score >= threshold are drawn; when none
+        reaches it, the ``top_k`` best (row title says which).
+      cell_size: each image is scaled so its longer side is ``cell_size`` pixels; the grid's
+        cells are as large as the largest scaled image.
+    Returns:
+      ``path``, or None when no image could be drawn.
+    """
+    rows, titles = [], []
+    for index in range(min(num_images, len(source))):
+        record = source[index]
+        try:
+            image = load_image(record["image_path"])
+        except CorruptImageError as e:
+            log.warning("samples.png: leaving out image id %s (%s)", record["image_id"], e)
+            continue
+        height, width = image.shape[:2]
+        ann_h, ann_w = record.get("height") or height, record.get("width") or width
+        gt_boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4) * np.array(
+            [height / ann_h, width / ann_w] * 2)
+        empty = (np.zeros((0, 4)), np.zeros((0,)), np.zeros((0,), np.int64))
+        boxes, scores, classes = detections.get(int(record["image_id"]), empty)
+        order = np.argsort(-np.asarray(scores), kind="stable")
+        keep = order[np.asarray(scores)[order] >= score_threshold]
+        shown = f"score >= {score_threshold:g}"
+        if keep.size == 0:
+            keep, shown = order[:top_k], f"top {top_k}"
+        pixels, gt_boxes = _fit(image, gt_boxes, cell_size)
+        _, pred_boxes = _fit(image, np.asarray(boxes)[keep], cell_size)
+        rows.append([
+            draw_detections(pixels, gt_boxes, record["classes"], None, class_names),
+            draw_detections(pixels, pred_boxes, np.asarray(classes)[keep],
+                            np.asarray(scores)[keep], class_names),
+        ])
+        titles.append(f"image {record['image_id']}: ground truth | predictions ({shown})")
+    if not rows:
+        return None
+    # cells as large as the largest fitted image: no empty bands for landscape-only sets
+    cell = (max(im.width for row in rows for im in row),
+            max(im.height for row in rows for im in row))
+    path = Path(path)
+    image_grid(rows, titles, cell).save(path)
+    return path
 
 
 def _first_images(ground_truth: dict, source, max_images: int) -> dict:

@@ -1,0 +1,340 @@
+"""Run a trained workdir's detector over image files and folders; write JSON and drawn images.
+
+    summary = predict_images(config, "runs/demo", ["photos/", "extra.png"], "out/")
+
+For every image ``OUT/<name>.json`` and ``OUT/<name>.jpg`` (boxes drawn) are written, where
+``<name>`` is the file's path relative to its input folder without the extension (a file given
+directly: its stem). Names that would collide (``a.png`` and ``a.jpg``, same-named files of
+two inputs, an image called ``predictions``) get ``_<ext>`` or ``_2``, ``_3`` ... appended.
+``OUT/predictions.json`` collects every image plus a summary. Per image::
+
+    {"image": "photos/cat.jpg", "width": 640, "height": 480,
+     "detections": [{"bbox": [x, y, w, h], "box_xyxy": [x0, y0, x1, y1],
+                     "class_id": 17, "class_name": "cat", "score": 0.91}, ...]}
+
+Boxes are original-image PIXELS: ``bbox`` is COCO-style (xmin, ymin, width, height), the same
+numbers as the ``detections.json`` of an evaluation (rounded alike); ``box_xyxy`` the corners.
+``class_id`` is the dataset's category id (COCO id; 1..C for shapes and VOC), detections are
+sorted by score, best first.
+
+Images take the evaluation path: the eval loader (decode, eval-time resize + normalize from
+``builders.build_transforms``), batches of a fixed size (the last one padded, so predict
+compiles once), ``task.predict`` under ``jax.jit``, boxes mapped back to the original pixels
+through ``image_info``. Unreadable images are skipped, logged and counted.
+
+Class names and ids come from the config's dataset (eval, else train): generated shapes and VOC
+with ``class_names`` are read from the config alone; COCO (and VOC without names) by building
+the source, i.e. reading its annotations. When none is available or usable, the classes are
+called ``class_1 .. class_C`` with ids 1..C (and a warning says so).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxdet import builders, runs
+from jaxdet.config import schema as S
+from jaxdet.data.decode import CorruptImageError, load_image
+from jaxdet.data.loader import make_eval_loader
+from jaxdet.data.records import Record, make_record
+from jaxdet.data.shapes import SHAPE_NAMES
+from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS
+from jaxdet.eval.runner import make_predict_fn
+from jaxdet.visualize import draw_detections
+
+log = logging.getLogger("jaxdet")
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+_RESERVED = {"predictions"}  # OUT/predictions.json is the summary file
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """An image file to predict on and its output name (relative, no extension, '/'-separated)."""
+
+    path: Path
+    name: str
+
+
+@dataclass
+class PredictSummary:
+    """What ``predict_images`` did."""
+
+    num_images: int
+    num_detections: int
+    skipped: list[tuple[str, str]]  # (path, reason) of unreadable images
+    out_dir: Path
+    step: int
+    images: list[dict] = field(default_factory=list, repr=False)
+
+    def line(self) -> str:
+        return (f"{self.num_images} images, {self.num_detections} detections, "
+                f"{len(self.skipped)} skipped (unreadable) - checkpoint step {self.step}")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def _unique_name(name: str, suffix: str, used: set[str]) -> str:
+    candidates = [name, f"{name}_{suffix.lower().lstrip('.')}"]
+    candidates += [f"{name}_{k}" for k in range(2, len(used) + 3)]
+    for candidate in candidates:
+        key = candidate.lower()  # case-insensitive file systems
+        if key not in used and key not in _RESERVED:
+            used.add(key)
+            return candidate
+    raise AssertionError("unreachable: one of len(used) + 1 numbered names is free")
+
+
+def find_images(
+    inputs: Sequence[str | os.PathLike], *, exclude: str | os.PathLike | None = None
+) -> list[ImageInput]:
+    """Image files of ``inputs`` (files and/or folders, folders searched recursively).
+
+    Files in a folder are those with an image extension (:data:`IMAGE_EXTENSIONS`, any case),
+    sorted by relative path; a file given directly is taken whatever its extension. A file
+    reached twice is listed once; files under ``exclude`` (the output folder) are left out.
+
+    Raises:
+      FileNotFoundError: an input does not exist (checked for all inputs first).
+    """
+    paths = [Path(p) for p in inputs]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"input not found: {', '.join(missing)}")
+    excluded = Path(exclude).resolve() if exclude is not None else None
+    found: list[ImageInput] = []
+    seen: set[Path] = set()
+    used: set[str] = set()
+    for root in paths:
+        if root.is_dir():
+            files = sorted((p for p in root.rglob("*") if p.is_file() and _is_image(p)),
+                           key=lambda p: p.relative_to(root).as_posix())
+            names = [p.relative_to(root).with_suffix("").as_posix() for p in files]
+        else:
+            files, names = [root], [root.stem]
+        for path, name in zip(files, names, strict=True):
+            resolved = path.resolve()
+            if resolved in seen or (excluded is not None and resolved.is_relative_to(excluded)):
+                continue
+            seen.add(resolved)
+            found.append(ImageInput(path, _unique_name(name, path.suffix, used)))
+    return found
+
+
+@dataclass(frozen=True)
+class _FileSource:
+    """The minimal source the eval loader needs: record i is image file i, no objects."""
+
+    paths: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Record:
+        # height/width 0: the loader takes the decoded image's size.
+        return make_record(self.paths[index], image_id=index, height=0, width=0)
+
+
+# --------------------------------------------------------------------------- classes
+
+
+def _labels_of(dataset: S.DatasetConfig, workdir: Path) -> tuple[list[int], list[str]]:
+    if isinstance(dataset, S.ShapesDataConfig):  # what data.shapes.generate_shapes writes
+        return (list(range(1, dataset.num_classes + 1)),
+                list(SHAPE_NAMES[:dataset.num_classes]))
+    if isinstance(dataset, S.VocDataConfig) and dataset.class_names:
+        return list(range(1, len(dataset.class_names) + 1)), list(dataset.class_names)
+    source = builders.build_source(dataset, workdir)
+    return list(source.category_ids), list(source.category_names)
+
+
+def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list[str]]:
+    """(category ids, names) indexed by the model's class index; see the module docstring."""
+    num_classes = config.model.num_classes
+    for kind, dataset in (("eval", config.data.eval), ("train", config.data.train)):
+        if dataset is None:
+            continue
+        try:
+            ids, names = _labels_of(dataset, Path(workdir))
+        except (OSError, ValueError) as e:
+            log.warning("class names: cannot read data.%s (%s)", kind, e)
+            continue
+        if len(ids) == num_classes:
+            return ids, names
+        log.warning("class names: data.%s has %d classes but the model %d", kind, len(ids),
+                    num_classes)
+    log.warning("class names unknown: calling them class_1 .. class_%d", num_classes)
+    return list(range(1, num_classes + 1)), [f"class_{k}" for k in range(1, num_classes + 1)]
+
+
+# --------------------------------------------------------------------------- predict
+
+
+def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+                     ids: list[int], names: list[str]) -> list[dict]:
+    """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO)."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    x0, y0 = np.round(b[:, 1], BBOX_DECIMALS), np.round(b[:, 0], BBOX_DECIMALS)
+    x1, y1 = np.round(b[:, 3], BBOX_DECIMALS), np.round(b[:, 2], BBOX_DECIMALS)
+    w = np.round(b[:, 3] - b[:, 1], BBOX_DECIMALS)
+    h = np.round(b[:, 2] - b[:, 0], BBOX_DECIMALS)
+    s = np.round(np.asarray(scores, np.float64), SCORE_DECIMALS)
+    out = []
+    for i, k in enumerate(np.asarray(classes).astype(np.int64).tolist()):
+        out.append({
+            "bbox": [float(x0[i]), float(y0[i]), float(w[i]), float(h[i])],
+            "box_xyxy": [float(x0[i]), float(y0[i]), float(x1[i]), float(y1[i])],
+            "class_id": int(ids[k]),
+            "class_name": names[k],
+            "score": float(s[i]),
+        })
+    return out
+
+
+def _select(det: dict, row: int, score_threshold: float, max_detections: int | None):
+    """One image's valid detections with score >= threshold, best first, at most max."""
+    n = int(det["num_detections"][row])
+    scores = np.asarray(det["scores"][row][:n])
+    order = np.argsort(-scores, kind="stable")
+    order = order[scores[order] >= score_threshold]
+    if max_detections is not None:
+        order = order[:max_detections]
+    return (np.asarray(det["boxes"][row])[order], scores[order],
+            np.asarray(det["classes"][row])[order])
+
+
+def _write_json(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1))
+
+
+def _reason(path: str) -> str:
+    try:
+        load_image(path)
+    except CorruptImageError as e:
+        return e.reason
+    return "could not be read"  # readable again now; the loader's warning has the cause
+
+
+def predict_images(
+    config: S.Config,
+    workdir: str | Path,
+    inputs: Sequence[str | os.PathLike],
+    out_dir: str | Path,
+    *,
+    score_threshold: float | None = None,
+    max_detections: int | None = None,
+    batch_size: int | None = None,
+    step: int | None = None,
+    progress: bool = True,
+) -> PredictSummary:
+    """Detect objects in image files/folders with ``workdir``'s checkpoint; write the results.
+
+    Args:
+      config: the run's config (fingerprint-checked against the checkpoint).
+      inputs: image files and/or folders (searched recursively, see :func:`find_images`).
+      out_dir: where the JSON files and drawn images go (created).
+      score_threshold: keep detections with score >= this (default: the config's
+        ``model.post_processing.score_threshold``).
+      max_detections: keep at most this many per image (default: all the model returns).
+      batch_size: images per predict call (default ``eval.batch_size``); fixed, the last
+        batch is padded.
+      step: checkpoint step (default: the latest).
+    Returns:
+      A :class:`PredictSummary` (its ``images`` holds what predictions.json lists);
+      ``num_images`` is 0 when no input could be read.
+    Raises:
+      FileNotFoundError: an input path does not exist, or there is no checkpoint.
+      ValueError: no images were found, or a bad argument.
+    """
+    out_dir = Path(out_dir)
+    images = find_images(inputs, exclude=out_dir)
+    if not images:
+        raise ValueError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) found in "
+                         f"{', '.join(str(p) for p in inputs) or 'no inputs'}")
+    batch_size = config.eval.batch_size if batch_size is None else int(batch_size)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_detections is not None and max_detections < 0:
+        raise ValueError(f"max_detections must be >= 0, got {max_detections}")
+    if score_threshold is None:
+        score_threshold = config.model.post_processing.score_threshold
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a folder")
+
+    task, state, step = runs.restore_for_inference(config, workdir, step=step)
+    params, batch_stats = runs.inference_variables(config, state)
+    ids, names = class_labels(config, workdir)
+    predict = make_predict_fn(task)
+    source = _FileSource(tuple(str(item.path) for item in images))
+    loader = make_eval_loader(source, builders.build_transforms(config.data, training=False),
+                              batch_size=batch_size, max_boxes=1,
+                              worker_count=config.data.worker_count)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    results: list[dict] = []
+    skipped: list[tuple[str, str]] = []
+    total = 0
+    bar = tqdm(total=len(images), desc="predict", unit="img", disable=not progress)
+    try:
+        for b, batch in enumerate(loader):
+            det = jax.device_get(predict(params, batch_stats, batch["images"],
+                                         batch["image_info"]))
+            for row in range(batch_size):
+                index = b * batch_size + row
+                if index >= len(images):
+                    break
+                item = images[index]
+                bar.update(1)
+                if not batch["mask"][row]:
+                    skipped.append((str(item.path), _reason(str(item.path))))
+                    continue
+                boxes, scores, classes = _select(det, row, score_threshold, max_detections)
+                height, width = (int(v) for v in batch["image_info"][row][:2])
+                entry = {"image": str(item.path), "width": width, "height": height,
+                         "detections": _detections_json(boxes, scores, classes, ids, names)}
+                _write_json(out_dir / f"{item.name}.json", entry)
+                drawn = draw_detections(load_image(item.path), boxes, classes, scores, names)
+                drawn.save(out_dir / f"{item.name}.jpg", quality=90)
+                results.append(entry)
+                total += len(boxes)
+    except RuntimeError:
+        # The eval loader refuses a pass in which no image could be read; for predict that is
+        # a result (every input listed as skipped in predictions.json), not a crash.
+        if results or len(skipped) < len(images):
+            raise
+    finally:
+        bar.close()
+
+    summary = PredictSummary(len(results), total, skipped, out_dir, step, results)
+    _write_json(out_dir / "predictions.json", {
+        "summary": summary.line(),
+        "checkpoint_step": step,
+        "workdir": str(workdir),
+        "score_threshold": score_threshold,
+        "max_detections": max_detections,
+        "classes": [{"id": i, "name": n} for i, n in zip(ids, names, strict=True)],
+        "num_images": summary.num_images,
+        "num_detections": summary.num_detections,
+        "skipped": [{"image": p, "reason": r} for p, r in skipped],
+        "images": results,
+    })
+    return summary
+
+
+__all__ = ["IMAGE_EXTENSIONS", "ImageInput", "PredictSummary", "class_labels", "find_images",
+           "predict_images"]

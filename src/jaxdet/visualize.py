@@ -1,0 +1,212 @@
+"""Drawing detections and image grids with Pillow (no matplotlib).
+
+Conventions: boxes are PIXEL (ymin, xmin, ymax, xmax) in the drawn image's own pixel grid;
+classes are contiguous 0-based indices into ``class_names``.
+
+    image = draw_detections(pixels, boxes, classes, scores, ["circle", "square"])
+    grid = image_grid([[gt_image, pred_image], ...], titles=["image 1", ...], cell_size=256)
+"""
+
+from __future__ import annotations
+
+import colorsys
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+_GOLDEN = 0.618033988749895
+WHITE = (255, 255, 255)
+
+
+def class_color(class_index: int, *, color_seed: int = 0) -> tuple[int, int, int]:
+    """A bright, saturated RGB colour for a class: stable across calls and runs.
+
+    Hues step by the golden ratio, so neighbouring class indices get far-apart hues.
+    """
+    hue = (0.13 + _GOLDEN * (int(class_index) + 7 * int(color_seed))) % 1.0
+    r, g, b = colorsys.hsv_to_rgb(hue, 0.85, 0.95)
+    return int(round(r * 255)), int(round(g * 255)), int(round(b * 255))
+
+
+def _text_color(fill: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Black or white, whichever reads better on ``fill`` (ITU-R BT.601 luma)."""
+    luma = 0.299 * fill[0] + 0.587 * fill[1] + 0.114 * fill[2]
+    return (0, 0, 0) if luma >= 140 else WHITE
+
+
+def line_width(height: int, width: int) -> int:
+    """Box outline width in pixels: 1 for thumbnails, growing with the shorter side."""
+    return max(1, int(round(min(height, width) / 200)))
+
+
+@functools.lru_cache(maxsize=16)
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError, ImportError):  # Pillow < 10.1 or no FreeType: bitmap font
+        return ImageFont.load_default()
+
+
+def font_size(height: int, width: int) -> int:
+    """Label font size in pixels for an image of this size (10 px minimum)."""
+    return max(10, int(round(min(height, width) / 40)))
+
+
+def tag_rect(
+    text_size: tuple[int, int],
+    box_xyxy: tuple[float, float, float, float],
+    image_size: tuple[int, int],
+) -> tuple[int, int, int, int]:
+    """Where a label tag of ``text_size`` (w, h, padding included) goes for a box.
+
+    Above the box's top-left corner when there is room, else just inside the top edge; shifted
+    left/up so that it stays inside the ``image_size`` (width, height) image (a tag larger
+    than the image is pinned to the top-left corner).
+
+    Returns:
+      (x0, y0, x1, y1) integer pixel rectangle, x1/y1 exclusive.
+    """
+    tw, th = text_size
+    width, height = image_size
+    x0 = int(round(box_xyxy[0]))
+    y_top = int(round(box_xyxy[1]))
+    y0 = y_top - th if y_top - th >= 0 else y_top
+    x0 = max(0, min(x0, width - tw))
+    y0 = max(0, min(y0, height - th))
+    return x0, y0, x0 + tw, y0 + th
+
+
+def _label(name: str, score: float | None) -> str:
+    return name if score is None else f"{name} {score:.2f}"
+
+
+def draw_detections(
+    image: np.ndarray,
+    boxes: np.ndarray,
+    classes: np.ndarray,
+    scores: np.ndarray | None,
+    class_names: Sequence[str],
+    *,
+    color_seed: int = 0,
+) -> Image.Image:
+    """Draws boxes with labelled tags on a copy of ``image``.
+
+    Args:
+      image: uint8 [H, W, 3] (a [H, W] grayscale array is accepted too).
+      boxes: [N, 4] PIXEL (ymin, xmin, ymax, xmax).
+      classes: [N] int, 0-based index into ``class_names`` (an index outside it is drawn as
+        ``class <k>``).
+      scores: [N] or None. None draws labels without scores (ground truth).
+      class_names: display name per class index.
+      color_seed: shifts the colour of every class (same seed, same colours).
+    Returns:
+      An RGB ``PIL.Image`` of size W x H; unchanged pixels where nothing is drawn.
+    """
+    pixels = np.asarray(image)
+    if pixels.ndim == 2:
+        pixels = np.repeat(pixels[:, :, None], 3, axis=2)
+    if pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise ValueError(f"image must be [H, W, 3], got shape {pixels.shape}")
+    out = Image.fromarray(np.ascontiguousarray(pixels.astype(np.uint8)), "RGB")
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    classes = np.asarray(classes).reshape(-1).astype(np.int64)
+    if classes.shape[0] != boxes.shape[0]:
+        raise ValueError(f"{boxes.shape[0]} boxes but {classes.shape[0]} classes")
+    if scores is not None:
+        scores = np.asarray(scores, np.float64).reshape(-1)
+        if scores.shape[0] != boxes.shape[0]:
+            raise ValueError(f"{boxes.shape[0]} boxes but {scores.shape[0]} scores")
+    if boxes.shape[0] == 0:
+        return out
+
+    height, width = pixels.shape[:2]
+    lw = line_width(height, width)
+    font = _font(font_size(height, width))
+    pad = max(1, lw)
+    draw = ImageDraw.Draw(out)
+    for i in range(boxes.shape[0]):
+        ymin, xmin, ymax, xmax = boxes[i]
+        if not np.all(np.isfinite(boxes[i])):
+            continue
+        k = int(classes[i])
+        name = class_names[k] if 0 <= k < len(class_names) else f"class {k}"
+        color = class_color(k, color_seed=color_seed)
+        # Pillow's rectangle includes both corners: the last pixel row/column is x1 - 1.
+        x0 = min(max(xmin, 0.0), width - 1)
+        y0 = min(max(ymin, 0.0), height - 1)
+        x1 = min(max(xmax - 1, x0), width - 1)
+        y1 = min(max(ymax - 1, y0), height - 1)
+        draw.rectangle([x0, y0, x1, y1], outline=color, width=lw)
+        text = _label(name, None if scores is None else float(scores[i]))
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+        tw, th = right - left + 2 * pad, bottom - top + 2 * pad
+        tx0, ty0, tx1, ty1 = tag_rect((tw, th), (x0, y0, x1, y1), (width, height))
+        draw.rectangle([tx0, ty0, tx1 - 1, ty1 - 1], fill=color)
+        draw.text((tx0 + pad - left, ty0 + pad - top), text, fill=_text_color(color), font=font)
+    return out
+
+
+def _fit(image: Image.Image, cell_w: int, cell_h: int) -> Image.Image:
+    """``image`` scaled (aspect kept) to fit cell_w x cell_h, centred on a white cell."""
+    image = image.convert("RGB")
+    scale = min(cell_w / image.width, cell_h / image.height)
+    new_w = max(1, min(cell_w, int(round(image.width * scale))))
+    new_h = max(1, min(cell_h, int(round(image.height * scale))))
+    cell = Image.new("RGB", (cell_w, cell_h), WHITE)
+    resample = Image.Resampling.LANCZOS if scale < 1 else Image.Resampling.NEAREST
+    cell.paste(image.resize((new_w, new_h), resample),
+               ((cell_w - new_w) // 2, (cell_h - new_h) // 2))
+    return cell
+
+
+def title_height(cell_size: int | tuple[int, int]) -> int:
+    """Height in pixels of the title band above each grid row."""
+    cell_w, cell_h = (cell_size, cell_size) if isinstance(cell_size, int) else cell_size
+    return font_size(cell_h, cell_w) + 8
+
+
+def image_grid(
+    rows: Sequence[Sequence[Image.Image]],
+    titles: Sequence[str] | None = None,
+    cell_size: int | tuple[int, int] = 256,
+    *,
+    gap: int = 4,
+) -> Image.Image:
+    """A white sheet with one row per entry of ``rows``, each image fitted into a fixed cell.
+
+    Args:
+      rows: images per row (rows may have different lengths; missing cells stay white).
+      titles: one title per row, drawn in a band of :func:`title_height` above the row, or
+        None for no bands.
+      cell_size: cell (width, height) in pixels, or one int for square cells. Images are
+        scaled with their aspect ratio kept and centred, padded with white.
+      gap: white pixels between and around cells.
+    Returns:
+      RGB image of width ``cols * cell_w + (cols + 1) * gap`` and height
+      ``len(rows) * (band + cell_h) + (len(rows) + 1) * gap`` with ``band`` = 0 without titles.
+    """
+    cell_w, cell_h = (cell_size, cell_size) if isinstance(cell_size, int) else cell_size
+    if cell_w < 1 or cell_h < 1:
+        raise ValueError(f"cell_size must be positive, got {cell_size}")
+    if titles is not None and len(titles) != len(rows):
+        raise ValueError(f"{len(rows)} rows but {len(titles)} titles")
+    cols = max((len(r) for r in rows), default=0)
+    band = title_height((cell_w, cell_h)) if titles is not None else 0
+    sheet_w = cols * cell_w + (cols + 1) * gap
+    sheet_h = len(rows) * (band + cell_h) + (len(rows) + 1) * gap
+    sheet = Image.new("RGB", (max(1, sheet_w), max(1, sheet_h)), WHITE)
+    draw = ImageDraw.Draw(sheet)
+    font = _font(max(10, band - 8)) if band else None
+    for r, row in enumerate(rows):
+        top = gap + r * (band + cell_h + gap)
+        if titles is not None:
+            draw.text((gap, top + 2), str(titles[r]), fill=(0, 0, 0), font=font)
+        for c, image in enumerate(row):
+            sheet.paste(_fit(image, cell_w, cell_h), (gap + c * (cell_w + gap), top + band))
+    return sheet
+
+
+__all__ = ["class_color", "draw_detections", "font_size", "image_grid", "line_width",
+           "tag_rect", "title_height"]
