@@ -1,4 +1,5 @@
-"""Test-wide settings: a persistent JAX compilation cache and CPU-only execution."""
+"""Test-wide settings (a persistent JAX compilation cache, CPU-only execution) and the tiny
+config that trains in seconds: 64x64 generated shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16."""
 
 import os
 
@@ -8,6 +9,47 @@ os.environ.setdefault(
 )
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxdet.config.loader import load_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+TINY = [
+    "name=tiny",
+    "model.backbone.depth_multiplier=0.25",
+    "model.neck.depth=16",
+    "model.head.depth=16",
+    "model.head.num_layers_before_predictor=1",
+    "model.post_processing.pre_nms_top_k=64",
+    "model.post_processing.score_threshold=0.0",
+    "model.post_processing.max_detections_per_class=10",
+    "model.post_processing.max_total_detections=10",
+    "data.resizer.height=64",
+    "data.resizer.width=64",
+    "data.train.num_images=24",
+    "data.train.image_size=[64, 64]",
+    "data.train.output_dir=data/train",
+    "data.eval.num_images=10",
+    "data.eval.image_size=[64, 80]",
+    "data.eval.output_dir=data/eval",
+    "data.max_number_of_boxes=8",
+    "train.batch_size=4",
+    "train.num_steps=6",
+    "train.checkpoint_every=3",
+    "train.log_every=1",
+    "train.learning_rate.warmup_steps=2",
+    "eval.batch_size=4",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_overrides() -> list[str]:
+    return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    return load_config("shapes_demo", TINY)

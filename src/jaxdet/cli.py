@@ -106,9 +106,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from jaxdet.predict import predict_images
 
-    missing = [p for p in args.inputs if not Path(p).exists()]
-    if missing:  # before loading the config and checkpoint
-        raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     config = _config_for_workdir(args)
     summary = predict_images(config, args.workdir, args.inputs, args.out,
                              score_threshold=args.score_threshold,

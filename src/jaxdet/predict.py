@@ -47,7 +47,7 @@ from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.loader import make_eval_loader
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
-from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS
+from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
 from jaxdet.eval.runner import make_predict_fn
 from jaxdet.visualize import draw_detections
 
@@ -188,10 +188,8 @@ def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                      ids: list[int], names: list[str]) -> list[dict]:
     """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO)."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    x0, y0 = np.round(b[:, 1], BBOX_DECIMALS), np.round(b[:, 0], BBOX_DECIMALS)
+    x0, y0, w, h = coco_xywh(b)
     x1, y1 = np.round(b[:, 3], BBOX_DECIMALS), np.round(b[:, 2], BBOX_DECIMALS)
-    w = np.round(b[:, 3] - b[:, 1], BBOX_DECIMALS)
-    h = np.round(b[:, 2] - b[:, 0], BBOX_DECIMALS)
     s = np.round(np.asarray(scores, np.float64), SCORE_DECIMALS)
     out = []
     for i, k in enumerate(np.asarray(classes).astype(np.int64).tolist()):

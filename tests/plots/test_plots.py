@@ -118,36 +118,15 @@ def test_try_plot_warns_instead_of_raising(tmp_path, caplog):
 
 # --------------------------------------------------------------------------- runs.train hook
 
-TINY = [
-    "name=tiny",
-    "model.neck.depth=16",
-    "model.head.depth=16",
-    "model.head.num_layers_before_predictor=1",
-    "model.post_processing.pre_nms_top_k=64",
-    "model.post_processing.max_detections_per_class=10",
-    "model.post_processing.max_total_detections=10",
-    "data.resizer.height=64",
-    "data.resizer.width=64",
-    "data.train.num_images=8",
-    "data.train.image_size=[64, 64]",
-    "data.train.output_dir=data/train",
-    "data.eval.num_images=4",
-    "data.eval.image_size=[64, 64]",
-    "data.eval.output_dir=data/eval",
-    "data.max_number_of_boxes=8",
-    "train.batch_size=2",
-    "train.num_steps=2",
-    "train.checkpoint_every=2",
-    "train.log_every=1",
-    "train.eval_every=0",
-    "train.learning_rate.warmup_steps=1",
-    "eval.batch_size=4",
-]
+# The suite's tiny config (tests/conftest.py), shortened to 2 steps with eval at the end only.
+SHORT = ["data.train.num_images=8", "data.eval.num_images=4", "data.eval.image_size=[64, 64]",
+         "train.batch_size=2", "train.num_steps=2", "train.checkpoint_every=2",
+         "train.eval_every=0", "train.learning_rate.warmup_steps=1"]
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load_config("shapes_demo", TINY)
+def tiny(tiny_overrides):
+    return load_config("shapes_demo", [*tiny_overrides, *SHORT])
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""A tiny trained workdir, made once per session (the tiny config of tests/e2e/conftest.py)."""
+"""A tiny trained workdir, made once per session (the tiny config of tests/conftest.py)."""
 
 from pathlib import Path
 
@@ -7,38 +7,11 @@ import pytest
 from jaxdet import runs
 from jaxdet.config.loader import load_config
 
-TINY = [
-    "name=tiny",
-    "model.backbone.depth_multiplier=0.25",
-    "model.neck.depth=16",
-    "model.head.depth=16",
-    "model.head.num_layers_before_predictor=1",
-    "model.post_processing.pre_nms_top_k=64",
-    "model.post_processing.score_threshold=0.0",
-    "model.post_processing.max_detections_per_class=10",
-    "model.post_processing.max_total_detections=10",
-    "data.resizer.height=64",
-    "data.resizer.width=64",
-    "data.train.num_images=24",
-    "data.train.image_size=[64, 64]",
-    "data.train.output_dir=data/train",
-    "data.eval.num_images=10",
-    "data.eval.image_size=[64, 80]",
-    "data.eval.output_dir=data/eval",
-    "data.max_number_of_boxes=8",
-    "train.batch_size=4",
-    "train.num_steps=6",
-    "train.checkpoint_every=3",
-    "train.log_every=1",
-    "train.learning_rate.warmup_steps=2",
-    "eval.batch_size=4",
-    "eval.num_visualizations=2",
-]
-
 
 @pytest.fixture(scope="session")
-def tiny_config():
-    return load_config("shapes_demo", TINY)
+def tiny_config(tiny_overrides):
+    """The suite's tiny config (tests/conftest.py) drawing 2 eval samples."""
+    return load_config("shapes_demo", [*tiny_overrides, "eval.num_visualizations=2"])
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,13 @@ BBOX_DECIMALS = 2
 SCORE_DECIMALS = 6
 
 
+def coco_xywh(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pixel yxyx boxes [N, 4] -> (x, y, width, height), each [N], rounded as written to JSON."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return (np.round(b[:, 1], BBOX_DECIMALS), np.round(b[:, 0], BBOX_DECIMALS),
+            np.round(b[:, 3] - b[:, 1], BBOX_DECIMALS), np.round(b[:, 2] - b[:, 0], BBOX_DECIMALS))
+
+
 def _normalize_ground_truth(dataset: dict, category_ids: Sequence[int],
                             category_names: Sequence[str] | None) -> dict:
     """Fill the fields pycocotools needs but small hand-made datasets often omit."""
@@ -176,10 +183,7 @@ class CocoEvaluator:
         """All detections in COCO results format (bbox = [x, y, width, height] pixels)."""
         out: list[dict] = []
         for rows, b, scores, cats in self._chunks:
-            x = np.round(b[:, 1], BBOX_DECIMALS)
-            y = np.round(b[:, 0], BBOX_DECIMALS)
-            w = np.round(b[:, 3] - b[:, 1], BBOX_DECIMALS)
-            h = np.round(b[:, 2] - b[:, 0], BBOX_DECIMALS)
+            x, y, w, h = coco_xywh(b)
             s = np.round(scores, SCORE_DECIMALS)
             for i, xx, yy, ww, hh, ss, c in zip(rows.tolist(), x.tolist(), y.tolist(),
                                                  w.tolist(), h.tolist(), s.tolist(),

@@ -130,15 +130,14 @@ class _KeepDetections:
                                        np.asarray(classes[row][:k]))
 
 
-def _fit(image: np.ndarray, boxes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scale an image (and its pixel boxes) so its longer side is ``size``: labels are drawn
-    at the size they are shown."""
+def _fit(image: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scale an image so its longer side is ``size`` (labels are drawn at the size they are
+    shown); returns (scaled image, [4] factors that map its pixel yxyx boxes alike)."""
     height, width = image.shape[:2]
     scale = size / max(height, width)
     new_h, new_w = max(1, round(height * scale)), max(1, round(width * scale))
     resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BILINEAR))
-    factor = np.array([new_h / height, new_w / width] * 2, np.float64)
-    return resized, np.asarray(boxes, np.float64).reshape(-1, 4) * factor
+    return resized, np.array([new_h / height, new_w / width] * 2, np.float64)
 
 
 def write_samples(
@@ -184,8 +183,9 @@ def write_samples(
         shown = f"score >= {score_threshold:g}"
         if keep.size == 0:
             keep, shown = order[:top_k], f"top {top_k}"
-        pixels, gt_boxes = _fit(image, gt_boxes, cell_size)
-        _, pred_boxes = _fit(image, np.asarray(boxes)[keep], cell_size)
+        pixels, factor = _fit(image, cell_size)
+        gt_boxes = gt_boxes * factor
+        pred_boxes = np.asarray(boxes, np.float64).reshape(-1, 4)[keep] * factor
         rows.append([
             draw_detections(pixels, gt_boxes, record["classes"], None, class_names),
             draw_detections(pixels, pred_boxes, np.asarray(classes)[keep],
