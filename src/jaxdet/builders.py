@@ -14,13 +14,16 @@ import optax
 from flax import nnx
 
 from jaxdet.config import schema as S
+from jaxdet.config.loader import ConfigError
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core import box_coders
 from jaxdet.core.detection_loss import DetectionLossParams
-from jaxdet.data import augment, resize
+from jaxdet.core.hard_example_miner import HardExampleMinerParams
+from jaxdet.data import augment, augment_color, augment_crop, resize
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.loader import make_eval_loader, make_train_loader
 from jaxdet.data.shapes import generate_shapes
+from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
@@ -235,6 +238,12 @@ def build_box_coder(cfg: S.ModelConfig):
 
 def build_loss_params(cfg: S.ModelConfig) -> DetectionLossParams:
     loss = cfg.loss
+    if loss.classification == "softmax" and not cfg.add_background_class:
+        raise ValueError(
+            "model.loss.classification=softmax needs model.add_background_class=true (the "
+            "softmax needs a background column for the unmatched anchors)"
+        )
+    miner = cfg.hard_example_miner
     return DetectionLossParams(
         classification=loss.classification,
         alpha=loss.alpha,
@@ -246,6 +255,12 @@ def build_loss_params(cfg: S.ModelConfig) -> DetectionLossParams:
         add_background_class=cfg.add_background_class,
         normalize_by_num_matches=loss.normalize_by_num_matches,
         normalize_loc_loss_by_codesize=loss.normalize_loc_loss_by_codesize,
+        logit_scale=loss.logit_scale,
+        bootstrap_alpha=loss.bootstrap_alpha,
+        hard_bootstrap=loss.hard_bootstrap,
+        hard_example_miner=None if miner is None else HardExampleMinerParams(
+            **miner.model_dump()
+        ),
     )
 
 
@@ -256,6 +271,7 @@ def build_matching_params(cfg: S.ModelConfig) -> MatchingParams:
         m.unmatched_threshold,
         m.negatives_lower_than_unmatched,
         m.force_match_for_each_row,
+        m.name,
     )
 
 
@@ -321,6 +337,8 @@ def build_optimizer(cfg: S.TrainConfig) -> tuple[optax.GradientTransformation, o
         rmsprop_decay=o.rmsprop_decay,
         weight_decay=o.weight_decay,
         clip_gradient_norm=o.clip_gradient_norm,
+        freeze_variables=tuple(cfg.freeze_variables),
+        update_trainable_variables=tuple(cfg.update_trainable_variables),
     )
     return tx, schedule
 
@@ -344,6 +362,11 @@ def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
                 "data.augment random_scale_crop_and_pad_to_square needs a square input size, "
                 f"got {size}"
             )
+        if op.output_size != size[0]:
+            raise ValueError(
+                f"data.augment random_scale_crop_and_pad_to_square output_size "
+                f"({op.output_size}) must equal the resizer's square size ({size[0]})"
+            )
         return augment.RandomScaleCropAndPadToSquare(size[0], op.scale_min, op.scale_max)
     if isinstance(op, S.SSDRandomCropConfig):
         return augment.SSDRandomCrop(
@@ -361,7 +384,28 @@ def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
             hue=op.hue,
             probability=op.probability,
         )
-    return augment.RandomPadImage(max_pad_frac=op.max_pad_frac)
+    return _build_tfod_augment_op(op)
+
+
+# TF OD API ops whose config fields are exactly their constructor's keyword arguments.
+_TFOD_AUGMENT_OPS = {
+    S.RandomPadImageConfig: augment_crop.RandomPadImage,
+    S.RandomAbsolutePadImageConfig: augment_crop.RandomAbsolutePadImage,
+    S.RandomCropImageConfig: augment_crop.RandomCropImage,
+    S.RandomSquareCropByScaleConfig: augment_crop.RandomSquareCropByScale,
+    S.RandomAdjustBrightnessConfig: augment_color.RandomAdjustBrightness,
+    S.RandomAdjustContrastConfig: augment_color.RandomAdjustContrast,
+    S.RandomAdjustHueConfig: augment_color.RandomAdjustHue,
+    S.RandomAdjustSaturationConfig: augment_color.RandomAdjustSaturation,
+    S.RandomDistortColorConfig: augment_color.RandomDistortColor,
+    S.RandomBlackPatchesConfig: augment_color.RandomBlackPatches,
+}
+
+
+def _build_tfod_augment_op(op: S.AugmentConfig):
+    fields = {k: (tuple(v) if isinstance(v, list) else v)
+              for k, v in op.model_dump(exclude={"name"}).items()}
+    return _TFOD_AUGMENT_OPS[type(op)](**fields)
 
 
 def build_transforms(cfg: S.DataConfig, *, training: bool) -> list:
@@ -373,8 +417,47 @@ def build_transforms(cfg: S.DataConfig, *, training: bool) -> list:
     return ops
 
 
-def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None):
-    """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``."""
+_TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it comes from
+    "input_path": "{role}_input_reader.tf_record_input_reader.input_path",
+    "label_map_path": "{role}_input_reader.label_map_path",
+}
+
+
+def _check_configured(cfg: S.TfRecordDataConfig, field: str | None) -> None:
+    """Refuse the TF OD API placeholder ``PATH_TO_BE_CONFIGURED``, naming the field to set."""
+    for name, paths in (("input_path", cfg.input_path), ("label_map_path", (cfg.label_map_path,))):
+        bad = [p for p in paths if p and "PATH_TO_BE_CONFIGURED" in p]
+        if not bad:
+            continue
+        roles = [field.rsplit(".", 1)[-1]] if field else ["train", "eval"]
+        ours = " or ".join(f"data.{r}.{name}" for r in roles)
+        theirs = " / ".join(_TF_FIELDS[name].format(role=r) for r in roles)
+        example = "train-?????-of-00100.tfrecord" if name == "input_path" else "label_map.pbtxt"
+        raise ConfigError(
+            f"{ours} is still the TF OD API placeholder {bad[0]!r} (from {theirs}); set it to "
+            f"your file, e.g. --set {ours.split(' or ')[0]}=/data/{example}"
+        )
+
+
+def check_data_paths(config: S.Config, *, splits: tuple[str, ...] = ("train", "eval")) -> None:
+    """Raises ConfigError, before any work, if a TFRecord dataset still holds a TF OD API
+    ``PATH_TO_BE_CONFIGURED`` placeholder (the message names the field to set)."""
+    for split in splits:
+        cfg = getattr(config.data, split)
+        if isinstance(cfg, S.TfRecordDataConfig):
+            _check_configured(cfg, f"data.{split}")
+
+
+def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
+                 num_classes: int | None = None, field: str | None = None):
+    """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``.
+
+    ``num_classes`` (the model's) bounds TFRecord labels (default: the label map's largest
+    id); ``field`` ("data.train" / "data.eval") names the config section in errors.
+    """
+    if isinstance(cfg, S.TfRecordDataConfig):
+        _check_configured(cfg, field)
+        return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes)
     if isinstance(cfg, S.CocoDataConfig):
         return CocoSource(cfg.annotation_file, cfg.image_dir)
     if isinstance(cfg, S.VocDataConfig):

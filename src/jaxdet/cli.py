@@ -1,7 +1,8 @@
-"""Command line: ``jaxdet train | eval | predict | summary | demo | configs``.
+"""Command line: ``jaxdet train | eval | predict | summary | demo | configs | convert-config |
+convert-dataset``.
 
-Every command that reads a config takes ``--config NAME_OR_PATH`` and any number of
-``--set section.field=value`` overrides.
+Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD API
+``--pipeline-config FILE``) and any number of ``--set section.field=value`` overrides.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ DEMO_TARGET_AP = 0.5
 
 
 def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--config", required=required,
-                   help="a shipped config name (see `jaxdet configs`) or a YAML file")
+    which = p.add_mutually_exclusive_group(required=required)
+    which.add_argument("--config",
+                       help="a shipped config name (see `jaxdet configs`) or a YAML file")
+    which.add_argument("--pipeline-config", metavar="FILE",
+                       help="a TF Object Detection API pipeline.config (instead of --config)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                    help="override a config field (repeatable), e.g. --set train.batch_size=4")
 
@@ -63,13 +67,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (no compile)")
 
+    p = sub.add_parser("convert-config",
+                       help="write the native YAML config of a TF OD API pipeline.config")
+    p.add_argument("pipeline_config", metavar="FILE", help="the pipeline.config to convert")
+    p.add_argument("-o", "--out", required=True, help="the YAML file to write")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
+                   help="override a jaxdet config field in the output (repeatable)")
+
     sub.add_parser("configs", help="list the shipped configs")
+
+    p = sub.add_parser("convert-dataset",
+                       help="convert COCO JSON / VOC <-> TF OD API TFRecord (tf.train.Example)")
+    from jaxdet.convert_dataset import add_arguments
+
+    add_arguments(p)
     return parser
 
 
+def _load(args: argparse.Namespace):
+    """The config named by --config or --pipeline-config, with --set overrides."""
+    if getattr(args, "pipeline_config", None):
+        from jaxdet.config.tfod import load_pipeline_config
+
+        return load_pipeline_config(args.pipeline_config, args.overrides)
+    return load_config(args.config, args.overrides)
+
+
 def _config_for_workdir(args: argparse.Namespace):
-    if args.config:
-        return load_config(args.config, args.overrides)
+    if args.config or args.pipeline_config:
+        return _load(args)
     saved = Path(args.workdir) / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"--config not given and {saved} does not exist")
@@ -86,7 +112,7 @@ def _print_metrics(metrics: dict, out_dir: Path) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
-    config = load_config(args.config, args.overrides)
+    config = _load(args)
     result = runs.train(config, args.workdir, evaluate=not args.no_eval)
     print(f"trained {result.step} steps; {result.images_per_second:.1f} img/s "
           f"(first step incl. compile: {result.compile_seconds:.1f} s)")
@@ -147,9 +173,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_summary(args: argparse.Namespace) -> int:
     from jaxdet.summary import format_summary, model_summary
 
-    config = load_config(args.config, args.overrides)
+    config = _load(args)
     summary = model_summary(config, flops=not args.no_flops)
     print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
+def cmd_convert_config(args: argparse.Namespace) -> int:
+    from jaxdet.config.loader import apply_overrides, validate
+    from jaxdet.config.tfod import conversion_yaml, convert_pipeline_config
+
+    conversion = convert_pipeline_config(args.pipeline_config)
+    config = validate(apply_overrides(conversion.raw, args.overrides),
+                      source=args.pipeline_config)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(conversion_yaml(conversion, config))
+    for text in conversion.warnings:
+        print(f"warning: {text}", file=sys.stderr)
+    print(f"wrote {out}: {config.model.backbone.name} + {config.model.neck.name} "
+          f"({len(conversion.same)} TF fields with the same effect, {len(conversion.warnings)} "
+          "with a difference: listed at the top of the file)")
     return 0
 
 
@@ -160,8 +204,15 @@ def cmd_configs(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert_dataset(args: argparse.Namespace) -> int:
+    from jaxdet.convert_dataset import run
+
+    return run(args)
+
+
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo": cmd_demo,
-            "summary": cmd_summary, "configs": cmd_configs}
+            "summary": cmd_summary, "configs": cmd_configs,
+            "convert-config": cmd_convert_config, "convert-dataset": cmd_convert_dataset}
 
 
 def main(argv: list[str] | None = None) -> int:

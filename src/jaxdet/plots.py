@@ -21,7 +21,8 @@ import numpy as np
 log = logging.getLogger("jaxdet")
 
 CURVES_FILE = "curves.png"
-EVAL_CURVES = ("AP", "AP50")
+# metrics.jsonl name (after "eval/") -> legend label
+EVAL_CURVES = {"AP": "AP", "AP50": "AP50", "PascalBoxes_Precision/mAP@0.5IOU": "VOC mAP@0.5"}
 
 
 def read_metrics_jsonl(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -119,14 +120,15 @@ def plot_training_curves(workdir: str | Path) -> Path:
         steps, values = metrics[f"eval/{name}"]
         values = np.where(values < 0, np.nan, values)  # pycocotools' -1: undefined
         finite = values[np.isfinite(values)]
-        label = f"{name} ({finite[-1]:.3f})" if finite.size else name
+        short = EVAL_CURVES[name]
+        label = f"{short} ({finite[-1]:.3f})" if finite.size else short
         ax_eval.plot(steps, values, marker="o", label=label)
     if present:
         ax_eval.set_ylim(bottom=0.0)
         ax_eval.legend(loc="lower right", fontsize=8)
     else:
         _note(ax_eval, "no evaluation yet")
-    ax_eval.set_title("evaluation (COCO)")
+    ax_eval.set_title("evaluation")
 
     last = max((int(s[-1]) for s, _ in metrics.values() if s.size), default=0)
     fig.suptitle(f"{workdir.resolve().name}: step {last:,}")

@@ -21,7 +21,7 @@ import jax
 from jaxdet import builders
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
-from jaxdet.eval.runner import evaluate_and_write, make_predict_fn
+from jaxdet.eval.runner import evaluate_and_write, headline_metrics, make_predict_fn
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
@@ -51,6 +51,9 @@ def config_fingerprint(config: Config) -> str:
         "ema": config.train.ema_decay is not None,
         "optimizer": config.train.optimizer.name,
     }
+    frozen = [list(config.train.freeze_variables), list(config.train.update_trainable_variables)]
+    if any(frozen):  # frozen parameters have no optimizer state: another tree to restore
+        keyed["frozen"] = frozen
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -90,7 +93,8 @@ class EvalContext:
     def build(cls, config: Config, task, workdir: Path) -> EvalContext:
         if config.data.eval is None:
             raise ValueError("data.eval is not set: there is nothing to evaluate on")
-        source = builders.build_source(config.data.eval, workdir)
+        source = builders.build_source(config.data.eval, workdir,
+                                       num_classes=config.model.num_classes, field="data.eval")
         return cls(config, task, make_predict_fn(task), source)
 
     def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:
@@ -107,6 +111,7 @@ class EvalContext:
             extra={"step": step, "config": self.config.name},
             progress=progress,
             num_visualizations=self.config.eval.num_visualizations,
+            metrics_set=self.config.eval.metrics_set,
         )
 
 
@@ -119,6 +124,7 @@ def train(
     evaluate: bool = True,
 ) -> LoopResult:
     """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one."""
+    builders.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     task = builders.build_task(config)
@@ -129,7 +135,8 @@ def train(
 
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
-    source = builders.build_source(config.data.train, workdir)
+    source = builders.build_source(config.data.train, workdir,
+                                   num_classes=config.model.num_classes, field="data.train")
     batches = builders.build_train_loader(config, source)
 
     start = checkpointer.latest_step()
@@ -153,7 +160,7 @@ def train(
             metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress)
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             logger.log(step, scalars, prefix="eval")
-            log.info("eval at step %d: AP %.3f AP50 %.3f", step, metrics["AP"], metrics["AP50"])
+            log.info("eval at step %d: %s", step, headline_metrics(metrics))
             if logger.enabled:
                 try_plot_training_curves(workdir)  # curves.png; failures only warn
 
@@ -191,6 +198,7 @@ def evaluate(
     progress: bool = True,
 ) -> dict:
     """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics."""
+    builders.check_data_paths(config, splits=("eval",))
     workdir = Path(workdir)
     task, state, step = restore_for_inference(config, workdir, step=step)
     ctx = EvalContext.build(config, task, workdir)

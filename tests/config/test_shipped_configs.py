@@ -54,6 +54,7 @@ TF_FEATURE_EXTRACTORS = {
 TF_AUGMENTS = {
     "random_horizontal_flip": "random_horizontal_flip",
     "ssd_random_crop": "ssd_random_crop",
+    "random_crop_image": "random_crop_image",
 }
 
 

@@ -9,7 +9,6 @@ from jaxdet.data.augment import (
     Normalize,
     RandomColorJitter,
     RandomHorizontalFlip,
-    RandomPadImage,
     RandomScaleCropAndPadToSquare,
     SSDRandomCrop,
 )
@@ -124,18 +123,6 @@ def test_ssd_random_crop_without_boxes(blocks):
     assert out["image"].shape[0] <= 60 and out["image"].shape[1] <= 80
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_pad_image(seed, blocks):
-    op = RandomPadImage(max_pad_frac=0.5, pad_value=(128, 128, 128))
-    sample = blocks.sample()
-    out = op(sample, np.random.default_rng(seed))
-    h, w = out["image"].shape[:2]
-    assert 60 <= h <= 90 and 80 <= w <= 120
-    assert len(out["boxes"]) == 2
-    blocks.assert_frame(out, tol=1e-3)
-    np.testing.assert_allclose(out["image_info"], [60, 80, h, w])
-
-
 def test_color_jitter_keeps_boxes_range_and_uniform_blocks(blocks):
     op = RandomColorJitter(hue=0.1)
     for seed in range(8):
@@ -171,7 +158,7 @@ def test_normalize(blocks):
 
 def test_ops_do_not_modify_their_input(blocks):
     ops = [RandomHorizontalFlip(1.0), RandomScaleCropAndPadToSquare(48), SSDRandomCrop(
-        random_coef=0.0), RandomPadImage(), RandomColorJitter(), Normalize()]
+        random_coef=0.0), RandomColorJitter(), Normalize()]
     for op in ops:
         sample = blocks.sample()
         copy = {k: np.copy(v) for k, v in sample.items()}

@@ -4,21 +4,36 @@ A config is a YAML file validated by :class:`Config`. Unknown fields are errors 
 ``config/loader.py`` for the messages), and every choice is a ``Literal`` so a bad value is
 reported with the allowed ones. Sections with several kinds (``neck``, ``anchors``, ``head``,
 ``resizer``, ``learning_rate``, data sources and augment ops) are tagged unions selected by
-their ``name`` (or ``type``) field.
+their ``name`` (or ``type``) field. The augment-op sections live in ``schema_augment.py`` and
+are re-exported here.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-
-class Strict(BaseModel):
-    """Base for all config sections: unknown fields are rejected, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
+    AugmentConfig,
+    PadColor,
+    RandomAbsolutePadImageConfig,
+    RandomAdjustBrightnessConfig,
+    RandomAdjustContrastConfig,
+    RandomAdjustHueConfig,
+    RandomAdjustSaturationConfig,
+    RandomBlackPatchesConfig,
+    RandomColorJitterConfig,
+    RandomCropImageConfig,
+    RandomDistortColorConfig,
+    RandomHorizontalFlipConfig,
+    RandomPadImageConfig,
+    RandomScaleCropAndPadToSquareConfig,
+    RandomSquareCropByScaleConfig,
+    SSDRandomCropConfig,
+)
+from jaxdet.config.schema_base import Strict
 
 # --------------------------------------------------------------------------- model
 
@@ -159,8 +174,10 @@ class BoxCoderConfig(Strict):
 
 
 class MatcherConfig(Strict):
-    """Argmax matcher on IoU between anchors and ground truth."""
+    """Matcher on IoU between anchors and ground truth: ``argmax`` (thresholds below) or
+    ``bipartite`` (TF greedy bipartite: one anchor per ground truth; thresholds unused)."""
 
+    name: Literal["argmax", "bipartite"] = "argmax"
     matched_threshold: float = Field(0.5, ge=0.0, le=1.0)
     unmatched_threshold: float = Field(0.5, ge=0.0, le=1.0)
     negatives_lower_than_unmatched: bool = True
@@ -180,18 +197,38 @@ class LossConfig(Strict):
     """Classification and localization losses and their weights.
 
     ``normalize_loc_loss_by_codesize`` divides the localization loss by the box code size (4),
-    as TF OD API's option of that name does.
+    as TF OD API's option of that name does. ``alpha``/``gamma``: sigmoid_focal;
+    ``bootstrap_alpha``/``hard_bootstrap``: bootstrapped_sigmoid (TF alpha / hard_bootstrap);
+    ``logit_scale``: softmax (needs ``model.add_background_class``).
     """
 
-    classification: Literal["sigmoid_focal", "weighted_sigmoid", "softmax"] = "sigmoid_focal"
+    classification: Literal[
+        "sigmoid_focal", "weighted_sigmoid", "bootstrapped_sigmoid", "softmax"
+    ] = "sigmoid_focal"
     alpha: float | None = 0.25
     gamma: float = Field(2.0, ge=0.0)
-    localization: Literal["smooth_l1", "l1", "giou"] = "smooth_l1"
+    bootstrap_alpha: float = Field(0.5, ge=0.0, le=1.0)
+    hard_bootstrap: bool = False
+    logit_scale: float = Field(1.0, gt=0.0)
+    localization: Literal["smooth_l1", "l1", "l2", "giou"] = "smooth_l1"
     delta: float = Field(1.0, gt=0.0)
     classification_weight: float = Field(1.0, ge=0.0)
     localization_weight: float = Field(1.0, ge=0.0)
     normalize_by_num_matches: bool = True
     normalize_loc_loss_by_codesize: bool = False
+
+
+class HardExampleMinerConfig(Strict):
+    """TF OD API ``HardExampleMiner``: per image, NMS (``iou_threshold``) over the predicted
+    boxes scored by their loss keeps the ``num_hard_examples`` hardest anchors (0: all that
+    NMS leaves), then at most ``max(min_negatives_per_image, max_negatives_per_positive *
+    positives)`` of their negatives (``max_negatives_per_positive`` 0: no cap)."""
+
+    num_hard_examples: int = Field(64, ge=0)
+    iou_threshold: float = Field(0.7, gt=0.0, le=1.0)
+    loss_type: Literal["both", "classification", "localization"] = "both"
+    max_negatives_per_positive: float = Field(0, ge=0.0)
+    min_negatives_per_image: int = Field(0, ge=0)
 
 
 class PostProcessingConfig(Strict):
@@ -220,6 +257,7 @@ class ModelConfig(Strict):
     box_coder: BoxCoderConfig = BoxCoderConfig()
     matcher: MatcherConfig = MatcherConfig()
     loss: LossConfig = LossConfig()
+    hard_example_miner: HardExampleMinerConfig | None = None
     post_processing: PostProcessingConfig = PostProcessingConfig()
 
 
@@ -257,8 +295,24 @@ class ShapesDataConfig(Strict):
     max_size_frac: float = Field(0.6, gt=0.0, le=1.0)
 
 
+class TfRecordDataConfig(Strict):
+    """TF OD API TFRecord files of tf.train.Example (``input_path``: files or globs such as
+    ``train-?????-of-00256.tfrecord``; one string or a list). Class index = label - 1; names
+    from ``label_map_path`` (a StringIntLabelMap pbtxt) when given."""
+
+    type: Literal["tfrecord"]
+    input_path: tuple[str, ...] = Field(min_length=1)
+    label_map_path: str | None = None
+
+    @field_validator("input_path", mode="before")
+    @classmethod
+    def _one_or_many(cls, value):
+        return (value,) if isinstance(value, str) else value
+
+
 DatasetConfig = Annotated[
-    CocoDataConfig | VocDataConfig | ShapesDataConfig, Field(discriminator="type")
+    CocoDataConfig | VocDataConfig | ShapesDataConfig | TfRecordDataConfig,
+    Field(discriminator="type"),
 ]
 
 
@@ -277,52 +331,6 @@ class KeepAspectRatioResizerConfig(Strict):
 
 ResizerConfig = Annotated[
     FixedShapeResizerConfig | KeepAspectRatioResizerConfig, Field(discriminator="name")
-]
-
-
-class RandomHorizontalFlipConfig(Strict):
-    name: Literal["random_horizontal_flip"]
-    probability: float = Field(0.5, ge=0.0, le=1.0)
-
-
-class RandomScaleCropAndPadToSquareConfig(Strict):
-    """Scale jitter + crop to the (square) input size; the resizer must be square."""
-
-    name: Literal["random_scale_crop_and_pad_to_square"]
-    scale_min: float = Field(0.1, gt=0.0)
-    scale_max: float = Field(2.0, gt=0.0)
-
-
-class SSDRandomCropConfig(Strict):
-    name: Literal["ssd_random_crop"]
-    min_object_covered: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
-    aspect_ratio_range: tuple[float, float] = (0.5, 2.0)
-    area_range: tuple[float, float] = (0.1, 1.0)
-    overlap_thresh: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
-    random_coef: float = Field(0.15, ge=0.0, le=1.0)
-
-
-class RandomColorJitterConfig(Strict):
-    name: Literal["random_color_jitter"]
-    brightness: float = Field(0.125, ge=0.0)
-    contrast: tuple[float, float] = (0.5, 1.5)
-    saturation: tuple[float, float] = (0.5, 1.5)
-    hue: float = Field(0.02, ge=0.0)
-    probability: float = Field(1.0, ge=0.0, le=1.0)
-
-
-class RandomPadImageConfig(Strict):
-    name: Literal["random_pad_image"]
-    max_pad_frac: float = Field(0.5, ge=0.0)
-
-
-AugmentConfig = Annotated[
-    RandomHorizontalFlipConfig
-    | RandomScaleCropAndPadToSquareConfig
-    | SSDRandomCropConfig
-    | RandomColorJitterConfig
-    | RandomPadImageConfig,
-    Field(discriminator="name"),
 ]
 
 
@@ -419,6 +427,21 @@ class TrainConfig(Strict):
     keep_checkpoints: int = Field(3, ge=1)
     eval_every: int = Field(0, ge=0)
     log_every: int = Field(10, ge=1)
+    freeze_variables: tuple[str, ...] = ()
+    update_trainable_variables: tuple[str, ...] = ()
+
+    @field_validator("freeze_variables", "update_trainable_variables")
+    @classmethod
+    def _regexes_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        """Regexes (``re.search``) over '/'-joined parameter paths, e.g. ``^backbone/``:
+        ``freeze_variables`` are not updated; when ``update_trainable_variables`` is set,
+        only the parameters it matches are (TF OD API train_config fields)."""
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"{pattern!r} is not a valid regular expression ({e})") from None
+        return patterns
 
 
 class EvalConfig(Strict):
@@ -426,6 +449,9 @@ class EvalConfig(Strict):
     max_images: int | None = Field(None, ge=1)
     use_ema: bool = True
     num_visualizations: int = Field(8, ge=0)
+    metrics_set: tuple[Literal["coco_detection_metrics", "pascal_voc_detection_metrics"], ...] = (
+        "coco_detection_metrics",
+    )
 
 
 class Config(Strict):

@@ -19,6 +19,21 @@ def weighted_sigmoid_loss(logits: jnp.ndarray, targets: jnp.ndarray) -> jnp.ndar
     return jnp.maximum(logits, 0.0) - logits * targets + jnp.log1p(jnp.exp(-jnp.abs(logits)))
 
 
+def bootstrapped_sigmoid_loss(
+    logits: jnp.ndarray, targets: jnp.ndarray, alpha: float = 0.5, hard: bool = False
+) -> jnp.ndarray:
+    """Bootstrapped sigmoid cross-entropy per entry ``[..., C]`` (TF
+    ``BootstrappedSigmoidClassificationLoss``, Reed et al. 2014).
+
+    The target becomes ``alpha * t + (1 - alpha) * q`` with ``q = sigmoid(logits)`` ("soft")
+    or ``q = 1[sigmoid(logits) > 0.5]`` (``hard``), then sigmoid cross-entropy. As in TF the
+    soft ``q`` is not stopped: the gradient flows through the target too.
+    """
+    p = jax.nn.sigmoid(logits)
+    q = (p > 0.5).astype(logits.dtype) if hard else p
+    return weighted_sigmoid_loss(logits, alpha * targets + (1.0 - alpha) * q)
+
+
 def sigmoid_focal_loss(
     logits: jnp.ndarray,
     targets: jnp.ndarray,
@@ -67,6 +82,13 @@ def smooth_l1_loss(pred: jnp.ndarray, target: jnp.ndarray, delta: float = 1.0) -
 def l1_loss(pred: jnp.ndarray, target: jnp.ndarray) -> jnp.ndarray:
     """Absolute difference summed over the last axis -> ``[...]``."""
     return jnp.sum(jnp.abs(pred - target), axis=-1)
+
+
+def l2_loss(pred: jnp.ndarray, target: jnp.ndarray) -> jnp.ndarray:
+    """``0.5 * (pred - target)**2`` summed over the last axis -> ``[...]`` (TF
+    ``WeightedL2LocalizationLoss``; TF multiplies the difference by the anchor weight before
+    squaring, the same for the 0/1 weights used here)."""
+    return jnp.sum(0.5 * jnp.square(pred - target), axis=-1)
 
 
 def giou_loss(pred_boxes: jnp.ndarray, target_boxes: jnp.ndarray) -> jnp.ndarray:

@@ -1,4 +1,5 @@
-"""Static-shape argmax matching (TF OD API ``ArgMaxMatcher`` semantics).
+"""Static-shape matchers: argmax (TF OD API ``ArgMaxMatcher``) and greedy bipartite
+(TF ``GreedyBipartiteMatcher``).
 
 A match is an ``int32`` vector over columns (anchors): ``>= 0`` the matched row (ground
 truth), ``-1`` unmatched (a negative), ``-2`` ignored.
@@ -70,6 +71,43 @@ def argmax_match(
         matches = jnp.where(jnp.any(forced, axis=0), forcing_row, matches)
 
     return jnp.where(jnp.any(valid_rows), matches, UNMATCHED).astype(jnp.int32)
+
+
+def bipartite_match(similarity: jnp.ndarray, valid_rows: jnp.ndarray) -> jnp.ndarray:
+    """Greedy bipartite matching of ``similarity[N, M]`` -> ``[M]`` int32 (TF
+    ``GreedyBipartiteMatcher``).
+
+    ``min(N, M)`` times (a static ``lax.fori_loop``): take the largest similarity among the
+    valid rows and the columns not yet matched (ties: the first in row-major order), match
+    that column to that row, and remove the row and the column. Every valid row thus gets one
+    column whatever its similarity (no thresholds); all other columns are -1 (negatives),
+    none is ignored. Invalid (padded) rows never match. Unlike TF, which moves the valid rows
+    first and returns indices into that reordered matrix, the indices here are the original
+    row indices (the same when padding rows come last, as they do in jaxdet).
+    """
+    num_rows, num_cols = similarity.shape
+    if num_rows == 0 or num_cols == 0:
+        return jnp.full((num_cols,), UNMATCHED, jnp.int32)
+    sim = jnp.where(valid_rows.astype(bool)[:, None], similarity.astype(jnp.float32), -jnp.inf)
+
+    def body(_, carry):
+        row_free, col_free, match = carry
+        masked = jnp.where(row_free[:, None] & col_free[None, :], sim, -jnp.inf).reshape(-1)
+        flat = jnp.argmax(masked)
+        ok = masked[flat] > -jnp.inf
+        row, col = flat // num_cols, flat % num_cols
+        match = jnp.where(ok, match.at[col].set(row.astype(jnp.int32)), match)
+        row_free = row_free.at[row].set(row_free[row] & ~ok)
+        col_free = col_free.at[col].set(col_free[col] & ~ok)
+        return row_free, col_free, match
+
+    init = (
+        jnp.ones((num_rows,), bool),
+        jnp.ones((num_cols,), bool),
+        jnp.full((num_cols,), UNMATCHED, jnp.int32),
+    )
+    _, _, match = jax.lax.fori_loop(0, min(num_rows, num_cols), body, init)
+    return match
 
 
 def gather_by_match(

@@ -66,6 +66,31 @@ def _greedy_nms(boxes, scores, *, score_threshold, iou_threshold, max_picks):
     return indices, valid
 
 
+def non_max_suppression(
+    boxes: jnp.ndarray,
+    scores: jnp.ndarray,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float = -float("inf"),
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Greedy single-class NMS over all of ``boxes[k, 4]``, ``scores[k]`` (as
+    ``tf.image.non_max_suppression``).
+
+    Returns ``(indices[max_output_size] int32, valid[max_output_size] bool)`` in selection
+    order (descending score). A candidate needs a score > ``score_threshold`` (the default
+    takes every finite score; NaN never); IoU > ``iou_threshold`` with a pick suppresses it.
+    Invalid slots hold index 0.
+    """
+    return _greedy_nms(
+        boxes.astype(jnp.float32),
+        scores.astype(jnp.float32),
+        score_threshold=score_threshold,
+        iou_threshold=iou_threshold,
+        max_picks=int(max_output_size),
+    )
+
+
 def _nms_one_set(boxes, scores, *, top_k, score_threshold, iou_threshold, max_picks):
     """Top-k candidates, then greedy NMS -> ``(boxes[P, 4], scores[P], index[P])``.
 

@@ -1,17 +1,20 @@
 """Per-image target assignment for anchor-based detectors (static shapes, vmap-able).
 
-Follows TF OD API ``core/target_assigner.py`` with IoU similarity and the argmax matcher:
+Follows TF OD API ``core/target_assigner.py`` with IoU similarity and the argmax or greedy
+bipartite matcher:
 every ground-truth field is gathered per anchor by ONE one-hot matmul over a table with
 the ignored / unmatched sentinel rows prepended.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 
 from jaxdet.core import box_ops
-from jaxdet.core.matcher import argmax_match, gather_by_match
+from jaxdet.core.matcher import argmax_match, bipartite_match, gather_by_match
 
 
 def assign_targets(
@@ -27,6 +30,7 @@ def assign_targets(
     unmatched_threshold: float | None = None,
     negatives_lower_than_unmatched: bool = True,
     force_match_for_each_row: bool = False,
+    matcher: Literal["argmax", "bipartite"] = "argmax",
 ) -> dict[str, jnp.ndarray]:
     """Targets for ``anchors[A, 4]`` from padded ground truth ``gt_*[N, ...]``.
 
@@ -42,20 +46,27 @@ def assign_targets(
 
     ``gt_classes`` are 0-based; padded rows (``gt_valid`` False) never match. Ignore ground
     truth takes part in matching so that the anchors covering it are neither positives nor
-    negatives. Use ``jax.vmap`` (keyword arguments closed over) for a batch.
+    negatives. ``matcher="bipartite"`` uses :func:`bipartite_match` (one anchor per ground
+    truth; the thresholds and ``force_match_for_each_row`` are not used). Use ``jax.vmap``
+    (keyword arguments closed over) for a batch.
     """
     anchors = anchors.astype(jnp.float32)
     gt_boxes = gt_boxes.astype(jnp.float32)
     gt_valid = gt_valid.astype(bool)
     similarity = box_ops.iou(gt_boxes, anchors)  # [N, A]
-    match = argmax_match(
-        similarity,
-        gt_valid,
-        matched_threshold,
-        unmatched_threshold,
-        negatives_lower_than_unmatched=negatives_lower_than_unmatched,
-        force_match_for_each_row=force_match_for_each_row,
-    )
+    if matcher == "bipartite":
+        match = bipartite_match(similarity, gt_valid)
+    elif matcher == "argmax":
+        match = argmax_match(
+            similarity,
+            gt_valid,
+            matched_threshold,
+            unmatched_threshold,
+            negatives_lower_than_unmatched=negatives_lower_than_unmatched,
+            force_match_for_each_row=force_match_for_each_row,
+        )
+    else:
+        raise ValueError(f"matcher={matcher!r}; allowed: argmax, bipartite")
 
     # One table, one gather: [one-hot class | box | ignore flag]; padded rows zeroed so
     # garbage there (never selected) cannot leak through the matmul as NaN.

@@ -8,7 +8,8 @@ less than ``min_visible_fraction`` of their area, is left. Ops never modify thei
 
 Semantics follow the TF Object Detection API preprocessor (``random_horizontal_flip``,
 ``random_scale_crop_and_pad_to_square``, ``ssd_random_crop``, ``random_distort_color``,
-``random_pad_image``); :class:`Normalize` goes last.
+and the colour jitter); the TF ops added for pipeline.config live in ``augment_crop.py`` and
+``augment_color.py``. :class:`Normalize` goes last.
 """
 
 from __future__ import annotations
@@ -177,40 +178,6 @@ class SSDRandomCrop:
         return sample
 
 
-@dataclasses.dataclass(frozen=True)
-class RandomPadImage:
-    """Places the image at a random offset on a larger canvas filled with ``pad_value``.
-
-    Each side grows by U[0, max_pad_frac] of its length (TF OD API ``random_pad_image``).
-    """
-
-    max_pad_frac: float = 0.5
-    pad_value: tuple[float, float, float] = (128.0, 128.0, 128.0)
-    probability: float = 1.0
-
-    def __post_init__(self):
-        if self.max_pad_frac < 0:
-            raise ValueError(f"max_pad_frac must be >= 0, got {self.max_pad_frac}")
-        _check_probability("probability", self.probability)
-
-    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
-        if rng.random() >= self.probability:
-            return sample
-        image = sample["image"]
-        height, width = image.shape[:2]
-        new_h = height + int(rng.uniform(0, self.max_pad_frac) * height)
-        new_w = width + int(rng.uniform(0, self.max_pad_frac) * width)
-        off_y = int(rng.integers(0, new_h - height + 1))
-        off_x = int(rng.integers(0, new_w - width + 1))
-        canvas = np.empty((new_h, new_w, image.shape[2]), np.float32)
-        canvas[...] = np.asarray(self.pad_value, np.float32)
-        canvas[off_y:off_y + height, off_x:off_x + width] = image
-        out = reframe_boxes(sample, src_size=(height, width), offset=(off_y, off_x),
-                            window=None, canvas_size=(new_h, new_w))
-        out["image"] = canvas
-        return set_content_size(out, new_h, new_w, (height, width))
-
-
 def _rgb_to_hsv(r: np.ndarray, g: np.ndarray, b: np.ndarray):
     """Planar float32 RGB (any scale) -> hue in [0, 1), saturation in [0, 1], value."""
     maxc = np.maximum(np.maximum(r, g), b)
@@ -313,7 +280,6 @@ __all__ = [
     "Normalize",
     "RandomColorJitter",
     "RandomHorizontalFlip",
-    "RandomPadImage",
     "RandomScaleCropAndPadToSquare",
     "SSDRandomCrop",
     "filter_boxes",

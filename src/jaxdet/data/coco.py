@@ -22,20 +22,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jaxdet.data.records import Record, SkipCounter, make_record
+from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
 
 logger = logging.getLogger("jaxdet.data")
 
-# Boxes exceeding the image by at most this many pixels are clipped without a warning
-# (COCO has many boxes off by float rounding).
-CLIP_TOLERANCE_PX = 1.0
 
 
 def _image_size_from_file(path: str) -> tuple[int, int] | None:
@@ -160,19 +156,17 @@ class CocoSource:
             if category not in cat_index:
                 self.skips.add("unknown_category", file, image_where, f"category id {category}")
                 continue
-            if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
+            height, width = int(self._heights[row]), int(self._widths[row])
+            box, problem = pixel_box((y, x, y + h, x + w), height, width)
+            if problem == "degenerate_box":
                 self.skips.add("degenerate_box", file, image_where, f"bbox {[x, y, w, h]}")
                 continue
-            height, width = int(self._heights[row]), int(self._widths[row])
-            y0, x0, y1, x1 = y, x, y + h, x + w
-            cy0, cx0 = min(max(y0, 0.0), height), min(max(x0, 0.0), width)
-            cy1, cx1 = min(max(y1, 0.0), height), min(max(x1, 0.0), width)
-            if cy1 <= cy0 or cx1 <= cx0:
+            if problem == "box_outside_image":
                 self.skips.add("box_outside_image", file, image_where,
                                f"bbox {[x, y, w, h]} in a {width}x{height} image")
                 continue
-            off = max(abs(cy0 - y0), abs(cx0 - x0), abs(cy1 - y1), abs(cx1 - x1))
-            if off > CLIP_TOLERANCE_PX:
+            cy0, cx0, cy1, cx1 = box
+            if problem == "box_clipped":
                 self.skips.add("box_clipped", file, image_where,
                                f"bbox {[x, y, w, h]} clipped to a {width}x{height} image")
                 self._clipped_annotations[position] = [cx0, cy0, cx1 - cx0, cy1 - cy0]

@@ -19,6 +19,7 @@ they are (TensorFlow's decoder does the same).
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import warnings
@@ -74,12 +75,66 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
       CorruptImageError: the file is missing, empty, truncated or not an image.
     """
     path = os.fspath(path)
+    return _decode(path, path)
+
+
+def load_image_bytes(data: bytes, name: str) -> np.ndarray:
+    """Decodes encoded image bytes (JPEG, PNG, ...) into a uint8 RGB array [H, W, 3], exactly
+    as :func:`load_image` decodes a file; ``name`` says where they came from in errors.
+
+    Raises:
+      CorruptImageError: the bytes are empty, truncated or not an image.
+    """
+    return _decode(io.BytesIO(data), name)
+
+
+def read_image_bytes(ref: tuple[str, int, int], name: str) -> bytes:
+    """The ``length`` bytes at byte ``offset`` of ``file``, for ``ref = (file, offset, length)``.
+
+    Raises:
+      CorruptImageError: the file is missing or ends before the bytes do.
+    """
+    file, offset, length = ref
+    try:
+        with open(file, "rb") as f:
+            f.seek(int(offset))
+            data = f.read(int(length))
+    except FileNotFoundError:
+        raise CorruptImageError(name, f"file not found: {file}") from None
+    except OSError as e:
+        raise CorruptImageError(name, f"cannot read {file}: {e}") from None
+    if len(data) != int(length):
+        raise CorruptImageError(name, f"{file} ends {int(length) - len(data)} bytes before the "
+                                      "image does")
+    return data
+
+
+def load_record_image(record: dict) -> np.ndarray:
+    """Decodes a source record's image into uint8 RGB [H, W, 3].
+
+    A record normally names an image file (``"image_path"``). A record whose image is stored
+    inside a container file (a TFRecord) carries ``"image_bytes_ref": (file, offset,
+    length)``, the byte range of the encoded image in that file; its ``image_path`` then only
+    names it in messages.
+
+    Raises:
+      CorruptImageError: the image is missing, truncated or cannot be decoded.
+    """
+    ref = record.get("image_bytes_ref")
+    if ref is None:
+        return load_image(record["image_path"])
+    name = str(record.get("image_path") or f"{ref[0]}@{ref[1]}")
+    return load_image_bytes(read_image_bytes(ref, name), name)
+
+
+def _decode(source: str | io.BytesIO, path: str) -> np.ndarray:
+    """Shared decode of a file name or a byte stream; errors name ``path``."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         _warn_truncated_flag()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Palette images with Transparency"
-            with Image.open(path) as image:
+            with Image.open(source) as image:
                 image.load()
                 if getattr(image, "_ended", False):
                     # JPEG plugin: premature end of data, EOI faked because

@@ -49,7 +49,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from jaxdet.data.decode import CorruptImageError, load_image
+from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
 from jaxdet.data.records import EpochTally, Record, SkipCounter
@@ -107,7 +107,7 @@ class _Pipeline:
     def process(self, index: int, rng: np.random.Generator) -> Sample:
         record = self.source[index]
         try:
-            image = load_image(record["image_path"])
+            image = load_record_image(record)
         except CorruptImageError as e:
             return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
         sample = self.finish(build_sample(record, image), rng, mask=True)
@@ -223,6 +223,8 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
 
 
 def _describe(source: Any) -> str:
+    if callable(getattr(source, "describe", None)):
+        return str(source.describe())
     for attr in ("annotation_file", "annotation_dir"):
         if hasattr(source, attr):
             return str(getattr(source, attr))
@@ -230,6 +232,8 @@ def _describe(source: Any) -> str:
 
 
 def _image_dir(source: Any) -> str:
+    if getattr(source, "image_location", None):  # e.g. "the TFRecord files a, b"
+        return str(source.image_location)
     image_dir = getattr(source, "image_dir", None)
     return f"the image directory {image_dir}" if image_dir else "the image directory"
 

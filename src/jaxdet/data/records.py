@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,9 @@ import numpy as np
 logger = logging.getLogger("jaxdet.data")
 
 Record = dict[str, Any]
+
+# Boxes exceeding the image by at most this many pixels are clipped without a warning.
+CLIP_TOLERANCE_PX = 1.0
 
 RECORD_KEYS = ("image_path", "image_id", "height", "width", "boxes", "classes", "is_crowd")
 
@@ -143,3 +148,25 @@ class EpochTally:
             return False
         self.reported = next_index >= (self.epoch + 1) * self.num_records
         return self.reported
+
+
+def pixel_box(
+    box: Sequence[float], height: int, width: int
+) -> tuple[tuple[float, float, float, float] | None, str | None]:
+    """Validates one PIXEL (ymin, xmin, ymax, xmax) box inside a height x width image, with
+    the rules every source applies.
+
+    Returns:
+      (clipped box or None, reason or None): reason "degenerate_box" (non-finite or empty:
+      dropped), "box_outside_image" (nothing inside: dropped), "box_clipped" (kept, clipped by
+      more than ``CLIP_TOLERANCE_PX``), or None (kept; clipped silently within tolerance).
+    """
+    y0, x0, y1, x1 = (float(v) for v in box)
+    if not all(math.isfinite(v) for v in (y0, x0, y1, x1)) or y1 <= y0 or x1 <= x0:
+        return None, "degenerate_box"
+    cy0, cx0 = min(max(y0, 0.0), height), min(max(x0, 0.0), width)
+    cy1, cx1 = min(max(y1, 0.0), height), min(max(x1, 0.0), width)
+    if cy1 <= cy0 or cx1 <= cx0:
+        return None, "box_outside_image"
+    off = max(abs(cy0 - y0), abs(cx0 - x0), abs(cy1 - y1), abs(cx1 - x1))
+    return (cy0, cx0, cy1, cx1), ("box_clipped" if off > CLIP_TOLERANCE_PX else None)

@@ -22,7 +22,6 @@ Unreadable image files are found later, by the loaders (skipped and counted ther
 from __future__ import annotations
 
 import logging
-import math
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdet.data.records import Record, SkipCounter, make_record
+from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -166,16 +165,15 @@ class VocSource:
             if name is None:
                 self.skips.add("malformed_object", xml_file, f"object {k}", "no <name>")
                 continue
-            y0, x0, y1, x1 = ymin - 1.0, xmin - 1.0, ymax, xmax
-            if not all(map(math.isfinite, (y0, x0, y1, x1))) or y1 <= y0 or x1 <= x0:
+            c, problem = pixel_box((ymin - 1.0, xmin - 1.0, ymax, xmax), height, width)
+            if problem == "degenerate_box":
                 self.skips.add("degenerate_box", xml_file, f"object {k} ({name})",
                                f"bndbox {[xmin, ymin, xmax, ymax]}")
                 continue
-            c = (max(y0, 0.0), max(x0, 0.0), min(y1, float(height)), min(x1, float(width)))
-            if c[2] <= c[0] or c[3] <= c[1]:
+            if problem == "box_outside_image":
                 self.skips.add("box_outside_image", xml_file, f"object {k} ({name})")
                 continue
-            if max(abs(a - b) for a, b in zip(c, (y0, x0, y1, x1), strict=True)) > 1.0:
+            if problem == "box_clipped":
                 self.skips.add("box_clipped", xml_file, f"object {k} ({name})")
             objects.append((name, c, difficult))
         return {"xml": xml_file, "image_path": image_path, "height": height, "width": width,

@@ -1,9 +1,10 @@
-"""Run a detector over an eval loader, score it with the COCO evaluator, draw a few samples."""
+"""Run a detector over an eval loader, score it (COCO and/or Pascal VOC metrics), draw a few
+samples."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from jaxdet.data.decode import CorruptImageError, load_image
+from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
+from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
 from jaxdet.train.task import DetectionTask
 from jaxdet.visualize import draw_detections, image_grid
 
@@ -23,6 +25,7 @@ log = logging.getLogger("jaxdet")
 SAMPLES_SCORE_THRESHOLD = 0.3  # predictions drawn in samples.png ...
 SAMPLES_TOP_K = 5  # ... or the top-k when none reaches the threshold
 SAMPLES_CELL_SIZE = 320
+METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics")
 
 
 def make_predict_fn(task: DetectionTask) -> Callable:
@@ -78,21 +81,37 @@ def evaluate_and_write(
     extra: dict | None = None,
     progress: bool = True,
     num_visualizations: int = 0,
+    metrics_set: Sequence[str] = ("coco_detection_metrics",),
 ) -> dict:
     """Detect on ``source``, write detections.json + metrics.json in ``out_dir``, return metrics.
 
+    ``metrics_set`` (TF OD API names) picks the metrics: ``coco_detection_metrics`` (the
+    12 COCO stats ``AP`` ... ``ARl`` and ``per_class_AP``) and/or
+    ``pascal_voc_detection_metrics`` (``PascalBoxes_Precision/mAP@0.5IOU`` and per class
+    ``PascalBoxes_PerformanceByCategory/AP@0.5IOU/<name>``, see ``eval.voc_eval``).
     With ``num_visualizations > 0`` also writes ``samples.png`` (see :func:`write_samples`)
     for the first ``num_visualizations`` images of the source.
     """
+    unknown = [m for m in metrics_set if m not in METRICS_SETS]
+    if unknown or not metrics_set:
+        raise ValueError(
+            f"metrics_set {list(metrics_set)}: need one or more of {', '.join(METRICS_SETS)}"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ground_truth = source.ground_truth()
     if max_images is not None:
         ground_truth = _first_images(ground_truth, source, max_images)
+    # The COCO evaluator also keeps the detections for detections.json and writes metrics.json.
     evaluator = CocoEvaluator(ground_truth, source.category_ids, source.category_names)
+    evaluators = [evaluator]
+    if "pascal_voc_detection_metrics" in metrics_set:
+        evaluators.append(
+            VocEvaluator(ground_truth, source.category_ids, source.category_names)
+        )
     n = len(source) if max_images is None else min(len(source), max_images)
     shown = [int(source[i]["image_id"]) for i in range(min(n, max(num_visualizations, 0)))]
-    recorder = _KeepDetections(evaluator, shown)
+    recorder = _KeepDetections(evaluators, shown)
     seen = run_detection(
         predict,
         params,
@@ -103,7 +122,10 @@ def evaluate_and_write(
         total_batches=-(-n // batch_size),
         progress=progress,
     )
-    metrics = evaluator.evaluate()
+    metrics = evaluator.evaluate() if "coco_detection_metrics" in metrics_set else {}
+    for other in evaluators[1:]:
+        metrics.update(other.evaluate())
+    evaluator.results = dict(metrics)  # what write_metrics writes
     metrics["num_images"] = seen
     evaluator.write_detections(out_dir / "detections.json")
     evaluator.write_metrics(out_dir / "metrics.json", extra=extra)
@@ -114,15 +136,16 @@ def evaluate_and_write(
 
 
 class _KeepDetections:
-    """Passes detections on to a CocoEvaluator and keeps those of a few images (for drawing)."""
+    """Passes detections on to the evaluators and keeps those of a few images (for drawing)."""
 
-    def __init__(self, evaluator: CocoEvaluator, image_ids: Iterable[int]):
-        self.evaluator = evaluator
+    def __init__(self, evaluators: Sequence, image_ids: Iterable[int]):
+        self.evaluators = list(evaluators)
         self.wanted = set(image_ids)
         self.kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def add_detections(self, image_ids, boxes, scores, classes, num_detections) -> None:
-        self.evaluator.add_detections(image_ids, boxes, scores, classes, num_detections)
+        for evaluator in self.evaluators:
+            evaluator.add_detections(image_ids, boxes, scores, classes, num_detections)
         for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):
             if image_id in self.wanted:
                 k = int(num_detections[row])
@@ -168,7 +191,7 @@ def write_samples(
     for index in range(min(num_images, len(source))):
         record = source[index]
         try:
-            image = load_image(record["image_path"])
+            image = load_record_image(record)
         except CorruptImageError as e:
             log.warning("samples.png: leaving out image id %s (%s)", record["image_id"], e)
             continue
@@ -211,15 +234,35 @@ def _first_images(ground_truth: dict, source, max_images: int) -> dict:
     return gt
 
 
+def headline_metrics(metrics: dict) -> str:
+    """One line for logs: COCO AP and AP50 and/or the Pascal VOC mAP@0.5, whichever exist."""
+    parts = [f"{k} {_fmt(metrics[k])}" for k in ("AP", "AP50") if k in metrics]
+    if map_key() in metrics:
+        parts.append(f"VOC mAP@0.5 {_fmt(metrics[map_key()])}")
+    return " ".join(parts)
+
+
 def format_metrics(metrics: dict) -> str:
-    """A small aligned table of the headline COCO numbers and per-class AP."""
+    """A small aligned table of the headline COCO numbers and per-class AP, then the Pascal
+    VOC mAP@0.5 and per-class AP when present."""
+    lines = []
     keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100"]
-    lines = ["  ".join(f"{k:>6}" for k in keys), "  ".join(f"{metrics[k]:6.3f}" for k in keys)]
-    per_class = metrics.get("per_class_AP") or {}
-    if per_class:
-        cells = [
-            f"{name}: {'n/a' if ap is None else f'{ap:.3f}'}" for name, ap in per_class.items()
-        ]
-        lines.append("per-class AP  " + ", ".join(cells))
+    if all(k in metrics for k in keys):
+        lines += ["  ".join(f"{k:>6}" for k in keys),
+                  "  ".join(f"{metrics[k]:6.3f}" for k in keys)]
+        per_class = metrics.get("per_class_AP") or {}
+        if per_class:
+            cells = [f"{name}: {_fmt(ap)}" for name, ap in per_class.items()]
+            lines.append("per-class AP  " + ", ".join(cells))
+    if map_key() in metrics:
+        prefix = class_ap_key("")
+        cells = [f"{k[len(prefix):]}: {_fmt(v)}" for k, v in metrics.items()
+                 if k.startswith(prefix)]
+        lines.append(f"Pascal VOC mAP@0.5  {_fmt(metrics[map_key()])}"
+                     + (f"  per class  {', '.join(cells)}" if cells else ""))
     return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None or value != value else f"{value:.3f}"
 

@@ -6,12 +6,15 @@ learning rate at every step. Each returns an ``optax.Schedule``: a jittable func
 the (integer) step count.
 
 ``make_optimizer`` assembles an ``optax.GradientTransformation``:
-``clip_by_global_norm -> [L2 weight decay] -> optimizer`` (AdamW uses decoupled decay).
+``clip_by_global_norm -> [L2 weight decay] -> optimizer`` (AdamW uses decoupled decay),
+optionally applied to the trainable parameters only (``freeze_variables`` /
+``update_trainable_variables``, see :func:`trainable_mask`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -163,6 +166,56 @@ def default_decay_mask(params: Any) -> Any:
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
 
 
+def param_path(path: tuple) -> str:
+    """A pytree key path as the '/'-joined name the regexes see, e.g.
+    ``backbone/layer1/0/conv1/kernel``."""
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def trainable_mask(
+    params: Any,
+    freeze_variables: Sequence[str] = (),
+    update_trainable_variables: Sequence[str] = (),
+) -> Any:
+    """Pytree of bools over ``params``: True where the parameter is trained.
+
+    As TF OD API's ``train_config`` (slim ``filter_variables``): with
+    ``update_trainable_variables`` only the parameters one of its regexes ``re.search``-es
+    (on :func:`param_path`) are candidates; any that a ``freeze_variables`` regex matches is
+    then left out. A regex that matches no parameter at all is an error (a typo, or a TF
+    variable name such as ``FeatureExtractor``, would otherwise silently train everything).
+    """
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    paths = [param_path(path) for path, _ in flat]
+    for field, patterns in (("freeze_variables", freeze_variables),
+                            ("update_trainable_variables", update_trainable_variables)):
+        for pattern in patterns:
+            if not any(re.search(pattern, p) for p in paths):
+                examples = ", ".join(paths[:3] + paths[-2:])
+                raise ValueError(
+                    f"train.{field}: {pattern!r} matches no parameter; paths look like "
+                    f"{examples}"
+                )
+
+    def trained(path, _):
+        name = param_path(path)
+        if update_trainable_variables and not any(
+            re.search(p, name) for p in update_trainable_variables
+        ):
+            return False
+        return not any(re.search(p, name) for p in freeze_variables)
+
+    return jax.tree_util.tree_map_with_path(trained, params)
+
+
 def make_optimizer(
     name: OptimizerName,
     learning_rate: optax.Schedule | float,
@@ -176,6 +229,8 @@ def make_optimizer(
     weight_decay: float = 0.0,
     clip_gradient_norm: float | None = None,
     decay_mask: Callable[[Any], Any] | None = None,
+    freeze_variables: Sequence[str] = (),
+    update_trainable_variables: Sequence[str] = (),
 ) -> optax.GradientTransformation:
     """Build the optimizer: clipping by global norm, then weight decay, then the update.
 
@@ -188,6 +243,12 @@ def make_optimizer(
 
     ``rmsprop`` follows Keras' RMSprop (used by the TF2 OD API): epsilon outside the
     square root, accumulator initialised to zero, momentum when ``momentum > 0``.
+
+    ``freeze_variables`` / ``update_trainable_variables`` (regexes, see
+    :func:`trainable_mask`): the whole chain above runs on the trained parameters only
+    (``optax.multi_transform``; clipping sees their gradients only, as TF clips the
+    trainable variables' gradients); the others get a zero update, so they keep their exact
+    values and carry no optimizer state.
     """
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer name {name!r} is not one of {list(OPTIMIZER_NAMES)}.")
@@ -226,7 +287,16 @@ def make_optimizer(
                     momentum=momentum if momentum > 0 else None, nesterov=nesterov,
                 )
             )
-    return chain[0] if len(chain) == 1 else optax.chain(*chain)
+    tx = chain[0] if len(chain) == 1 else optax.chain(*chain)
+    if not freeze_variables and not update_trainable_variables:
+        return tx
+    freeze, update = tuple(freeze_variables), tuple(update_trainable_variables)
+
+    def labels(params):
+        mask = trainable_mask(params, freeze, update)
+        return jax.tree.map(lambda t: "trained" if t else "frozen", mask)
+
+    return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
 
 
 __all__ = [
@@ -237,4 +307,6 @@ __all__ = [
     "exponential_decay",
     "make_optimizer",
     "manual_stepping",
+    "param_path",
+    "trainable_mask",
 ]

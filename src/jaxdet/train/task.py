@@ -40,12 +40,14 @@ class PostProcessParams:
 
 @dataclass(frozen=True)
 class MatchingParams:
-    """Argmax-matcher arguments for ``core.target_assigner.assign_targets``."""
+    """Matcher arguments for ``core.target_assigner.assign_targets`` (``name="bipartite"``
+    ignores the argmax thresholds)."""
 
     matched_threshold: float = 0.5
     unmatched_threshold: float = 0.5
     negatives_lower_than_unmatched: bool = True
     force_match_for_each_row: bool = True
+    name: str = "argmax"
 
 
 @dataclass
@@ -126,6 +128,7 @@ class DetectionTask:
                 unmatched_threshold=m.unmatched_threshold,
                 negatives_lower_than_unmatched=m.negatives_lower_than_unmatched,
                 force_match_for_each_row=m.force_match_for_each_row,
+                matcher=m.name,
             )
 
         return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])

@@ -1,0 +1,121 @@
+"""The explicit table of TF OD API pipeline.config fields that have no jaxdet setting.
+
+A field the mapper (``config/tfod.py``) neither reads nor finds here is an error. A field found
+here is reported, never dropped silently:
+
+* ``SAME`` — jaxdet already behaves this way (e.g. ``use_matmul_gather``: jaxdet always gathers
+  with static shapes); one INFO line each, and a comment in ``convert-config``'s YAML.
+* ``DIFFERS`` — accepted, but jaxdet does something else or nothing; one WARNING line each that
+  says what.
+
+Keys are dotted field paths from the file's root; a key matches the field itself and
+everything under it. ``*`` matches one path element.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+_SSD = "model.ssd"
+_FE = f"{_SSD}.feature_extractor"
+_BP = f"{_SSD}.box_predictor.*"
+_TRAIN = "train_config"
+_READERS = ("train_input_reader", "eval_input_reader")
+
+SAME: dict[str, str] = {
+    f"{_SSD}.inplace_batchnorm_update": "jaxdet updates batch-norm statistics in the train step",
+    f"{_SSD}.matcher.argmax_matcher.use_matmul_gather": "jaxdet always gathers with static shapes",
+    f"{_SSD}.matcher.bipartite_matcher.use_matmul_gather":
+        "jaxdet always gathers with static shapes",
+    f"{_SSD}.similarity_calculator.iou_similarity": "IoU is jaxdet's similarity",
+    f"{_SSD}.anchor_generator.multiscale_anchor_generator.normalize_coordinates":
+        "jaxdet anchors are always normalized",
+    f"{_SSD}.post_processing.batch_non_max_suppression.use_static_shapes":
+        "jaxdet's NMS always has static shapes",
+    f"{_SSD}.post_processing.batch_non_max_suppression.use_partitioned_nms":
+        "jaxdet's NMS always has static shapes",
+    f"{_SSD}.post_processing.batch_non_max_suppression.change_coordinate_frame":
+        "boxes are normalized to the image",
+    f"{_SSD}.image_resizer.fixed_shape_resizer.resize_method":
+        "bilinear resizing (TF's default) — only BILINEAR is accepted",
+    f"{_BP}.box_code_size": "4 box coordinates",
+    f"{_BP}.apply_sigmoid_to_scores": "raw logits (only false is accepted)",
+    f"{_BP}.conv_hyperparams.batch_norm.scale": "batch norm has a scale (only true is accepted)",
+    f"{_BP}.conv_hyperparams.batch_norm.center": "batch norm has a bias (only true is accepted)",
+    f"{_FE}.conv_hyperparams.batch_norm.scale": "batch norm has a scale (only true is accepted)",
+    f"{_FE}.conv_hyperparams.batch_norm.center": "batch norm has a bias (only true is accepted)",
+    f"{_BP}.conv_hyperparams.force_use_bias": "convolutions without batch norm have biases",
+    f"{_FE}.conv_hyperparams.force_use_bias": "convolutions without batch norm have biases",
+    f"{_SSD}.loss.localization_loss.weighted_smooth_l1.anchorwise_output":
+        "losses are per anchor before reduction",
+    f"{_SSD}.loss.classification_loss.weighted_sigmoid.anchorwise_output":
+        "losses are per anchor before reduction",
+    f"{_SSD}.loss.classification_loss.weighted_sigmoid_focal.anchorwise_output":
+        "losses are per anchor before reduction",
+    f"{_TRAIN}.sync_replicas": "jaxdet's data parallelism is synchronous; batch_size is global",
+    f"{_TRAIN}.replicas_to_aggregate": "batch_size is the global batch",
+    f"{_TRAIN}.startup_delay_steps": "all devices start together",
+    f"{_TRAIN}.unpad_groundtruth_tensors": "ground truth is always padded to static shapes",
+    f"{_TRAIN}.add_regularization_loss": "weight decay is applied through the optimizer",
+    f"{_TRAIN}.batch_queue_capacity": "grain's loader manages its own queue",
+    f"{_TRAIN}.num_batch_queue_threads": "grain's loader manages its own threads",
+    f"{_TRAIN}.prefetch_queue_capacity": "grain's loader manages its own prefetching",
+    f"{_TRAIN}.summarize_gradients": "jaxdet logs the gradient norm",
+    "eval_config.max_evals": "jaxdet evaluates every train.eval_every steps and at the end",
+    "eval_config.eval_interval_secs": "jaxdet evaluates every train.eval_every steps",
+    "eval_config.visualize_groundtruth_boxes": "the sample grid shows ground truth beside",
+    "eval_config.skip_scores": "not used",
+    "eval_config.skip_labels": "not used",
+    **{f"{r}.{f}": "grain's loader handles reading and prefetching"
+       for r in _READERS
+       for f in ("num_readers", "queue_capacity", "min_after_dequeue", "read_block_length",
+                 "num_parallel_batches", "num_prefetch_batches", "prefetch_size",
+                 "num_parallel_map_calls", "filenames_shuffle_buffer_size",
+                 "shuffle_buffer_size", "num_additional_channels")},
+    "train_input_reader.shuffle": "the train loader shuffles every epoch",
+    "train_input_reader.num_epochs": "train.num_steps decides the length",
+    "eval_input_reader.shuffle": "evaluation reads every image once, in order",
+    "eval_input_reader.num_epochs": "evaluation reads every image once",
+}
+
+DIFFERS: dict[str, str] = {
+    f"{_FE}.conv_hyperparams.initializer":
+        "jaxdet uses its own initializers (He-normal convolutions, zero biases)",
+    f"{_BP}.conv_hyperparams.initializer":
+        "jaxdet uses its own initializers (normal stddev 0.01 for predictor convolutions)",
+    f"{_TRAIN}.fine_tune_checkpoint":
+        "TF checkpoints cannot be loaded yet: training starts from random initialization",
+    f"{_TRAIN}.fine_tune_checkpoint_type": "no checkpoint is loaded (see fine_tune_checkpoint)",
+    f"{_TRAIN}.fine_tune_checkpoint_version": "no checkpoint is loaded (see fine_tune_checkpoint)",
+    f"{_TRAIN}.load_all_detection_checkpoint_vars": "no checkpoint is loaded",
+    f"{_TRAIN}.keep_checkpoint_every_n_hours":
+        "jaxdet keeps the last train.keep_checkpoints checkpoints",
+    f"{_TRAIN}.data_augmentation_options.random_horizontal_flip.keypoint_flip_permutation":
+        "jaxdet has no keypoints yet",
+    f"{_TRAIN}.retain_original_images": "not used",
+    "eval_config.include_metrics_per_category":
+        "per-category COCO AP is not computed (Pascal VOC metrics list every class)",
+    "eval_config.min_score_threshold": "samples.png draws detections scoring >= 0.3",
+    "eval_config.max_num_boxes_to_visualize": "samples.png draws every detection >= 0.3",
+    "eval_config.batch_size": "jaxdet evaluates in batches of eval.batch_size (default 8); "
+                              "the metrics do not depend on it",
+    "eval_config.eval_instance_masks": "jaxdet has no masks yet",
+    "eval_config.keypoint_edge": "jaxdet has no keypoints yet",
+    "eval_config.parameterized_metric": "jaxdet has no keypoints yet",
+    "eval_config.super_categories": "super-category metrics are not computed",
+    **{f"{r}.{f}": "jaxdet has no masks or keypoints yet"
+       for r in _READERS for f in ("load_instance_masks", "mask_type", "num_keypoints",
+                                   "load_multiclass_scores", "load_context_features")},
+    **{f"{r}.sample_1_of_n_examples": "every example is read" for r in _READERS},
+}
+
+
+def lookup(path: str) -> tuple[str, str] | None:
+    """``("same" | "differs", why)`` for a field path the table covers, else None."""
+    for kind, table in (("same", SAME), ("differs", DIFFERS)):
+        for key, why in table.items():
+            parts = key.split(".")
+            head = ".".join(path.split(".")[: len(parts)])
+            if fnmatch.fnmatchcase(head, key):
+                return kind, why
+    return None

@@ -1,0 +1,327 @@
+"""``jaxdet convert-dataset``: COCO JSON / Pascal VOC -> TF OD API TFRecord, and TFRecord -> COCO.
+
+Any jaxdet source (``CocoSource``, ``VocSource``, ``TfRecordSource``) converts: its records,
+with the source's validation and repairs applied, are written out. Image bytes are copied as
+they are (never re-encoded). TFRecord output uses the TF OD API feature keys (see
+:mod:`jaxdet.data.tfrecord_source`) with ``label = class index + 1`` and normalized boxes;
+``--label-map-out`` writes the matching label map. COCO output is ``DIR/annotations.json`` +
+``DIR/images/<file name>`` with category ids ``class index + 1``.
+
+An image that cannot be read (or whose bytes are not an image) is skipped, named and counted.
+
+Also here: :func:`draw_dataset_grid`, a picture of a source's images with their ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from jaxdet.data.decode import CorruptImageError, load_record_image, read_image_bytes
+from jaxdet.data.label_map import write_label_map
+from jaxdet.data.records import Record
+from jaxdet.data.tfrecord import TfRecordWriter, encode_example
+
+logger = logging.getLogger("jaxdet.data")
+
+
+@dataclass
+class ConvertSummary:
+    """What a conversion wrote and what it skipped ((image path, reason) each)."""
+
+    num_images: int = 0
+    num_boxes: int = 0
+    outputs: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = self.outputs[0] if len(self.outputs) == 1 else (
+            f"{len(self.outputs)} files ({self.outputs[0]} ...)")
+        text = f"wrote {self.num_images} images, {self.num_boxes} boxes to {where}"
+        return text + (f"; skipped {len(self.skipped)} unreadable images" if self.skipped else "")
+
+
+def record_image_bytes(record: Record) -> bytes:
+    """The encoded image bytes of a record, as stored (file, or a range of a TFRecord)."""
+    ref = record.get("image_bytes_ref")
+    if ref is not None:
+        return read_image_bytes(ref, record["image_path"])
+    path = record["image_path"]
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise CorruptImageError(path, e.strerror or str(e)) from None
+
+
+def image_format(data: bytes, name: str) -> str:
+    """'jpeg', 'png', ... of encoded image bytes (Pillow's identification of the header).
+
+    Raises:
+      CorruptImageError: the bytes are not an image Pillow knows.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return str(image.format or "").lower() or "unknown"
+    except (OSError, ValueError) as e:
+        raise CorruptImageError(name, str(e) or type(e).__name__) from None
+
+
+def _file_name(record: Record) -> str:
+    name = record.get("file_name") or ""
+    if not name and not record.get("image_bytes_ref"):
+        name = os.path.basename(record["image_path"])
+    return name
+
+
+def tf_example(record: Record, data: bytes, fmt: str, class_names: list[str], *,
+               crowd_key: str = "image/object/is_crowd") -> bytes:
+    """A serialized TF OD API ``tf.train.Example`` for a record (PIXEL boxes -> normalized)."""
+    height, width = int(record["height"]), int(record["width"])
+    boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4)
+    norm = (boxes / np.array([height, width, height, width], np.float64)).astype(np.float32)
+    classes = np.asarray(record["classes"], np.int64).reshape(-1)
+    names = [class_names[c] if 0 <= c < len(class_names) else str(c + 1) for c in classes]
+    name = _file_name(record) or f"{record['image_id']}.{fmt}"
+    return encode_example({
+        "image/height": np.array([height], np.int64),
+        "image/width": np.array([width], np.int64),
+        "image/filename": [name],
+        "image/source_id": [str(record["image_id"])],
+        "image/key/sha256": [hashlib.sha256(data).hexdigest()],
+        "image/encoded": [data],
+        "image/format": [fmt],
+        "image/object/bbox/ymin": norm[:, 0],
+        "image/object/bbox/xmin": norm[:, 1],
+        "image/object/bbox/ymax": norm[:, 2],
+        "image/object/bbox/xmax": norm[:, 3],
+        "image/object/class/text": names,
+        "image/object/class/label": classes + 1,
+        crowd_key: np.asarray(record["is_crowd"], np.int64).reshape(-1),
+    })
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", disable=not enabled, leave=False)
+
+
+def shard_paths(out: str | os.PathLike, shards: int) -> list[str]:
+    """``out`` itself for one shard, else TF's ``out-00000-of-0000N`` names."""
+    out = os.fspath(out)
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    return [out] if shards == 1 else [f"{out}-{i:05d}-of-{shards:05d}" for i in range(shards)]
+
+
+def source_to_tfrecord(source, out: str | os.PathLike, *, shards: int = 1,
+                       label_map_out: str | os.PathLike | None = None,
+                       crowd_key: str = "image/object/is_crowd",
+                       progress: bool = True) -> ConvertSummary:
+    """Writes every record of ``source`` as a tf.train.Example; record k goes to shard
+    k mod ``shards``. ``crowd_key``: the feature that holds is_crowd (VOC: difficult)."""
+    summary = ConvertSummary(outputs=shard_paths(out, shards))
+    Path(summary.outputs[0]).parent.mkdir(parents=True, exist_ok=True)
+    names = list(source.category_names)
+    writers = [TfRecordWriter(p) for p in summary.outputs]
+    try:
+        with _progress(len(source), "to TFRecord", progress) as bar:
+            for index in range(len(source)):
+                record = source[index]
+                bar.update()
+                try:
+                    data = record_image_bytes(record)
+                    fmt = image_format(data, record["image_path"])
+                except CorruptImageError as e:
+                    _skip(summary, e)
+                    continue
+                example = tf_example(record, data, fmt, names, crowd_key=crowd_key)
+                writers[summary.num_images % shards].write(example)
+                summary.num_images += 1
+                summary.num_boxes += len(record["boxes"])
+    finally:
+        for writer in writers:
+            writer.close()
+    if label_map_out is not None:
+        write_label_map(label_map_out, names)
+    return summary
+
+
+def _skip(summary: ConvertSummary, error: CorruptImageError) -> None:
+    logger.warning("skipped %s: %s", error.path, error.reason)
+    summary.skipped.append((error.path, error.reason))
+
+
+def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
+                   ) -> ConvertSummary:
+    """Writes ``out_dir/annotations.json`` (category id = class index + 1) and the images,
+    as stored, to ``out_dir/images/``. File names come from the records (made unique)."""
+    out_dir = Path(out_dir)
+    image_dir = out_dir / "images"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    summary = ConvertSummary(outputs=[str(out_dir / "annotations.json")])
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    used: set[str] = set()
+    with _progress(len(source), "to COCO", progress) as bar:
+        for index in range(len(source)):
+            record = source[index]
+            bar.update()
+            try:
+                data = record_image_bytes(record)
+                fmt = image_format(data, record["image_path"])
+            except CorruptImageError as e:
+                _skip(summary, e)
+                continue
+            name = os.path.basename(_file_name(record)) or f"{record['image_id']}.{fmt}"
+            if name in used:
+                name = f"{record['image_id']}_{name}"
+            used.add(name)
+            (image_dir / name).write_bytes(data)
+            images.append({"id": int(record["image_id"]), "file_name": name,
+                           "height": int(record["height"]), "width": int(record["width"])})
+            for box, c, crowd in zip(record["boxes"], record["classes"], record["is_crowd"],
+                                     strict=True):
+                y0, x0, y1, x1 = (float(v) for v in box)
+                annotations.append({
+                    "id": len(annotations) + 1, "image_id": int(record["image_id"]),
+                    "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
+                })
+            summary.num_images += 1
+            summary.num_boxes += len(record["boxes"])
+    categories = [{"id": i + 1, "name": n} for i, n in enumerate(source.category_names)]
+    coco = {"info": {"description": f"converted by jaxdet from {_describe(source)}"},
+            "licenses": [], "images": images, "annotations": annotations,
+            "categories": categories}
+    (out_dir / "annotations.json").write_text(json.dumps(coco))
+    return summary
+
+
+def _describe(source) -> str:
+    if callable(getattr(source, "describe", None)):
+        return source.describe()
+    return str(getattr(source, "annotation_file", None) or getattr(source, "annotation_dir", "")
+               or type(source).__name__)
+
+
+def draw_dataset_grid(source, out_png: str | os.PathLike, max_images: int = 10, *,
+                      columns: int = 5, cell_size: int = 256) -> Path | None:
+    """A PNG grid of the first ``max_images`` images of ``source`` with their ground-truth
+    boxes and class names drawn (``columns`` per row, each scaled to ``cell_size``).
+    Unreadable images are left out; returns None when none could be drawn."""
+    from jaxdet.visualize import draw_detections, image_grid
+
+    drawn, ids = [], []
+    for index in range(min(max_images, len(source))):
+        record = source[index]
+        try:
+            image = load_record_image(record)
+        except CorruptImageError as e:
+            logger.warning("dataset grid: leaving out %s (%s)", e.path, e.reason)
+            continue
+        height, width = image.shape[:2]
+        # fit to the cell first, so labels are drawn at the size they are shown
+        fit = cell_size / max(height, width)
+        new_h, new_w = max(1, round(height * fit)), max(1, round(width * fit))
+        image = np.asarray(Image.fromarray(image).resize((new_w, new_h),
+                                                         Image.Resampling.BILINEAR))
+        scale = np.array([new_h / (record["height"] or height),
+                          new_w / (record["width"] or width)] * 2)
+        boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4) * scale
+        drawn.append(draw_detections(image, boxes, record["classes"], None,
+                                     list(source.category_names)))
+        ids.append(str(record.get("file_name") or record["image_id"]))
+    if not drawn:
+        return None
+    rows = [drawn[i:i + columns] for i in range(0, len(drawn), columns)]
+    titles = [", ".join(ids[i:i + columns]) for i in range(0, len(ids), columns)]
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    image_grid(rows, titles, cell_size).save(out_png)
+    return out_png
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``convert-dataset`` options."""
+    p.add_argument("--from", dest="source_format", required=True,
+                   choices=("coco", "voc", "tfrecord"))
+    p.add_argument("--to", dest="target_format", required=True, choices=("tfrecord", "coco"))
+    p.add_argument("--annotations", help="coco: the JSON file; voc: the folder of XML files")
+    p.add_argument("--images", help="coco / voc: the image folder")
+    p.add_argument("--input", action="append", default=[], metavar="FILE_OR_GLOB",
+                   help="tfrecord: input files or globs (repeatable; quote globs)")
+    p.add_argument("--label-map", default=None, help="tfrecord input: label map pbtxt")
+    p.add_argument("--out", required=True,
+                   help="tfrecord: the output file (prefix with --shards); coco: a folder")
+    p.add_argument("--shards", type=int, default=1, help="tfrecord output: number of files")
+    p.add_argument("--label-map-out", default=None, help="tfrecord output: write a label map")
+    p.add_argument("--preview", default=None, metavar="PNG",
+                   help="also draw the first images with their boxes into this PNG")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def open_source(args: argparse.Namespace):
+    """The source the options name (FileNotFoundError / ValueError name what is missing)."""
+    kind = args.source_format
+    if kind == "tfrecord":
+        if not args.input:
+            raise ValueError("--from tfrecord needs --input FILE_OR_GLOB")
+        from jaxdet.data.tfrecord_source import TfRecordSource
+
+        return TfRecordSource(args.input, args.label_map)
+    if not args.annotations or not args.images:
+        raise ValueError(f"--from {kind} needs --annotations and --images")
+    if kind == "coco":
+        from jaxdet.data.coco import CocoSource
+
+        return CocoSource(args.annotations, args.images)
+    from jaxdet.data.voc import VocSource
+
+    return VocSource(args.annotations, args.images)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``jaxdet convert-dataset``; prints the summary; 1 when nothing was written."""
+    if args.target_format != "tfrecord" and (args.shards != 1 or args.label_map_out):
+        raise ValueError("--shards and --label-map-out only apply to --to tfrecord")
+    source = open_source(args)
+    progress = not args.no_progress
+    if args.target_format == "tfrecord":
+        crowd_key = "image/object/difficult" if args.source_format == "voc" else (
+            "image/object/is_crowd")
+        summary = source_to_tfrecord(source, args.out, shards=args.shards,
+                                     label_map_out=args.label_map_out, crowd_key=crowd_key,
+                                     progress=progress)
+    else:
+        summary = source_to_coco(source, args.out, progress=progress)
+    skips = getattr(source, "skips", None)
+    print(summary.line() + (f" ({len(source.category_names)} classes)"))
+    if skips is not None and skips.total:
+        print(f"  dropped or repaired while reading the input: {skips.summary()}")
+    for path, reason in summary.skipped:
+        print(f"  skipped {path}: {reason}")
+    if args.label_map_out:
+        print(f"  label map: {args.label_map_out}")
+    if args.preview:
+        out = draw_dataset_grid(source, args.preview)
+        print(f"  preview: {out}" if out else "  preview: no image could be drawn")
+    return 0 if summary.num_images else 1
+
+
+__all__ = ["ConvertSummary", "add_arguments", "draw_dataset_grid", "image_format",
+           "open_source", "record_image_bytes", "run", "shard_paths", "source_to_coco",
+           "source_to_tfrecord", "tf_example"]

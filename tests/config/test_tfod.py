@@ -1,0 +1,348 @@
+"""pipeline.config -> jaxdet: the TF OD API's 40 configs, hand-written ones for every mapping,
+and the errors and warnings a user sees."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+
+from jaxdet.config.loader import ConfigError, load_config
+from jaxdet.config.tfod import (
+    TfodConfigError,
+    conversion_yaml,
+    convert_pipeline_config,
+    load_pipeline_config,
+)
+from jaxdet.config.tfod_fields import lookup
+
+TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
+needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
+
+# TF2 config -> the shipped jaxdet config that ports it
+SHIPPED = {
+    "ssd_mobilenet_v2_320x320_coco17_tpu-8": "ssd_mobilenet_v2_320",
+    "ssd_mobilenet_v1_fpn_640x640_coco17_tpu-8": "ssd_mobilenet_v1_fpn_640",
+    "ssd_mobilenet_v2_fpnlite_320x320_coco17_tpu-8": "ssd_mobilenet_v2_fpnlite_320",
+    "ssd_mobilenet_v2_fpnlite_640x640_coco17_tpu-8": "ssd_mobilenet_v2_fpnlite_640",
+    **{f"ssd_resnet{d}_v1_fpn_{s}x{s}_coco17_tpu-8": f"retinanet_resnet{d}_fpn_{s}"
+       for d in (50, 101, 152) for s in (640, 1024)},
+}
+# config-name prefix -> the field its one-line error must name
+UNSUPPORTED = {
+    "center_net": "model.center_net: CenterNet is not supported yet",
+    "centernet": "model.center_net: CenterNet is not supported yet",
+    "faster_rcnn": "model.faster_rcnn: Faster / Mask R-CNN is not supported yet",
+    "mask_rcnn": "model.faster_rcnn: Faster / Mask R-CNN is not supported yet",
+    "ssd_efficientdet": "model.ssd.feature_extractor.type: 'ssd_efficientnet-b",
+}
+
+
+def _close(a, b) -> bool:
+    """Equal, with floats compared to 1e-6 relative (the shipped YAML rounds sigmoid(-4.6))."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-5)
+    return a == b
+
+
+def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _diff(x, y, f"{prefix}{key}.")
+        elif not _close(x, y):
+            out.append(f"{prefix}{key}: converted {x!r} != shipped {y!r}")
+    return out
+
+
+@needs_shared
+def test_every_tfod_config_converts_or_fails_with_one_clear_line():
+    files = sorted(TFOD_CONFIGS.glob("*.config"))
+    assert len(files) == 40
+    converted = []
+    for path in files:
+        stem = path.name.removesuffix(".config")
+        prefix = next((p for p in UNSUPPORTED if stem.startswith(p)), None)
+        if prefix is None:
+            load_pipeline_config(path)
+            converted.append(stem)
+            continue
+        with pytest.raises(TfodConfigError) as err:
+            convert_pipeline_config(path)
+        message = str(err.value)
+        assert "\n" not in message, message
+        assert message.startswith(f"{path}:"), message
+        assert UNSUPPORTED[prefix] in message, message
+    assert sorted(converted) == sorted(SHIPPED)
+
+
+@needs_shared
+@pytest.mark.parametrize("tf_name, shipped", sorted(SHIPPED.items()))
+def test_converted_config_equals_the_shipped_port(tf_name, shipped):
+    """Same model, same input pipeline, same optimizer and schedule, same eval settings;
+    only the datasets differ (TFRecord placeholders vs. generated shapes)."""
+    ours = load_pipeline_config(TFOD_CONFIGS / f"{tf_name}.config").model_dump(mode="json")
+    ref = load_config(shipped).model_dump(mode="json")
+    for part in (ours, ref):
+        part.pop("name"), part.pop("description")
+        part["data"].pop("train"), part["data"].pop("eval")
+    assert _diff(ours, ref) == []
+
+
+@needs_shared
+def test_placeholders_are_kept_for_summary_but_named(tmp_path):
+    config = load_pipeline_config(TFOD_CONFIGS / "ssd_mobilenet_v2_320x320_coco17_tpu-8.config")
+    assert config.data.train.type == "tfrecord"
+    assert config.data.train.input_path[0].startswith("PATH_TO_BE_CONFIGURED")
+
+
+@needs_shared
+def test_warnings_and_same_fields_are_visible(caplog):
+    with caplog.at_level(logging.INFO, logger="jaxdet.config"):
+        load_pipeline_config(TFOD_CONFIGS / "ssd_resnet50_v1_fpn_640x640_coco17_tpu-8.config")
+    text = caplog.text
+    assert "train_config.fine_tune_checkpoint: TF checkpoints cannot be loaded yet" in text
+    assert "model.ssd.feature_extractor.conv_hyperparams.initializer" in text
+    assert "model.ssd.matcher.argmax_matcher.use_matmul_gather: same in jaxdet" in text
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 5
+
+
+def test_field_table_lookup():
+    assert lookup("model.ssd.box_predictor.weight_shared_convolutional_box_predictor."
+                  "conv_hyperparams.initializer.random_normal_initializer.stddev")[0] == "differs"
+    assert lookup("train_config.sync_replicas")[0] == "same"
+    assert lookup("train_config.sync_replicas_typo") is None
+    assert lookup("model.ssd.num_classes") is None
+
+
+# ----------------------------------------------------------------- hand-written configs
+
+BASE = """
+model {
+  ssd {
+    num_classes: 3
+    box_coder { faster_rcnn_box_coder { y_scale: 10.0 x_scale: 10.0 } }
+    matcher { argmax_matcher { matched_threshold: 0.6 unmatched_threshold: 0.4 } }
+    similarity_calculator { iou_similarity {} }
+    encode_background_as_zeros: true
+    anchor_generator { multiscale_anchor_generator { min_level: 3 max_level: 5 } }
+    image_resizer { fixed_shape_resizer { height: 64 width: 64 } }
+    box_predictor {
+      weight_shared_convolutional_box_predictor {
+        depth: 16 num_layers_before_predictor: 1 kernel_size: 3
+        class_prediction_bias_init: -4.6
+        conv_hyperparams { activation: RELU_6 batch_norm { decay: 0.99 } }
+      }
+    }
+    feature_extractor {
+      type: 'ssd_resnet50_v1_fpn_keras'
+      fpn { min_level: 3 max_level: 5 additional_layer_depth: 16 }
+      depth_multiplier: 0.25
+      conv_hyperparams {
+        activation: RELU_6
+        regularizer { l2_regularizer { weight: 0.0004 } }
+        batch_norm { decay: 0.997 epsilon: 0.001 }
+      }
+    }
+    loss {
+      classification_loss { weighted_sigmoid_focal { alpha: 0.25 gamma: 2.0 } }
+      localization_loss { weighted_smooth_l1 {} }
+    }
+    post_processing {
+      batch_non_max_suppression { score_threshold: 0.01 iou_threshold: 0.5
+        max_detections_per_class: 10 max_total_detections: 10 }
+      score_converter: SIGMOID
+    }
+  }
+}
+train_config {
+  batch_size: 4
+  num_steps: 6
+  optimizer {
+    OPTIMIZER
+    use_moving_average: false
+  }
+  AUGMENT
+}
+eval_config { metrics_set: "coco_detection_metrics" }
+"""
+MOMENTUM = """momentum_optimizer { momentum_optimizer_value: 0.9 learning_rate {
+  constant_learning_rate { learning_rate: 0.01 } } }"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "pipeline.config") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _config(tmp_path, optimizer=MOMENTUM, augment="", edit=None, overrides=()):
+    text = BASE.replace("OPTIMIZER", optimizer).replace("AUGMENT", augment)
+    if edit is not None:
+        text = text.replace(*edit)
+    return load_pipeline_config(_write(tmp_path, text), overrides)
+
+
+def test_defaults_from_tf_when_fields_are_absent(tmp_path):
+    c = _config(tmp_path)
+    assert c.model.box_coder.scales == (10.0, 10.0, 5.0, 5.0)  # height/width_scale defaults
+    assert c.model.matcher.force_match_for_each_row is False  # TF's default
+    assert c.model.loss.normalize_by_num_matches is True
+    assert c.model.loss.normalize_loc_loss_by_codesize is False
+    assert c.model.loss.delta == 1.0
+    assert c.model.anchors.aspect_ratios == (1.0, 2.0, 0.5)
+    assert c.model.head.prior_probability == pytest.approx(1 / (1 + math.exp(4.6)))
+    assert c.model.head.batch_norm.decay == 0.99 and c.model.head.batch_norm.epsilon == 1e-3
+    assert c.model.backbone.activation == "relu6" or c.model.backbone.activation is None
+    assert c.model.add_background_class is False
+    assert c.train.optimizer.weight_decay == 0.0004
+    assert c.train.learning_rate.name == "constant" and c.train.learning_rate.learning_rate == 0.01
+    assert c.data.mean == (123.68, 116.779, 103.939) and c.data.std == (1.0, 1.0, 1.0)
+    assert c.data.max_number_of_boxes == 100 and c.precision == "fp32"
+    assert c.data.train is None and c.data.eval is None
+
+
+def test_backbone_activation_follows_override_flag(tmp_path):
+    assert _config(tmp_path).model.backbone.activation is None
+    c = _config(tmp_path, edit=("depth_multiplier: 0.25", "depth_multiplier: 0.25 "
+                                "override_base_feature_extractor_hyperparams: true"))
+    assert c.model.backbone.activation == "relu6"
+
+
+@pytest.mark.parametrize("optimizer, expect", [
+    ("""rms_prop_optimizer { learning_rate { exponential_decay_learning_rate {
+        initial_learning_rate: 0.004 decay_steps: 800 decay_factor: 0.95 } }
+        momentum_optimizer_value: 0.8 decay: 0.9 epsilon: 1.0 }""",
+     {"optimizer": {"name": "rmsprop", "momentum": 0.8, "rmsprop_decay": 0.9, "epsilon": 1.0},
+      "learning_rate": {"name": "exponential", "initial_learning_rate": 0.004,
+                        "decay_steps": 800, "decay_factor": 0.95, "staircase": True}}),
+    ("""adam_optimizer { learning_rate { manual_step_learning_rate {
+        initial_learning_rate: 0.1 schedule { step: 2 learning_rate: 0.01 }
+        schedule { step: 4 learning_rate: 0.001 } warmup: true } } }""",
+     {"optimizer": {"name": "adam", "epsilon": 1e-8},
+      "learning_rate": {"name": "manual_step", "boundaries": [2, 4],
+                        "rates": [0.1, 0.01, 0.001], "warmup": True}}),
+    ("""momentum_optimizer { learning_rate { cosine_decay_learning_rate {
+        learning_rate_base: 0.04 total_steps: 6 warmup_learning_rate: 0.01 warmup_steps: 2 } } }""",
+     {"optimizer": {"name": "momentum", "momentum": 0.9},
+      "learning_rate": {"name": "cosine", "learning_rate_base": 0.04, "total_steps": 6,
+                        "warmup_learning_rate": 0.01, "warmup_steps": 2}}),
+])
+def test_optimizers_and_schedules(tmp_path, optimizer, expect):
+    train = _config(tmp_path, optimizer=optimizer).train.model_dump(mode="json")
+    for section, fields in expect.items():
+        for key, value in fields.items():
+            got = train[section][key]
+            assert _close(got, value), (section, key, got, value)
+
+
+def test_moving_average_defaults_to_tf_decay(tmp_path):
+    c = _config(tmp_path, edit=("use_moving_average: false", ""))
+    assert c.train.ema_decay == 0.9999  # TF: use_moving_average defaults to true
+    c = _config(tmp_path, edit=("use_moving_average: false",
+                                "use_moving_average: true moving_average_decay: 0.99"))
+    assert c.train.ema_decay == 0.99
+
+
+def test_overrides_apply_on_top(tmp_path):
+    c = _config(tmp_path, overrides=["train.batch_size=2", "model.num_classes=5"])
+    assert c.train.batch_size == 2 and c.model.num_classes == 5
+
+
+def test_model_variants(tmp_path):
+    c = _config(tmp_path, edit=(
+        "matcher { argmax_matcher { matched_threshold: 0.6 unmatched_threshold: 0.4 } }",
+        "matcher { bipartite_matcher {} }"))
+    assert c.model.matcher.name == "bipartite"
+    c = _config(tmp_path, edit=(
+        "classification_loss { weighted_sigmoid_focal { alpha: 0.25 gamma: 2.0 } }",
+        "classification_loss { weighted_softmax { logit_scale: 2.0 } } hard_example_miner { "
+        "num_hard_examples: 32 iou_threshold: 0.99 loss_type: CLASSIFICATION "
+        "max_negatives_per_positive: 3 min_negatives_per_image: 1 }"))
+    assert c.model.loss.classification == "softmax" and c.model.loss.logit_scale == 2.0
+    assert c.model.add_background_class is True  # softmax needs the background logit
+    miner = c.model.hard_example_miner
+    assert (miner.num_hard_examples, miner.iou_threshold, miner.loss_type,
+            miner.max_negatives_per_positive, miner.min_negatives_per_image) == (
+        32, 0.99, "classification", 3, 1)
+    c = _config(tmp_path, edit=(
+        "image_resizer { fixed_shape_resizer { height: 64 width: 64 } }",
+        "image_resizer { keep_aspect_ratio_resizer { min_dimension: 48 max_dimension: 64 } }"))
+    assert c.data.resizer.name == "keep_aspect_ratio" and c.data.resizer.pad_to_max_dimension
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("num_classes: 3", "num_classes: 3 bogus_field: 1"),
+     ":4: model.ssd.bogus_field: unknown or unsupported field"),
+    (("matched_threshold: 0.6", "matched_threshold: 0.6 ignore_thresholds: true"),
+     "model.ssd.matcher.argmax_matcher.ignore_thresholds: True is not supported; jaxdet "
+     "supports False"),
+    (("iou_similarity {}", "ioa_similarity {}"),
+     "model.ssd.similarity_calculator.ioa_similarity: not supported; jaxdet supports "
+     "iou_similarity"),
+    (("'ssd_resnet50_v1_fpn_keras'", "'ssd_inception_v2'"),
+     "model.ssd.feature_extractor.type: 'ssd_inception_v2' is not supported"),
+    (("weighted_smooth_l1 {}", "weighted_iou {}"),
+     "model.ssd.loss.localization_loss.weighted_iou: not supported"),
+    (("score_converter: SIGMOID", "score_converter: SIGMOID_WITH_LOGIT_SCALE"),
+     "score_converter: SIGMOID_WITH_LOGIT_SCALE is not supported; jaxdet supports SIGMOID or "
+     "SOFTMAX or IDENTITY"),
+    (("num_steps: 6", "num_steps: 0"), "train_config.num_steps: must be set"),
+    (("metrics_set: \"coco_detection_metrics\"", "metrics_set: \"oid_V2_detection_metrics\""),
+     "eval_config.metrics_set: 'oid_V2_detection_metrics' is not supported"),
+    (("model {", "model {\n faster_rcnn {}"), "must hold exactly one architecture"),
+])
+def test_unsupported_fields_and_values_are_errors_naming_them(tmp_path, edit, message):
+    with pytest.raises(TfodConfigError) as err:
+        _config(tmp_path, edit=edit)
+    assert message in str(err.value)
+    assert str(err.value).startswith(str(tmp_path / "pipeline.config"))
+
+
+def test_unknown_augmentation_is_an_error(tmp_path):
+    with pytest.raises(TfodConfigError, match="augmentation 'random_jpeg_quality' is not "
+                                              "supported"):
+        _config(tmp_path, augment="data_augmentation_options { random_jpeg_quality {} }")
+
+
+def test_augmentations_keep_order_and_parameters(tmp_path):
+    c = _config(tmp_path, augment="""
+      data_augmentation_options { random_horizontal_flip {} }
+      data_augmentation_options { random_adjust_brightness { max_delta: 0.3 } }
+      data_augmentation_options { ssd_random_crop {} }""")
+    names = [op.name for op in c.data.augment]
+    assert names == ["random_horizontal_flip", "random_adjust_brightness", "ssd_random_crop"]
+    assert c.data.augment[1].max_delta == 0.3
+    assert c.data.augment[2].min_object_covered == (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def test_malformed_text_names_file_and_line(tmp_path):
+    path = _write(tmp_path, "model {\n  ssd {\n    num_classes: 3\n")
+    with pytest.raises(TfodConfigError, match="never closed"):
+        convert_pipeline_config(path)
+    with pytest.raises(TfodConfigError, match="does not exist"):
+        convert_pipeline_config(tmp_path / "nope.config")
+
+
+def test_conversion_yaml_loads_back_to_the_same_config(tmp_path):
+    text = BASE.replace("OPTIMIZER", MOMENTUM).replace("AUGMENT", "")
+    path = _write(tmp_path, text)
+    conversion = convert_pipeline_config(path)
+    config = load_pipeline_config(path)
+    out = tmp_path / "out.yaml"
+    out.write_text(conversion_yaml(conversion, config))
+    assert load_config(out) == config
+    assert "# Written by `jaxdet convert-config`" in out.read_text()
+
+
+def test_bad_override_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="model.num_classes"):
+        _config(tmp_path, overrides=["model.num_classes=0"])

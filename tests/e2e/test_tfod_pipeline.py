@@ -1,0 +1,185 @@
+"""A TF OD API user's path: a pipeline.config and TFRecord files, straight into
+``jaxdet train | eval | summary --pipeline-config`` and ``jaxdet convert-config``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jaxdet.cli import main
+from jaxdet.config.loader import load_config
+from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.convert_dataset import source_to_tfrecord
+from jaxdet.data.coco import CocoSource
+from jaxdet.data.shapes import generate_shapes
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
+
+TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
+
+# A small RetinaNet-style SSD in TF OD API terms (MobileNet v2 x0.25 + FPN P3-P5, 64x64).
+PIPELINE = """
+model {
+  ssd {
+    num_classes: 3
+    image_resizer { fixed_shape_resizer { height: 64 width: 64 } }
+    feature_extractor {
+      type: 'ssd_mobilenet_v2_fpn_keras'
+      depth_multiplier: 0.25
+      min_depth: 8
+      fpn { min_level: 3 max_level: 5 additional_layer_depth: 16 }
+      conv_hyperparams {
+        activation: RELU_6
+        regularizer { l2_regularizer { weight: 0.00004 } }
+        initializer { truncated_normal_initializer { stddev: 0.03 } }
+        batch_norm { scale: true decay: 0.97 epsilon: 0.001 }
+      }
+      override_base_feature_extractor_hyperparams: true
+    }
+    box_coder { faster_rcnn_box_coder { y_scale: 10.0 x_scale: 10.0 height_scale: 5.0
+                                        width_scale: 5.0 } }
+    matcher { argmax_matcher { matched_threshold: 0.5 unmatched_threshold: 0.5
+                               force_match_for_each_row: true use_matmul_gather: true } }
+    similarity_calculator { iou_similarity {} }
+    encode_background_as_zeros: true
+    anchor_generator { multiscale_anchor_generator { min_level: 3 max_level: 5
+                       anchor_scale: 4.0 aspect_ratios: [1.0, 2.0, 0.5] scales_per_octave: 2 } }
+    box_predictor {
+      weight_shared_convolutional_box_predictor {
+        depth: 16 num_layers_before_predictor: 1 kernel_size: 3
+        class_prediction_bias_init: -4.6
+        conv_hyperparams {
+          activation: RELU_6
+          regularizer { l2_regularizer { weight: 0.00004 } }
+          initializer { random_normal_initializer { stddev: 0.01 } }
+          batch_norm { scale: true decay: 0.97 epsilon: 0.001 }
+        }
+      }
+    }
+    loss {
+      classification_loss { weighted_sigmoid_focal { alpha: 0.25 gamma: 2.0 } }
+      localization_loss { weighted_smooth_l1 {} }
+    }
+    normalize_loss_by_num_matches: true
+    post_processing {
+      batch_non_max_suppression { score_threshold: 0.0 iou_threshold: 0.6
+                                  max_detections_per_class: 10 max_total_detections: 10 }
+      score_converter: SIGMOID
+    }
+  }
+}
+train_config {
+  batch_size: 4
+  num_steps: 3
+  fine_tune_checkpoint: "PATH_TO_BE_CONFIGURED/mobilenet_v2.ckpt-1"
+  data_augmentation_options { random_horizontal_flip {} }
+  data_augmentation_options { random_adjust_brightness { max_delta: 0.1 } }
+  optimizer {
+    momentum_optimizer {
+      learning_rate { cosine_decay_learning_rate { learning_rate_base: 0.02 total_steps: 3
+                      warmup_learning_rate: 0.01 warmup_steps: 1 } }
+      momentum_optimizer_value: 0.9
+    }
+    use_moving_average: false
+  }
+  max_number_of_boxes: 8
+}
+train_input_reader {
+  label_map_path: "LABEL_MAP"
+  tf_record_input_reader { input_path: "TRAIN_GLOB" }
+}
+eval_config {
+  metrics_set: "coco_detection_metrics"
+  metrics_set: "pascal_voc_detection_metrics"
+  use_moving_averages: false
+  num_visualizations: 2
+}
+eval_input_reader {
+  label_map_path: "LABEL_MAP"
+  shuffle: false
+  num_epochs: 1
+  tf_record_input_reader { input_path: "EVAL_FILE" }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    """Generated shapes written as TFRecord (train in 2 shards) + label map + pipeline.config."""
+    root = tmp_path_factory.mktemp("tfod")
+    for split, n, seed, shards in (("train", 16, 0, 2), ("eval", 6, 1, 1)):
+        ann = generate_shapes(root / f"shapes_{split}", n, image_size=(64, 64), seed=seed)
+        source = CocoSource(ann, Path(ann).parent / "images")
+        source_to_tfrecord(source, root / f"{split}.tfrecord", shards=shards,
+                           label_map_out=root / "label_map.pbtxt", progress=False)
+    text = (PIPELINE.replace("LABEL_MAP", str(root / "label_map.pbtxt"))
+            .replace("TRAIN_GLOB", str(root / "train.tfrecord-?????-of-00002"))
+            .replace("EVAL_FILE", str(root / "eval.tfrecord")))
+    path = root / "pipeline.config"
+    path.write_text(text)
+    return path
+
+
+def test_train_eval_summary_from_a_pipeline_config(pipeline, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    assert main(["train", "--pipeline-config", str(pipeline), "--workdir", str(workdir)]) == 0
+    assert "trained 3 steps" in capsys.readouterr().out
+    metrics = json.loads((workdir / "eval" / "step_3" / "metrics.json").read_text())
+    assert metrics["num_images"] == 6
+    assert "AP" in metrics and "PascalBoxes_Precision/mAP@0.5IOU" in metrics
+    assert (workdir / "eval" / "step_3" / "samples.png").is_file()
+    # the workdir's config.yaml is the converted config: eval needs no pipeline.config
+    saved = load_config(workdir / "config.yaml")
+    assert saved == load_pipeline_config(pipeline)
+    assert main(["eval", "--workdir", str(workdir), "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "metrics.json").read_text())
+    assert again["AP"] == pytest.approx(metrics["AP"])
+    assert "Pascal VOC mAP@0.5" in capsys.readouterr().out
+    assert main(["eval", "--pipeline-config", str(pipeline), "--workdir", str(workdir),
+                 "--out", str(tmp_path / "third")]) == 0
+    third = json.loads((tmp_path / "third" / "metrics.json").read_text())
+    assert third["PascalBoxes_Precision/mAP@0.5IOU"] == pytest.approx(
+        metrics["PascalBoxes_Precision/mAP@0.5IOU"], nan_ok=True)
+    capsys.readouterr()
+
+    assert main(["summary", "--pipeline-config", str(pipeline), "--json", "--no-flops",
+                 "--set", "model.num_classes=5"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["input_size"] == [64, 64]
+    assert summary["anchors"]["total"] == 6 * (8 * 8 + 4 * 4 + 2 * 2)
+    assert summary["num_classes"] == 5
+
+
+def test_convert_config_writes_yaml_that_trains_the_same_model(pipeline, tmp_path, capsys):
+    out = tmp_path / "converted.yaml"
+    assert main(["convert-config", str(pipeline), "-o", str(out),
+                 "--set", "train.num_steps=7"]) == 0
+    printed = capsys.readouterr()
+    assert f"wrote {out}" in printed.out
+    assert "train_config.fine_tune_checkpoint: TF checkpoints cannot be loaded" in printed.err
+    config = load_config(out)
+    assert config == load_pipeline_config(pipeline, ["train.num_steps=7"])
+    text = out.read_text()
+    assert "model.ssd.matcher.argmax_matcher.use_matmul_gather" in text  # listed, not dropped
+
+
+@pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
+def test_placeholder_paths_stop_training_naming_the_field(tmp_path, capsys):
+    tf_config = TFOD_CONFIGS / "ssd_mobilenet_v2_320x320_coco17_tpu-8.config"
+    code = main(["train", "--pipeline-config", str(tf_config), "--workdir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "data.train.input_path" in err
+    assert "train_input_reader.tf_record_input_reader.input_path" in err
+    assert "--set data.train.input_path=" in err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_unsupported_architecture_exits_2_with_one_line(tmp_path, capsys):
+    path = tmp_path / "frcnn.config"
+    path.write_text("model { faster_rcnn { num_classes: 3 } }\n")
+    assert main(["summary", "--pipeline-config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "model.faster_rcnn: Faster / Mask R-CNN is not supported" in err
