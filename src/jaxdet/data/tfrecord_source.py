@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from jaxdet.data.label_map import (
     class_names_from_label_map,
@@ -139,9 +140,14 @@ class TfRecordSource:
         self._boxes: list[list] = []
         self._classes: list[list[int]] = []
         self._crowd: list[list[bool]] = []
-        for file_index, file in enumerate(self.files):
-            for offset, data in iter_tfrecord(file, self.skips):
-                self._add(file_index, file, offset, data)
+        total = sum(os.path.getsize(f) for f in self.files)
+        # A bar only when indexing is slow (large datasets): tqdm stays hidden for 2 s.
+        with tqdm(total=total, unit="B", unit_scale=True, delay=2.0, leave=False,
+                  desc=f"indexing {len(self.files)} TFRecord file(s)") as bar:
+            for file_index, file in enumerate(self.files):
+                for offset, data in iter_tfrecord(file, self.skips):
+                    self._add(file_index, file, offset, data)
+                    bar.update(RECORD_HEADER_BYTES + len(data) + 4)
 
         largest = max((c for cs in self._classes for c in cs), default=-1) + 1
         self.num_classes = num_classes if num_classes is not None else max(largest, 1)
