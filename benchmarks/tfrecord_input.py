@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from inference_throughput import machine_info  # noqa: E402
-
 from jaxdet import builders  # noqa: E402
 from jaxdet.config.loader import load_config  # noqa: E402
 from jaxdet.convert_dataset import source_to_tfrecord  # noqa: E402

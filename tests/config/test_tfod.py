@@ -105,7 +105,7 @@ def test_placeholders_are_kept_for_summary_but_named(tmp_path):
 
 @needs_shared
 def test_warnings_and_same_fields_are_visible(caplog):
-    with caplog.at_level(logging.INFO, logger="jaxdet.config"):
+    with caplog.at_level(logging.DEBUG, logger="jaxdet.config"):
         load_pipeline_config(TFOD_CONFIGS / "ssd_resnet50_v1_fpn_640x640_coco17_tpu-8.config")
     text = caplog.text
     assert "train_config.fine_tune_checkpoint: TF checkpoints cannot be loaded yet" in text

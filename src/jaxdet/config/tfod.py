@@ -483,12 +483,16 @@ def conversion_yaml(conversion: Conversion, config: Config) -> str:
 def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """A validated jaxdet :class:`Config` from a pipeline.config, ``--set`` overrides on top.
 
-    Logs one WARNING per field jaxdet treats differently and one INFO per field with the same
-    effect. Raises TfodConfigError / ConfigError.
+    Logs one WARNING per field jaxdet treats differently, one DEBUG line per field with the
+    same effect (and an INFO count of them). Raises TfodConfigError / ConfigError.
     """
     conversion = convert_pipeline_config(path)
     for field_path, why in conversion.same:
-        logger.info("pipeline.config %s: same in jaxdet (%s)", field_path, why)
+        logger.debug("pipeline.config %s: same in jaxdet (%s)", field_path, why)
+    if conversion.same:
+        logger.info("pipeline.config: %d TF fields have the same effect in jaxdet and need no "
+                    "setting (each listed with -v, and atop `jaxdet convert-config`'s YAML)",
+                    len(conversion.same))
     for text in conversion.warnings:
         logger.warning("pipeline.config %s", text)
     raw = apply_overrides(conversion.raw, overrides)

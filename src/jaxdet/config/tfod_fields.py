@@ -4,7 +4,8 @@ A field the mapper (``config/tfod.py``) neither reads nor finds here is an error
 here is reported, never dropped silently:
 
 * ``SAME`` — jaxdet already behaves this way (e.g. ``use_matmul_gather``: jaxdet always gathers
-  with static shapes); one INFO line each, and a comment in ``convert-config``'s YAML.
+  with static shapes); one DEBUG line each (an INFO line counts them), and a comment in
+  ``convert-config``'s YAML.
 * ``DIFFERS`` — accepted, but jaxdet does something else or nothing; one WARNING line each that
   says what.
 
