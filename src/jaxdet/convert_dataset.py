@@ -22,14 +22,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from jaxdet.data.decode import CorruptImageError, load_record_image, read_image_bytes
 from jaxdet.data.label_map import write_label_map
-from jaxdet.data.records import Record
+from jaxdet.data.records import Record, coco_ground_truth
 from jaxdet.data.tfrecord import TfRecordWriter, encode_example
 
 logger = logging.getLogger("jaxdet.data")
@@ -135,20 +134,11 @@ def source_to_tfrecord(source, out: str | os.PathLike, *, shards: int = 1,
     names = list(source.category_names)
     writers = [TfRecordWriter(p) for p in summary.outputs]
     try:
-        with _progress(len(source), "to TFRecord", progress) as bar:
-            for index in range(len(source)):
-                record = source[index]
-                bar.update()
-                try:
-                    data = record_image_bytes(record)
-                    fmt = image_format(data, record["image_path"])
-                except CorruptImageError as e:
-                    _skip(summary, e)
-                    continue
-                example = tf_example(record, data, fmt, names, crowd_key=crowd_key)
-                writers[summary.num_images % shards].write(example)
-                summary.num_images += 1
-                summary.num_boxes += len(record["boxes"])
+        for record, data, fmt in _readable(source, summary, "to TFRecord", progress):
+            example = tf_example(record, data, fmt, names, crowd_key=crowd_key)
+            writers[summary.num_images % shards].write(example)
+            summary.num_images += 1
+            summary.num_boxes += len(record["boxes"])
     finally:
         for writer in writers:
             writer.close()
@@ -157,9 +147,21 @@ def source_to_tfrecord(source, out: str | os.PathLike, *, shards: int = 1,
     return summary
 
 
-def _skip(summary: ConvertSummary, error: CorruptImageError) -> None:
-    logger.warning("skipped %s: %s", error.path, error.reason)
-    summary.skipped.append((error.path, error.reason))
+def _readable(source, summary: ConvertSummary, desc: str, progress: bool):
+    """Yields ``(record, encoded image bytes, format)`` for each record of ``source`` whose
+    image can be read (a progress bar runs); others are logged and listed in ``summary``."""
+    with _progress(len(source), desc, progress) as bar:
+        for index in range(len(source)):
+            record = source[index]
+            bar.update()
+            try:
+                data = record_image_bytes(record)
+                fmt = image_format(data, record["image_path"])
+            except CorruptImageError as e:
+                logger.warning("skipped %s: %s", e.path, e.reason)
+                summary.skipped.append((e.path, e.reason))
+                continue
+            yield record, data, fmt
 
 
 def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
@@ -170,40 +172,20 @@ def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
     image_dir = out_dir / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
     summary = ConvertSummary(outputs=[str(out_dir / "annotations.json")])
-    images: list[dict[str, Any]] = []
-    annotations: list[dict[str, Any]] = []
+    kept: list[Record] = []
     used: set[str] = set()
-    with _progress(len(source), "to COCO", progress) as bar:
-        for index in range(len(source)):
-            record = source[index]
-            bar.update()
-            try:
-                data = record_image_bytes(record)
-                fmt = image_format(data, record["image_path"])
-            except CorruptImageError as e:
-                _skip(summary, e)
-                continue
-            name = os.path.basename(_file_name(record)) or f"{record['image_id']}.{fmt}"
-            if name in used:
-                name = f"{record['image_id']}_{name}"
-            used.add(name)
-            (image_dir / name).write_bytes(data)
-            images.append({"id": int(record["image_id"]), "file_name": name,
-                           "height": int(record["height"]), "width": int(record["width"])})
-            for box, c, crowd in zip(record["boxes"], record["classes"], record["is_crowd"],
-                                     strict=True):
-                y0, x0, y1, x1 = (float(v) for v in box)
-                annotations.append({
-                    "id": len(annotations) + 1, "image_id": int(record["image_id"]),
-                    "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                    "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
-                })
-            summary.num_images += 1
-            summary.num_boxes += len(record["boxes"])
-    categories = [{"id": i + 1, "name": n} for i, n in enumerate(source.category_names)]
-    coco = {"info": {"description": f"converted by jaxdet from {_describe(source)}"},
-            "licenses": [], "images": images, "annotations": annotations,
-            "categories": categories}
+    for record, data, fmt in _readable(source, summary, "to COCO", progress):
+        name = os.path.basename(_file_name(record)) or f"{record['image_id']}.{fmt}"
+        if name in used:
+            name = f"{record['image_id']}_{name}"
+        used.add(name)
+        (image_dir / name).write_bytes(data)
+        kept.append(dict(record, file_name=name))
+        summary.num_images += 1
+        summary.num_boxes += len(record["boxes"])
+    coco = coco_ground_truth(kept, source.category_names,
+                             f"converted by jaxdet from {_describe(source)}",
+                             file_name=lambda r: r["file_name"])
     (out_dir / "annotations.json").write_text(json.dumps(coco))
     return summary
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -170,3 +171,23 @@ def pixel_box(
         return None, "box_outside_image"
     off = max(abs(cy0 - y0), abs(cx0 - x0), abs(cy1 - y1), abs(cx1 - x1))
     return (cy0, cx0, cy1, cx1), ("box_clipped" if off > CLIP_TOLERANCE_PX else None)
+
+
+def coco_ground_truth(records, category_names: Sequence[str], description: str,
+                      file_name=lambda r: os.path.basename(r["image_path"])) -> dict[str, Any]:
+    """A COCO-format dict of ``records``: category ids 1..C (class index + 1), bbox xywh in
+    pixels, is_crowd -> iscrowd 1; ``file_name(record)`` gives each image's file name."""
+    images, annotations = [], []
+    for r in records:
+        images.append({"id": r["image_id"], "file_name": file_name(r),
+                       "height": r["height"], "width": r["width"]})
+        for box, c, crowd in zip(r["boxes"], r["classes"], r["is_crowd"], strict=True):
+            y0, x0, y1, x1 = (float(v) for v in box)
+            annotations.append({
+                "id": len(annotations) + 1, "image_id": r["image_id"],
+                "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
+                "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
+            })
+    categories = [{"id": i + 1, "name": n} for i, n in enumerate(category_names)]
+    return {"info": {"description": description}, "licenses": [],
+            "images": images, "annotations": annotations, "categories": categories}

@@ -49,7 +49,13 @@ from jaxdet.data.label_map import (
     read_label_map_items,
     text_to_id,
 )
-from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
+from jaxdet.data.records import (
+    Record,
+    SkipCounter,
+    coco_ground_truth,
+    make_record,
+    pixel_box,
+)
 from jaxdet.data.tfrecord import ExampleError, decode_example_spans, iter_tfrecord
 
 logger = logging.getLogger("jaxdet.data")
@@ -356,22 +362,9 @@ class TfRecordSource:
     def ground_truth(self) -> dict[str, Any]:
         """A COCO-format dict of the kept images and boxes (category ids = labels 1..C,
         bbox xywh in pixels, is_crowd -> iscrowd 1)."""
-        images, annotations = [], []
-        for i in range(len(self)):
-            r = self[i]
-            images.append({"id": r["image_id"], "file_name": r["file_name"] or r["image_path"],
-                           "height": r["height"], "width": r["width"]})
-            for box, c, crowd in zip(r["boxes"], r["classes"], r["is_crowd"], strict=True):
-                y0, x0, y1, x1 = (float(v) for v in box)
-                annotations.append({
-                    "id": len(annotations) + 1, "image_id": r["image_id"],
-                    "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                    "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
-                })
-        categories = [{"id": i, "name": n}
-                      for i, n in zip(self.category_ids, self.category_names, strict=True)]
-        return {"info": {"description": self.describe()}, "licenses": [],
-                "images": images, "annotations": annotations, "categories": categories}
+        return coco_ground_truth((self[i] for i in range(len(self))), self.category_names,
+                                 self.describe(),
+                                 file_name=lambda r: r["file_name"] or r["image_path"])
 
     def __repr__(self) -> str:
         return (f"TfRecordSource({self.describe()}, {len(self)} images, "

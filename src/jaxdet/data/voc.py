@@ -29,7 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
+from jaxdet.data.records import (
+    Record,
+    SkipCounter,
+    coco_ground_truth,
+    make_record,
+    pixel_box,
+)
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -194,20 +200,8 @@ class VocSource:
 
     def ground_truth(self) -> dict[str, Any]:
         """A COCO-format dict (ids 1..C, bbox xywh, difficult -> iscrowd 1)."""
-        images, annotations = [], []
-        for r in self._records:
-            images.append({"id": r["image_id"], "file_name": os.path.basename(r["image_path"]),
-                           "height": r["height"], "width": r["width"]})
-            for box, c, crowd in zip(r["boxes"], r["classes"], r["is_crowd"], strict=True):
-                y0, x0, y1, x1 = (float(v) for v in box)
-                annotations.append({
-                    "id": len(annotations) + 1, "image_id": r["image_id"],
-                    "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                    "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
-                })
-        categories = [{"id": i + 1, "name": n} for i, n in enumerate(self.category_names)]
-        return {"info": {"description": f"VOC {self.annotation_dir}"}, "licenses": [],
-                "images": images, "annotations": annotations, "categories": categories}
+        return coco_ground_truth(self._records, self.category_names,
+                                 f"VOC {self.annotation_dir}")
 
     def __repr__(self) -> str:
         return f"VocSource({self.annotation_dir!r}, {len(self)} images, {self.num_classes} classes)"

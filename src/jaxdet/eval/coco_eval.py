@@ -74,6 +74,30 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+
+def detection_batch(image_ids, boxes, scores, classes, num_detections) -> tuple[np.ndarray, ...]:
+    """Checks and converts one batch of detections for an evaluator's ``add_detections``.
+
+    Returns ``(image_ids int64 [n], boxes float64 [n, D, 4], scores float64 [n, D],
+    classes [n, D] as given, num_detections int64 [n])``; raises ValueError naming the shapes
+    when they disagree.
+    """
+    image_ids = np.asarray(image_ids).astype(np.int64).reshape(-1)
+    boxes = np.asarray(boxes, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    classes = np.asarray(classes)
+    num = np.asarray(num_detections).astype(np.int64).reshape(-1)
+    n = image_ids.shape[0]
+    if boxes.ndim != 3 or boxes.shape[0] != n or boxes.shape[2] != 4:
+        raise ValueError(f"boxes must be [n={n}, D, 4], got shape {boxes.shape}.")
+    d = boxes.shape[1]
+    if scores.shape != (n, d) or classes.shape != (n, d) or num.shape != (n,):
+        raise ValueError(
+            f"expected scores/classes [n={n}, D={d}] and num_detections [{n}], got "
+            f"{scores.shape}, {classes.shape}, {num.shape}."
+        )
+    return image_ids, boxes, scores, classes, num
+
 class CocoEvaluator:
     """Accumulates detections for a COCO ground truth and scores them with pycocotools.
 
@@ -131,20 +155,9 @@ class CocoEvaluator:
           classes: ``[n, D]`` contiguous class indices (``0 .. len(category_ids)-1``).
           num_detections: ``[n]``; only the first ``num_detections[i]`` of row i count.
         """
-        image_ids = np.asarray(image_ids).astype(np.int64).reshape(-1)
-        boxes = np.asarray(boxes, dtype=np.float64)
-        scores = np.asarray(scores, dtype=np.float64)
-        classes = np.asarray(classes)
-        num = np.asarray(num_detections).astype(np.int64).reshape(-1)
-        n = image_ids.shape[0]
-        if boxes.ndim != 3 or boxes.shape[0] != n or boxes.shape[2] != 4:
-            raise ValueError(f"boxes must be [n={n}, D, 4], got shape {boxes.shape}.")
+        image_ids, boxes, scores, classes, num = detection_batch(
+            image_ids, boxes, scores, classes, num_detections)
         d = boxes.shape[1]
-        if scores.shape != (n, d) or classes.shape != (n, d) or num.shape != (n,):
-            raise ValueError(
-                f"expected scores/classes [n={n}, D={d}] and num_detections [{n}], got "
-                f"{scores.shape}, {classes.shape}, {num.shape}."
-            )
         keep_rows = image_ids >= 0
         image_ids, boxes, scores, classes, num = (
             a[keep_rows] for a in (image_ids, boxes, scores, classes, num)

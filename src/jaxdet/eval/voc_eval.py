@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdet.eval.coco_eval import detection_batch
+
 METRIC_PREFIX = "PascalBoxes"
 
 
@@ -184,20 +186,10 @@ class VocEvaluator:
     def add_detections(self, image_ids, boxes, scores, classes, num_detections) -> None:
         """Add a batch: ``image_ids [n]`` (negative: padding, skipped), ``boxes [n, D, 4]``
         original-pixel yxyx, ``scores``/``classes [n, D]``, ``num_detections [n]``."""
-        image_ids = np.asarray(image_ids).astype(np.int64).reshape(-1)
-        boxes = np.asarray(boxes, np.float64)
-        scores = np.asarray(scores, np.float64)
-        classes = np.rint(np.asarray(classes)).astype(np.int64)
-        num = np.asarray(num_detections).astype(np.int64).reshape(-1)
-        n = image_ids.shape[0]
-        if boxes.ndim != 3 or boxes.shape[0] != n or boxes.shape[2] != 4:
-            raise ValueError(f"boxes must be [n={n}, D, 4], got shape {boxes.shape}.")
+        image_ids, boxes, scores, classes, num = detection_batch(
+            image_ids, boxes, scores, classes, num_detections)
+        classes = np.rint(classes).astype(np.int64)
         d = boxes.shape[1]
-        if scores.shape != (n, d) or classes.shape != (n, d) or num.shape != (n,):
-            raise ValueError(
-                f"expected scores/classes [n={n}, D={d}] and num_detections [{n}], got "
-                f"{scores.shape}, {classes.shape}, {num.shape}."
-            )
         for row, image_id in enumerate(image_ids.tolist()):
             if image_id < 0:
                 continue
