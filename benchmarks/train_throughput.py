@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
     config = load_config(args.config, overrides)
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
-    step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay)
+    step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
+                           ema_dynamic_decay=config.train.ema_dynamic_decay)
     state = init_train_state(task, tx, ema=config.train.ema_decay is not None)
     rng = np.random.default_rng(0)
     max_boxes = args.max_boxes or config.data.max_number_of_boxes

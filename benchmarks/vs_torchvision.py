@@ -59,7 +59,8 @@ class OurTrainer:
     def __init__(self, config, batches: list[dict]):
         task = builders.build_task(config)
         tx, schedule = builders.build_optimizer(config.train)
-        self.step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay)
+        self.step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
+                                    ema_dynamic_decay=config.train.ema_dynamic_decay)
         self.state = init_train_state(task, tx, ema=config.train.ema_decay is not None)
         self.batches = [jax.device_put(b) for b in batches]
         self.calls = 0

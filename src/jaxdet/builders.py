@@ -6,6 +6,7 @@ optax transformations, data iterators). No other module reads a config object.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -25,11 +26,13 @@ from jaxdet.data.loader import make_eval_loader, make_train_loader
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
+from jaxdet.models.backbones.efficientnet import EfficientNet
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNormParams
+from jaxdet.models.necks.bifpn import BiFPN
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.models.ssd import SSDDetector
@@ -70,6 +73,15 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             dtype=dtype,
             rngs=rngs,
         )
+    if b.name.startswith("efficientnet"):
+        return EfficientNet(
+            b.name.removeprefix("efficientnet_"),
+            batch_norm=bn,
+            drop_connect_rate=b.drop_connect_rate,
+            activation_name=b.activation or "swish",
+            dtype=dtype,
+            rngs=rngs,
+        )
     if b.activation not in (None, "relu6"):
         raise ValueError(
             f"model.backbone.activation={b.activation} is not supported for {b.name} "
@@ -94,6 +106,27 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
 def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
     n = cfg.neck
     bn = batch_norm_params(cfg.backbone.batch_norm)
+    if isinstance(n, S.BiFPNConfig):
+        inputs = {level: c for level, c in in_channels.items() if level >= n.min_level}
+        if n.min_level not in inputs:
+            raise ValueError(
+                f"model.neck.min_level {n.min_level} is not a backbone level (the backbone "
+                f"gives levels {sorted(in_channels)})"
+            )
+        return BiFPN(
+            inputs,
+            n.min_level,
+            n.max_level,
+            n.num_filters,
+            n.num_iterations,
+            weight_method=n.weight_method,
+            activation_name=n.activation,
+            separable=n.use_depthwise,
+            pooling=n.pooling,
+            batch_norm=bn,
+            dtype=dtype,
+            rngs=rngs,
+        )
     if isinstance(n, S.FPNConfig):
         return FPN(
             in_channels,
@@ -189,6 +222,7 @@ def build_head(cfg: S.ModelConfig, neck_channels: dict[int, int], *, dtype, rngs
             prior_probability=h.prior_probability,
             activation=h.activation,
             use_depthwise=h.use_depthwise,
+            use_bias=h.use_bias,
             dtype=dtype,
             rngs=rngs,
         )
@@ -292,6 +326,7 @@ def build_task(config: S.Config, *, seed: int | None = None) -> DetectionTask:
         input_size=input_size(config.data),
         num_classes=config.model.num_classes,
         compute_dtype=COMPUTE_DTYPES[config.precision],
+        seed=config.train.seed if seed is None else seed,
     )
 
 
@@ -426,7 +461,8 @@ _TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it co
 def _check_configured(cfg: S.TfRecordDataConfig, field: str | None) -> None:
     """Refuse the TF OD API placeholder ``PATH_TO_BE_CONFIGURED``, naming the field to set."""
     for name, paths in (("input_path", cfg.input_path), ("label_map_path", (cfg.label_map_path,))):
-        bad = [p for p in paths if p and "PATH_TO_BE_CONFIGURED" in p]
+        # The TF OD API's own d7 config misspells it PATH_TO_BEE_CONFIGURED.
+        bad = [p for p in paths if p and re.search(r"PATH_TO_BE+_CONFIGURED", p)]
         if not bad:
             continue
         roles = [field.rsplit(".", 1)[-1]] if field else ["train", "eval"]

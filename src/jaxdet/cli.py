@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="generate shapes, train shapes_demo, evaluate, print AP")
     p.add_argument("--workdir", default="runs/demo")
+    p.add_argument("--config", default="shapes_demo",
+                   help="a shapes config to train (default shapes_demo; also "
+                        "efficientdet_d0_shapes)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C")
 
     p = sub.add_parser("summary", help="parameters, anchors, output shapes and FLOPs of a config")
@@ -151,7 +154,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
-    config = load_config("shapes_demo", args.overrides)
+    config = load_config(args.config, args.overrides)
     workdir = Path(args.workdir)
     print(f"jaxdet demo: {config.description}")
     print(f"  generated data and checkpoints under {workdir}/")

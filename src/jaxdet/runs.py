@@ -168,7 +168,8 @@ def train(
 
     try:
         return train_loop(
-            step_fn=make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay),
+            step_fn=make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
+                                   ema_dynamic_decay=config.train.ema_dynamic_decay),
             state=state,
             batches=batches,
             start_step=start,

@@ -50,6 +50,22 @@ def test_train_step_compiles_once_for_any_number_of_boxes(tiny_config):
     assert step._cache_size() == 1
 
 
+def test_dynamic_ema_decay_warms_up_like_tf(tiny_config):
+    """TF's num_updates / tfa's dynamic_decay: update t uses min(decay, (1 + t) / (10 + t))."""
+    task = builders.build_task(tiny_config)
+    tx, schedule = builders.build_optimizer(tiny_config.train)
+    step = make_train_step(task, tx, schedule, ema_decay=0.9998, ema_dynamic_decay=True)
+    state = init_train_state(task, tx, ema=True)
+    rng = np.random.default_rng(0)
+    for t in range(2):
+        ema_before = _leaves(state["ema_params"])
+        state, _ = step(state, _batch_with_boxes(task, 4, 8, [1, 2, 0, 3], rng))
+        decay = (1 + t) / (10 + t)
+        for e0, p1, e1 in zip(ema_before, _leaves(state["params"]),
+                              _leaves(state["ema_params"]), strict=True):
+            np.testing.assert_allclose(e1, decay * e0 + (1 - decay) * p1, rtol=1e-5, atol=1e-6)
+
+
 def _leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
 

@@ -172,15 +172,15 @@ def test_valid_tap_formula_matches_xla_for_single_convs():
         assert _flops_of(ca) == 2 * macs, (size, k, stride, pad)
 
 
-def _recorded_conv_macs(module: nnx.Module, *args) -> int:
-    """Trace ``module(*args)`` abstractly and add up every nnx.Conv's multiply-adds."""
+def _record_convs(module: nnx.Module, *args, macs_of) -> int:
+    """Trace ``module(*args)`` abstractly and add up ``macs_of(conv, inputs, out)`` over every
+    nnx.Conv call."""
     macs = []
     original = nnx.Conv.__call__
 
     def recording(self, inputs, *a, **kw):
         out = original(self, inputs, *a, **kw)
-        macs.append(_conv_macs(inputs.shape, out.shape, self.kernel.shape, self.strides,
-                               self.padding, self.kernel_dilation))
+        macs.append(macs_of(self, inputs, out))
         return out
 
     graphdef, state = nnx.split(module)
@@ -190,6 +190,12 @@ def _recorded_conv_macs(module: nnx.Module, *args) -> int:
     finally:
         nnx.Conv.__call__ = original
     return sum(macs)
+
+
+def _recorded_conv_macs(module: nnx.Module, *args) -> int:
+    """Every nnx.Conv's multiply-adds on taps inside the input (as XLA counts them)."""
+    return _record_convs(module, *args, macs_of=lambda c, x, out: _conv_macs(
+        x.shape, out.shape, c.kernel.shape, c.strides, c.padding, c.kernel_dilation))
 
 
 def test_flops_match_analytic_conv_macs(config, summary):
@@ -217,6 +223,33 @@ def test_flops_match_analytic_conv_macs(config, summary):
     # The parts add up to the whole detector compiled in one piece.
     whole = compiled_flops(model, images)
     assert flops["total"] == pytest.approx(whole, rel=5e-3)
+
+
+def _full_tap_macs(module: nnx.Module, *args) -> int:
+    """Every nnx.Conv's ``out_h * out_w * kh * kw * cin_per_group * cout``, padding taps
+    included (the papers' convention)."""
+    return _record_convs(module, *args, macs_of=lambda c, x, out: math.prod(out.shape[:3])
+                         * math.prod(c.kernel.shape))
+
+
+def test_multiply_adds_are_full_tap_conv_macs(config, summary):
+    model = nnx.eval_shape(lambda: builders.build_model(config))
+    model.eval()
+    images = jax.ShapeDtypeStruct((1, H, W, 3), jnp.float32)
+    backbone_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.backbone),
+                                  images)
+    neck_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.neck), backbone_out)
+    expected = {
+        "backbone": _full_tap_macs(model.backbone, images),
+        "neck": _full_tap_macs(model.neck, backbone_out),
+        "head": _full_tap_macs(model.head, neck_out),
+    }
+    macs = summary["multiply_adds"]
+    assert macs["components"] == expected
+    assert macs["total"] == sum(expected.values())
+    # Padding taps count here and not in XLA's FLOPs, elementwise work the other way round.
+    assert 0.8 < summary["flops"]["total"] / (2 * macs["total"]) < 1.1
+    assert "multiply-adds" in format_summary(summary)
 
 
 def test_flops_of_accepts_dict_list_and_none():

@@ -105,10 +105,11 @@ def shipped_configs_table() -> str:
         backbone = m.backbone.name + (
             f" x{m.backbone.depth_multiplier:g}" if m.backbone.depth_multiplier != 1 else ""
         )
-        neck = m.neck.name + (
-            f" P{m.neck.min_level}-P{m.neck.max_level} d{m.neck.depth}"
-            if m.neck.name == "fpn" else ""
-        ) + (" (depthwise)" if m.neck.use_depthwise else "")
+        n = m.neck
+        levels = f" P{n.min_level}-P{n.max_level}" if n.name in ("fpn", "bifpn") else ""
+        width = (f" d{n.depth}" if n.name == "fpn" else
+                 f" d{n.num_filters} x{n.num_iterations}" if n.name == "bifpn" else "")
+        neck = n.name + levels + width + (" (depthwise)" if n.use_depthwise else "")
         head = m.head.name + (
             f" d{m.head.depth} x{m.head.num_layers_before_predictor}"
             if m.head.name == "weight_shared" else f" k{m.head.kernel_size}"

@@ -49,10 +49,16 @@ class BatchNormConfig(Strict):
 Activation = Literal["relu", "relu6", "swish", "none"]
 
 
+EFFICIENTNETS = tuple(f"efficientnet_b{i}" for i in range(8))
+
+
 class BackboneConfig(Strict):
     """Feature extractor. ``depth_multiplier`` scales channel widths (ResNet: the stem and
     stage widths — 1.0 is the torchvision network; MobileNets: as TF); ``min_depth`` applies
-    to MobileNets only.
+    to MobileNets only. EfficientNets take their width and depth from the variant name
+    (b0..b7, the compound-scaling coefficients), so ``depth_multiplier`` must stay 1.0;
+    ``drop_connect_rate`` is their stochastic depth (the last block's drop rate; earlier
+    blocks scale linearly with their index), used in training only.
 
     ``activation`` None keeps the network's own (relu for ResNet, relu6 for MobileNets); TF OD
     API configs with ``override_base_feature_extractor_hyperparams`` use their conv_hyperparams
@@ -62,12 +68,22 @@ class BackboneConfig(Strict):
 
     name: Literal[
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "mobilenet_v1",
-        "mobilenet_v2",
+        "mobilenet_v2", *EFFICIENTNETS,
     ]
     depth_multiplier: float = Field(1.0, gt=0.0)
     min_depth: int = Field(8, ge=1)
     activation: Activation | None = None
     batch_norm: BatchNormConfig = BatchNormConfig()
+    drop_connect_rate: float = Field(0.2, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _efficientnet_scaling(self) -> BackboneConfig:
+        if self.name.startswith("efficientnet") and self.depth_multiplier != 1.0:
+            raise ValueError(
+                f"depth_multiplier must be 1.0 for {self.name}: EfficientNets scale by variant "
+                f"(choose one of {', '.join(EFFICIENTNETS)})"
+            )
+        return self
 
 
 class FPNConfig(Strict):
@@ -96,7 +112,34 @@ class SSDFeatureMapsConfig(Strict):
     use_depthwise: bool = False
 
 
-NeckConfig = Annotated[FPNConfig | SSDFeatureMapsConfig, Field(discriminator="name")]
+class BiFPNConfig(Strict):
+    """EfficientDet's weighted bidirectional FPN: ``num_iterations`` cells of top-down plus
+    bottom-up fusion over ``min_level..max_level`` (levels above the backbone come from 1x1
+    conv + BN + stride-2 pooling). ``weight_method``: ``fastattn`` (ReLU weights normalized by
+    their sum, the paper's fast normalized fusion), ``attn`` (softmax weights) or ``sum``
+    (unweighted; EfficientDet D6-D7x). Every node is activation -> separable (or plain, with
+    ``use_depthwise: false``) 3x3 conv -> BN."""
+
+    name: Literal["bifpn"]
+    min_level: int = Field(3, ge=2, le=9)
+    max_level: int = Field(7, ge=2, le=9)
+    num_filters: int = Field(64, ge=1)
+    num_iterations: int = Field(3, ge=1)
+    weight_method: Literal["fastattn", "attn", "sum"] = "fastattn"
+    activation: Activation = "swish"
+    use_depthwise: bool = True
+    pooling: Literal["max", "avg"] = "max"
+
+    @model_validator(mode="after")
+    def _levels_ordered(self) -> BiFPNConfig:
+        if self.min_level >= self.max_level:
+            raise ValueError(f"min_level ({self.min_level}) must be < max_level ({self.max_level})")
+        return self
+
+
+NeckConfig = Annotated[
+    FPNConfig | SSDFeatureMapsConfig | BiFPNConfig, Field(discriminator="name")
+]
 
 
 class MultiscaleAnchorsConfig(Strict):
@@ -133,6 +176,8 @@ class WeightSharedHeadConfig(Strict):
 
     ``share_prediction_tower`` uses one tower for both the class and the box predictions (TF
     FPN-lite); ``batch_norm`` is the tower's BatchNorm (TF: ``box_predictor.conv_hyperparams``).
+    ``use_bias`` gives the tower convs a bias even with a norm (TF ``force_use_bias``;
+    EfficientDet's heads have one).
     """
 
     name: Literal["weight_shared"]
@@ -145,6 +190,7 @@ class WeightSharedHeadConfig(Strict):
     activation: Activation = "relu6"
     use_depthwise: bool = False
     share_prediction_tower: bool = False
+    use_bias: bool = False
     batch_norm: BatchNormConfig = BatchNormConfig()
 
 
@@ -415,6 +461,11 @@ LearningRateConfig = Annotated[
 
 
 class TrainConfig(Strict):
+    """Batch, steps, optimizer and schedule, checkpoints. ``ema_decay`` keeps a moving average
+    of the weights (used at eval with ``eval.use_ema``); ``ema_dynamic_decay`` caps its decay
+    at ``(1 + step) / (10 + step)`` early in training (TF's ``num_updates``, the EfficientDet
+    recipe)."""
+
     batch_size: int = Field(8, ge=1)
     num_steps: int = Field(1000, ge=1)
     seed: int = 0
@@ -423,6 +474,7 @@ class TrainConfig(Strict):
         name="cosine", learning_rate_base=0.04, warmup_learning_rate=0.013, warmup_steps=100
     )
     ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
+    ema_dynamic_decay: bool = False
     checkpoint_every: int = Field(1000, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     eval_every: int = Field(0, ge=0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +47,13 @@ FEATURE_EXTRACTORS: dict[str, tuple[str, str]] = {
     "ssd_mobilenet_v1": ("mobilenet_v1", "ssd_feature_maps"),
     "ssd_mobilenet_v2": ("mobilenet_v2", "ssd_feature_maps"),
 }
-# TF's preprocess(): ResNets subtract the ImageNet channel means; MobileNets map to [-1, 1].
+EFFICIENTDET_EXTRACTOR = re.compile(r"ssd_efficientnet-(b[0-7])_bifpn")
+# TF's preprocess(): ResNets subtract the ImageNet channel means; MobileNets map to [-1, 1];
+# EfficientNets take (x / 255 - ImageNet mean) / ImageNet std.
 RESNET_MEAN_STD = ((123.68, 116.779, 103.939), (1.0, 1.0, 1.0))
 MOBILENET_MEAN_STD = ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5))
+EFFICIENTNET_MEAN_STD = ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
+BIFPN_COMBINE = {"fast_attention": "fastattn", "attention": "attn", "sum": "sum"}
 ACTIVATIONS = {"RELU": "relu", "RELU_6": "relu6", "SWISH": "swish", "NONE": "none"}
 NOT_YET = {
     "faster_rcnn": "Faster / Mask R-CNN",
@@ -165,12 +170,13 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
     fe = m.sub(ssd, "feature_extractor")
     fe_type = str(fe.take("type", ""))
     key = fe_type.removesuffix("_keras")
+    efficientdet = EFFICIENTDET_EXTRACTOR.fullmatch(key)
+    if efficientdet:
+        return _efficientdet_extractor(m, fe, efficientdet.group(1), freeze_bn)
     if key not in FEATURE_EXTRACTORS:
-        if "efficientnet" in key or "bifpn" in key:
-            raise m.error(fe, "type", f"'{fe_type}' (EfficientDet: EfficientNet + BiFPN) is "
-                          "not supported yet")
         raise m.error(fe, "type", f"'{fe_type}' is not supported; jaxdet supports "
-                      f"{', '.join(sorted(FEATURE_EXTRACTORS))} (each also with '_keras')")
+                      f"{', '.join(sorted(FEATURE_EXTRACTORS))}, ssd_efficientnet-b0..b7_bifpn "
+                      "(each also with '_keras')")
     backbone_name, neck_name = FEATURE_EXTRACTORS[key]
     hyper = m.sub(fe, "conv_hyperparams")
     activation = _activation(m, hyper)
@@ -198,6 +204,31 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
         neck = {"name": "ssd_feature_maps", "extra_depths": [512, 256, 256, 128],
                 "activation": activation, "use_depthwise": use_depthwise}
     mean, std = RESNET_MEAN_STD if backbone_name.startswith("resnet") else MOBILENET_MEAN_STD
+    return backbone, neck, {"mean": list(mean), "std": list(std), "l2": _l2_weight(m, hyper)}
+
+
+def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
+                            freeze_bn: bool) -> tuple[dict, dict, dict]:
+    """ssd_efficientnet-bN_bifpn(_keras) -> (EfficientNet backbone, BiFPN neck, extras)."""
+    hyper = m.sub(fe, "conv_hyperparams")
+    activation = _activation(m, hyper)
+    bn = _batch_norm(m, hyper, freeze_bn) or {"decay": 0.999, "epsilon": 1e-3,
+                                               "frozen": freeze_bn}
+    for name, default in (("depth_multiplier", 1.0), ("min_depth", 0), ("pad_to_multiple", 1)):
+        if fe.has(name):
+            m.only(fe, name, [default], default)
+    bifpn = m.sub(fe, "bifpn")
+    combine = m.only(bifpn, "combine_method", BIFPN_COMBINE, "fast_attention")
+    neck = {"name": "bifpn", "min_level": int(bifpn.take("min_level", 3)),
+            "max_level": int(bifpn.take("max_level", 7)),
+            "num_filters": int(bifpn.take("num_filters", 64)),
+            "num_iterations": int(bifpn.take("num_iterations", 3)),
+            "weight_method": BIFPN_COMBINE[combine], "activation": activation,
+            "use_depthwise": True, "pooling": "max"}
+    if bifpn.has("input_max_level"):
+        m.only(bifpn, "input_max_level", [5], 5)
+    backbone = {"name": f"efficientnet_{variant}", "activation": activation, "batch_norm": bn}
+    mean, std = EFFICIENTNET_MEAN_STD
     return backbone, neck, {"mean": list(mean), "std": list(std), "l2": _l2_weight(m, hyper)}
 
 
@@ -238,6 +269,7 @@ def _box_predictor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, floa
         "activation": _activation(m, hyper),
         "use_depthwise": bool(bp.take("use_depthwise", False)),
         "share_prediction_tower": bool(bp.take("share_prediction_tower", False)),
+        "use_bias": bool(hyper.take("force_use_bias", False)),
     }
     if bn is not None:
         head["batch_norm"] = bn

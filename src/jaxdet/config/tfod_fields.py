@@ -46,7 +46,9 @@ SAME: dict[str, str] = {
     f"{_FE}.conv_hyperparams.batch_norm.scale": "batch norm has a scale (only true is accepted)",
     f"{_FE}.conv_hyperparams.batch_norm.center": "batch norm has a bias (only true is accepted)",
     f"{_BP}.conv_hyperparams.force_use_bias": "convolutions without batch norm have biases",
-    f"{_FE}.conv_hyperparams.force_use_bias": "convolutions without batch norm have biases",
+    f"{_FE}.conv_hyperparams.force_use_bias":
+        "convolutions without batch norm have biases (BiFPN node convolutions always have one)",
+    f"{_FE}.bifpn.use_native_resize_op": "BiFPN upsampling is nearest-neighbour 2x either way",
     f"{_SSD}.loss.localization_loss.weighted_smooth_l1.anchorwise_output":
         "losses are per anchor before reduction",
     f"{_SSD}.loss.classification_loss.weighted_sigmoid.anchorwise_output":

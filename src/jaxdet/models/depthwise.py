@@ -12,7 +12,8 @@ for all of these, so the rewrites are used on CPU only. Every path computes the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +58,21 @@ def _explicit_padding(padding, in_hw, kernel_hw, strides, dilation):
     )
 
 
+_REFERENCE_ONLY = [False]
+
+
+@contextlib.contextmanager
+def reference_convolutions() -> Iterator[None]:
+    """Within this block every convolution is traced as ``lax.conv_general_dilated`` on any
+    backend (no CPU rewrites), e.g. to count a model's multiply-adds from its jaxpr."""
+    previous = _REFERENCE_ONLY[0]
+    _REFERENCE_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _REFERENCE_ONLY[0] = previous
+
+
 _NHWC_HWIO = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
 
@@ -84,7 +100,7 @@ def conv_general_dilated(
     depthwise convolutions on CPU to :func:`_shifted_depthwise`; everything else goes to lax.
     """
     channels = lhs.shape[-1]
-    on_cpu = jax.default_backend() == "cpu"
+    on_cpu = jax.default_backend() == "cpu" and not _REFERENCE_ONLY[0]
     nhwc = _is_nhwc_hwio(dimension_numbers, lhs.ndim)
     pointwise = (
         on_cpu

@@ -1,6 +1,6 @@
 """Single-shot detector: backbone -> neck -> box predictor. Covers SSD (``SSDFeatureMaps`` +
 ``ConvolutionalBoxPredictor``), RetinaNet / SSD-FPN (``FPN`` + ``WeightSharedBoxPredictor``)
-and, later, EfficientDet (BiFPN).
+and EfficientDet (``EfficientNet`` + ``BiFPN`` + a separable ``WeightSharedBoxPredictor``).
 
 The model returns dense per-level tensors; anchors, target assignment and the loss live in
 ``jaxdet.core`` and take the concatenation (:func:`concat_levels`), whose order is level
@@ -24,6 +24,9 @@ class SSDDetector(nnx.Module):
     learning rates or freezing: ``nnx.state(model.backbone, nnx.Param)``). ``neck`` may be
     ``None`` (head on backbone levels). The neck maps ``{level: map}`` to ``{level: map}``;
     the head receives those maps in ascending level order.
+
+    ``rngs`` (training only) feeds a backbone with stochastic layers (EfficientNet's
+    drop-connect; such a backbone sets ``accepts_rngs = True``); others never see it.
     """
 
     def __init__(self, backbone: nnx.Module, neck: nnx.Module | None, head: nnx.Module):
@@ -31,15 +34,22 @@ class SSDDetector(nnx.Module):
         self.neck = neck
         self.head = head
 
-    def features(self, images: jax.Array) -> dict[int, jax.Array]:
+    def features(
+        self, images: jax.Array, *, rngs: nnx.Rngs | None = None
+    ) -> dict[int, jax.Array]:
         """The maps the head sees, keyed by level."""
-        features = self.backbone(images)
+        if rngs is not None and getattr(self.backbone, "accepts_rngs", False):
+            features = self.backbone(images, rngs=rngs)
+        else:
+            features = self.backbone(images)
         if self.neck is not None:
             features = self.neck(features)
         return {level: features[level] for level in sorted(features)}
 
-    def __call__(self, images: jax.Array) -> dict[str, list[jax.Array]]:
-        class_logits, box_encodings = self.head(self.features(images))
+    def __call__(
+        self, images: jax.Array, *, rngs: nnx.Rngs | None = None
+    ) -> dict[str, list[jax.Array]]:
+        class_logits, box_encodings = self.head(self.features(images, rngs=rngs))
         return {"class_logits": class_logits, "box_encodings": box_encodings}
 
     def feature_shapes(self, image_size: int | Sequence[int]) -> list[tuple[int, int]]:

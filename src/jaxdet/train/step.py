@@ -47,19 +47,24 @@ def make_train_step(
     schedule: optax.Schedule,
     *,
     ema_decay: float | None = None,
+    ema_dynamic_decay: bool = False,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated.
 
     ``batch`` holds images [B,H,W,3], boxes [B,N,4], classes [B,N], valid [B,N], ignore [B,N]
     (other keys are ignored). Metrics: loss, classification_loss, localization_loss,
     num_positives, grad_norm, learning_rate (the rate used for this update).
+
+    ``ema_dynamic_decay`` warms the moving average up as TF's ``num_updates`` /
+    tfa's ``dynamic_decay`` do: update ``t`` (0-based) uses ``min(ema_decay, (1 + t) / (10 + t))``,
+    so early averages follow the weights instead of the initialization.
     """
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         inputs = {k: batch[k] for k in ("images", "boxes", "classes", "valid", "ignore")}
         grad_fn = jax.value_and_grad(task.loss, has_aux=True)
         (loss, (parts, new_stats)), grads = grad_fn(
-            state["params"], state["batch_stats"], inputs
+            state["params"], state["batch_stats"], inputs, task.step_key(state["step"])
         )
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
@@ -71,8 +76,12 @@ def make_train_step(
             "ema_params": state["ema_params"],
         }
         if ema_decay is not None:
+            decay = jnp.float32(ema_decay)
+            if ema_dynamic_decay:
+                t = state["step"].astype(jnp.float32)
+                decay = jnp.minimum(decay, (1.0 + t) / (10.0 + t))
             new_state["ema_params"] = jax.tree.map(
-                lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, state["ema_params"], params
+                lambda e, p: decay * e + (1.0 - decay) * p, state["ema_params"], params
             )
         metrics = {
             "loss": loss,

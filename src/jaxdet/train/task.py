@@ -59,6 +59,7 @@ class DetectionTask:
       anchors: [A, 4] normalized yxyx anchors in the head's output order.
       input_size: (H, W) of every batch image.
       num_classes: foreground classes (contiguous 0-based ids).
+      seed: base of the per-step random keys of stochastic layers (``step_key``).
     """
 
     model: nnx.Module
@@ -70,6 +71,7 @@ class DetectionTask:
     input_size: tuple[int, int]
     num_classes: int
     compute_dtype: Any = jnp.float32
+    seed: int = 0
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -92,19 +94,27 @@ class DetectionTask:
 
     # ----------------------------------------------------------------- forward
 
+    def step_key(self, step: jax.Array) -> jax.Array:
+        """The random key of train step ``step``: a pure function of (seed, step), so a resumed
+        run draws the same drop-connect masks as an uninterrupted one."""
+        return jax.random.fold_in(jax.random.key(self.seed), step)
+
     def apply(
-        self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool
+        self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
+        rng: jax.Array | None = None,
     ) -> tuple[tuple[jax.Array, jax.Array], PyTree]:
         """Run the detector.
 
         Args:
           images: [B, H, W, 3] normalized float images.
+          rng: a key for stochastic layers (training only; None: deterministic).
         Returns:
           ((class_logits [B, A, K] f32, box_encodings [B, A, 4] f32), new batch_stats).
         """
         graphdef = self._graphdefs["train" if train else "eval"]
         model = nnx.merge(graphdef, params, batch_stats)
-        outputs = model(images.astype(self.compute_dtype))
+        rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
+        outputs = model(images.astype(self.compute_dtype), rngs=rngs)
         logits, encodings = concat_levels(outputs)
         new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
         return (logits.astype(jnp.float32), encodings.astype(jnp.float32)), new_stats
@@ -134,12 +144,13 @@ class DetectionTask:
         return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])
 
     def loss(
-        self, params: PyTree, batch_stats: PyTree, batch: dict
+        self, params: PyTree, batch_stats: PyTree, batch: dict, rng: jax.Array | None = None
     ) -> tuple[jax.Array, tuple[dict, PyTree]]:
-        """Training loss of a batch: (total, (components, new batch_stats))."""
+        """Training loss of a batch: (total, (components, new batch_stats)); ``rng`` drives
+        stochastic layers (see :meth:`step_key`)."""
         targets = self.targets(batch)
         (logits, encodings), new_stats = self.apply(
-            params, batch_stats, batch["images"], train=True
+            params, batch_stats, batch["images"], train=True, rng=rng
         )
         total, parts = detection_loss(
             logits,

@@ -14,7 +14,9 @@ Transforms (apply with :func:`to_ours`):
   ``(kh, kw, C_in/groups, C_out)``: the same permutation, named apart so an importer can
   tell them apart in logs.
 * ``linear``: ``(out, in)`` -> ``(in, out)``.
-* ``identity``: biases, norm scales and running statistics.
+* ``identity``: biases, norm scales and running statistics, and bare parameters: an
+  ``nnx.Param`` attribute ``attr`` of any other module maps to ``<module path>.<attr>``
+  (a PyTorch ``nn.Parameter`` attribute, e.g. effdet's BiFPN ``edge_weights``).
 
 ``num_batches_tracked`` has no counterpart and is skipped by :func:`load_state_dict`.
 """
@@ -77,6 +79,11 @@ def torch_state_dict_map(model: nnx.Module) -> dict[str, tuple[Path, str]]:
             add(path, "weight", "kernel", "linear")
             if module.bias is not None:
                 add(path, "bias", "bias", "identity")
+        else:
+            # A bare nn.Parameter of a custom PyTorch module (e.g. BiFPN ``edge_weights``).
+            for name, value in vars(module).items():
+                if isinstance(value, nnx.Param):
+                    add(path, name, name, "identity")
 
     ours = {path for path, _ in nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat)))}
     mapped = {path for path, _ in mapping.values()}
@@ -103,14 +110,16 @@ def load_state_dict(
     *,
     strict: bool = True,
     ignore_prefixes: tuple[str, ...] = (),
+    key_map: Mapping[str, tuple[Path, str]] | None = None,
 ) -> list[str]:
     """Copy a PyTorch ``state_dict`` (values as numpy arrays) into ``model`` in place.
 
     Keys ending in ``num_batches_tracked`` or starting with one of ``ignore_prefixes`` (e.g.
     ``("fc.",)`` for a torchvision classifier) are ignored; with ``strict`` every other key must
-    map and every parameter must be given. Returns the state_dict keys that were not used.
+    map and every parameter must be given. ``key_map`` replaces :func:`torch_state_dict_map`
+    (e.g. ``effdet_names.effdet_state_dict_map``). Returns the state_dict keys not used.
     """
-    mapping = torch_state_dict_map(model)
+    mapping = torch_state_dict_map(model) if key_map is None else key_map
     unused = []
     for key, value in state_dict.items():
         if key.endswith("num_batches_tracked") or key.startswith(ignore_prefixes):

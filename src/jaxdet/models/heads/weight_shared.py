@@ -5,7 +5,8 @@ Separate class and box towers of ``num_layers_before_predictor`` kxk convs (``de
 channels) followed by a kxk predictor conv. Tower and predictor convolutions are one set of
 weights applied to every level; BatchNorm is per level (TF ``.../BatchNorm/feature_i``)
 unless ``share_norm_across_levels``. ``norm="group_norm"`` uses GroupNorm with 32 groups
-(torchvision RetinaNet v2); ``norm="none"`` gives the tower convs a bias instead.
+(torchvision RetinaNet v2); ``norm="none"`` gives the tower convs a bias instead, and
+``use_bias=True`` gives them one as well as the norm (TF ``force_use_bias``, EfficientDet).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class WeightSharedBoxPredictor(nnx.Module):
         activation: ActivationName = "relu6",
         use_depthwise: bool = False,
         box_code_size: int = 4,
+        use_bias: bool = False,
         *,
         dtype=None,
         rngs: nnx.Rngs,
@@ -96,7 +98,7 @@ class WeightSharedBoxPredictor(nnx.Module):
         def make_tower():
             return nnx.List([
                 _head_conv(in_depth if i == 0 else depth, depth, kernel_size,
-                           use_bias=norm == "none", separable=use_depthwise,
+                           use_bias=use_bias or norm == "none", separable=use_depthwise,
                            bias_init=nnx.initializers.zeros_init(), dtype=dtype, rngs=rngs)
                 for i in range(num_layers_before_predictor)
             ])
