@@ -57,8 +57,9 @@ def test_bad_literal_lists_the_allowed_values():
 
 
 def test_bad_union_tag_lists_the_allowed_names():
-    message = _error(overrides=["model.neck.name=bifpn"])
-    expected = "model.neck: 'bifpn' is not a valid 'name'; allowed: 'fpn', 'ssd_feature_maps'"
+    message = _error(overrides=["model.neck.name=nasfpn"])
+    expected = ("model.neck: 'nasfpn' is not a valid 'name'; allowed: 'fpn', 'ssd_feature_maps', "
+                "'bifpn'")
     assert expected in message
     message = _error(overrides=["data.train.type=kitti"])
     assert "data.train: 'kitti'" in message

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jaxdet.builders import input_size
 from jaxdet.config.loader import CONFIG_DIR, dump_config, load_config, shipped_config_names
 from jaxdet.config.schema import (
     ConvolutionalHeadConfig,
-    FixedShapeResizerConfig,
     FPNConfig,
     MultiscaleAnchorsConfig,
     ShapesDataConfig,
@@ -134,11 +134,10 @@ def test_shipped_config_loads_and_runs_on_generated_data(name):
     assert config.name == name
     assert config.description and "\n" not in config.description
     # out of the box: generated shapes at the model's input size
-    resizer = config.data.resizer
-    assert isinstance(resizer, FixedShapeResizerConfig)
+    size = input_size(config.data)
     for split, seed in ((config.data.train, 0), (config.data.eval, 1)):
         assert isinstance(split, ShapesDataConfig)
-        assert tuple(split.image_size) == (resizer.height, resizer.width)
+        assert tuple(split.image_size) == size
         assert split.seed == seed
     assert config.data.train.output_dir != config.data.eval.output_dir
     # dumping and reloading gives the same config
