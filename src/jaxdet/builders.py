@@ -107,14 +107,8 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
     n = cfg.neck
     bn = batch_norm_params(cfg.backbone.batch_norm)
     if isinstance(n, S.BiFPNConfig):
-        inputs = {level: c for level, c in in_channels.items() if level >= n.min_level}
-        if n.min_level not in inputs:
-            raise ValueError(
-                f"model.neck.min_level {n.min_level} is not a backbone level (the backbone "
-                f"gives levels {sorted(in_channels)})"
-            )
-        return BiFPN(
-            inputs,
+        return BiFPN(  # checks that min_level is a backbone level
+            in_channels,
             n.min_level,
             n.max_level,
             n.num_filters,

@@ -97,6 +97,11 @@ class _Block(nnx.Module):
     drop_rate: float
     deterministic: bool
 
+    def _init_residual(self, in_ch: int, out_ch: int, stride: int, drop_rate: float) -> None:
+        self.has_skip = stride == 1 and in_ch == out_ch
+        self.drop_rate = float(drop_rate)
+        self.deterministic = False
+
     def _residual(self, y: jax.Array, x: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
         if not self.has_skip:
             return y
@@ -122,9 +127,7 @@ class DepthwiseSeparable(_Block):
                             dtype=dtype, rngs=rngs)
         self.bn2 = make_batch_norm(out_ch, bn_params, dtype, rngs)
         self.act = activation(activation_name)
-        self.has_skip = stride == 1 and in_ch == out_ch
-        self.drop_rate = float(drop_rate)
-        self.deterministic = False
+        self._init_residual(in_ch, out_ch, stride, drop_rate)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         y = self.se(self.act(self.bn1(self.conv_dw(x))))
@@ -155,9 +158,7 @@ class MBConv(_Block):
                              dtype=dtype, rngs=rngs)
         self.bn3 = make_batch_norm(out_ch, bn_params, dtype, rngs)
         self.act = activation(activation_name)
-        self.has_skip = stride == 1 and in_ch == out_ch
-        self.drop_rate = float(drop_rate)
-        self.deterministic = False
+        self._init_residual(in_ch, out_ch, stride, drop_rate)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         y = self.act(self.bn1(self.conv_pw(x)))
