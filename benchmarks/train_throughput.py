@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxdet import builders
 from jaxdet.config.loader import load_config
-from jaxdet.train.step import init_train_state, make_train_step
+from jaxdet.train.step import init_train_state
 
 
 def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, int],
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> dict:
     config = load_config(args.config, overrides)
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
-    step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
-                           ema_dynamic_decay=config.train.ema_dynamic_decay)
-    state = init_train_state(task, tx, ema=config.train.ema_decay is not None)
+    step = builders.build_train_step(config, task, tx, schedule)
+    state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                             loss_scale=builders.build_loss_scale(config))
     rng = np.random.default_rng(0)
     max_boxes = args.max_boxes or config.data.max_number_of_boxes
     batch_size = config.train.batch_size

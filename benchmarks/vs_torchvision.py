@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inference_throughput import OurPredictor, machine_info, timed_calls  # noqa: E402
 from jaxdet import builders  # noqa: E402
 from jaxdet.config.loader import load_config  # noqa: E402
-from jaxdet.train.step import init_train_state, make_train_step  # noqa: E402
+from jaxdet.train.step import init_train_state  # noqa: E402
 from train_throughput import synthetic_batch  # noqa: E402
 
 MATCH_TORCHVISION_HEAD = ["model.num_classes=91", "model.anchors.scales_per_octave=3"]
@@ -59,9 +59,9 @@ class OurTrainer:
     def __init__(self, config, batches: list[dict]):
         task = builders.build_task(config)
         tx, schedule = builders.build_optimizer(config.train)
-        self.step = make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
-                                    ema_dynamic_decay=config.train.ema_dynamic_decay)
-        self.state = init_train_state(task, tx, ema=config.train.ema_decay is not None)
+        self.step = builders.build_train_step(config, task, tx, schedule)
+        self.state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                      loss_scale=builders.build_loss_scale(config))
         self.batches = [jax.device_put(b) for b in batches]
         self.calls = 0
         t0 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""Test-wide settings (a persistent JAX compilation cache, CPU-only execution) and the tiny
-config that trains in seconds: 64x64 generated shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16."""
+"""Test-wide settings (a persistent JAX compilation cache, CPU-only execution, 8 emulated CPU
+devices for the sharding tests) and the tiny config that trains in seconds: 64x64 generated
+shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device (``parallel.data=1``)."""
 
 import os
 
@@ -15,6 +16,10 @@ from jaxdet.config.loader import load_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# Eight CPU devices, as XLA_FLAGS=--xla_force_host_platform_device_count=8 would give; a
+# computation not placed on a mesh still runs on the first one.
+NUM_EMULATED_DEVICES = 8
+jax.config.update("jax_num_cpu_devices", NUM_EMULATED_DEVICES)
 
 
 TINY = [
@@ -42,6 +47,7 @@ TINY = [
     "train.log_every=1",
     "train.learning_rate.warmup_steps=2",
     "eval.batch_size=4",
+    "parallel.data=1",
 ]
 
 

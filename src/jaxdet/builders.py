@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh
 
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
@@ -31,15 +33,18 @@ from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
-from jaxdet.models.layers import BatchNormParams
+from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
 from jaxdet.models.necks.bifpn import BiFPN
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.models.ssd import SSDDetector
+from jaxdet.parallel.mesh import check_batch_layout, make_mesh
 from jaxdet.train import optim
+from jaxdet.train.loss_scale import LossScaleParams
+from jaxdet.train.step import make_train_step
 from jaxdet.train.task import DetectionTask, MatchingParams, PostProcessParams
 
-COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
+COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
 
 # --------------------------------------------------------------------------- model
@@ -58,6 +63,8 @@ def input_size(data: S.DataConfig) -> tuple[int, int]:
 
 
 def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
+    """Momentum, epsilon and freezing of one model part's BatchNorms (``num_groups`` is set
+    model-wide by :func:`build_model` from ``parallel.batch_norm_statistics``)."""
     return BatchNormParams(momentum=cfg.decay, epsilon=cfg.epsilon, frozen=cfg.frozen)
 
 
@@ -237,13 +244,25 @@ def build_head(cfg: S.ModelConfig, neck_channels: dict[int, int], *, dtype, rngs
 
 
 def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
-    """The detector module (params float32, compute in ``config.precision``)."""
+    """The detector module (params float32, compute in ``config.precision``).
+
+    ``parallel.batch_norm_statistics=per_device``: every BatchNorm takes its training
+    statistics per group of ``parallel.data`` (resolved over all devices) rows, i.e. per data
+    shard; ``global``: over the whole batch.
+    """
     dtype = COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
     backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
     neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     head = build_head(config.model, dict(neck.out_channels), dtype=dtype, rngs=rngs)
-    return SSDDetector(backbone, neck, head)
+    model = SSDDetector(backbone, neck, head)
+    p = config.parallel
+    if p.batch_norm_statistics == "per_device":
+        # the mesh's data axis size; not checked against the devices here (a model built for
+        # predict or export elsewhere never uses it), build_mesh checks it for training
+        groups = p.data if p.data > 0 else max(1, jax.device_count() // p.spatial)
+        set_batch_norm_groups(model, groups)
+    return model
 
 
 def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:
@@ -324,6 +343,35 @@ def build_task(config: S.Config, *, seed: int | None = None) -> DetectionTask:
     )
 
 
+# --------------------------------------------------------------------------- devices
+
+
+def build_mesh(config: S.Config) -> Mesh:
+    """The ``(data, spatial)`` mesh of ``config.parallel`` over all devices of all processes."""
+    return make_mesh(config.parallel.data, config.parallel.spatial)
+
+
+def max_feature_stride(model: SSDDetector) -> int:
+    """The stride of the backbone's deepest feature map (2 ** its level, e.g. 32 for C5)."""
+    return 2 ** max(model.backbone.out_channels)
+
+
+def check_mesh_layout(config: S.Config, mesh: Mesh, task: DetectionTask, *,
+                      splits: tuple[str, ...] = ("train", "eval")) -> None:
+    """Check that train (micro-)batches and eval batches split over ``mesh`` (clear errors
+    naming the field, see ``parallel.mesh.check_batch_layout``)."""
+    stride = max_feature_stride(task.model)
+    t = config.train
+    if "train" in splits:
+        what = "train.batch_size" if t.accumulate_steps == 1 else (
+            f"train.batch_size / train.accumulate_steps = {t.batch_size} / {t.accumulate_steps}")
+        check_batch_layout(mesh, batch_size=t.batch_size // t.accumulate_steps,
+                           image_size=task.input_size, max_stride=stride, what=what)
+    if "eval" in splits:
+        check_batch_layout(mesh, batch_size=config.eval.batch_size, image_size=task.input_size,
+                           max_stride=stride, what="eval.batch_size")
+
+
 # --------------------------------------------------------------------------- optimizer
 
 
@@ -370,6 +418,41 @@ def build_optimizer(cfg: S.TrainConfig) -> tuple[optax.GradientTransformation, o
         update_trainable_variables=tuple(cfg.update_trainable_variables),
     )
     return tx, schedule
+
+
+def build_loss_scale(config: S.Config) -> LossScaleParams | None:
+    """Dynamic loss-scaling settings for ``precision: fp16`` (``train.loss_scale``); None for
+    fp32 / bf16, which need none."""
+    if config.precision != "fp16":
+        return None
+    return LossScaleParams(**config.train.loss_scale.model_dump())
+
+
+def build_train_step(
+    config: S.Config,
+    task: DetectionTask,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    *,
+    state_sharding=None,
+    batch_sharding=None,
+):
+    """The jitted ``step(state, batch) -> (state, metrics)`` of ``config``: EMA,
+    ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
+    ``train.step.make_train_step``; its state comes from ``init_train_state(...,
+    loss_scale=build_loss_scale(config))``)."""
+    return make_train_step(
+        task,
+        tx,
+        schedule,
+        ema_decay=config.train.ema_decay,
+        ema_dynamic_decay=config.train.ema_dynamic_decay,
+        accumulate_steps=config.train.accumulate_steps,
+        loss_scale=build_loss_scale(config),
+        allow_tf32=config.allow_tf32,
+        state_sharding=state_sharding,
+        batch_sharding=batch_sharding,
+    )
 
 
 # --------------------------------------------------------------------------- data
@@ -521,9 +604,18 @@ def check_class_count(config: S.Config, source) -> None:
         )
 
 
-def build_train_loader(config: S.Config, source, *, seed: int | None = None):
-    """Infinite, deterministic, resumable training batches (see ``data.loader``)."""
+def build_train_loader(config: S.Config, source, *, seed: int | None = None,
+                       shard_index: int | None = None, shard_count: int | None = None):
+    """Infinite, deterministic, resumable training batches (see ``data.loader``).
+
+    ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
+    (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
+    """
     check_class_count(config, source)
+    from jaxdet.parallel.distributed import gather_ints
+
+    shard_index = jax.process_index() if shard_index is None else shard_index
+    shard_count = jax.process_count() if shard_count is None else shard_count
     return make_train_loader(
         source,
         build_transforms(config.data, training=True),
@@ -531,6 +623,9 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None):
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
         worker_count=config.data.worker_count,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        gather=gather_ints if shard_count == jax.process_count() > 1 else None,
     )
 
 

@@ -29,6 +29,46 @@ def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> No
                    help="override a config field (repeatable), e.g. --set train.batch_size=4")
 
 
+def _add_distributed_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "many hosts", "one process per host (or per GPU), all started with the same config; "
+        "without these, SLURM (srun), TPU pod and Open MPI launches are detected from the "
+        "environment, as are JAXDET_COORDINATOR_ADDRESS / JAXDET_NUM_PROCESSES / "
+        "JAXDET_PROCESS_ID")
+    g.add_argument("--coordinator-address", metavar="HOST:PORT", default=None,
+                   help="address of process 0 and a free port it listens on")
+    g.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="number of processes in the run")
+    g.add_argument("--process-id", type=int, default=None, metavar="I",
+                   help="this process's id, 0 .. N-1 (0 writes logs and prints progress)")
+    g.add_argument("--distributed", action="store_true",
+                   help="start jax.distributed even if nothing above is set (JAX detects the "
+                        "cluster, e.g. a Cloud TPU VM pod slice)")
+    g.add_argument("--distributed-timeout", type=int, default=300, metavar="SECONDS",
+                   help="how long to wait for every process to join (default 300)")
+
+
+def _start_distributed(args: argparse.Namespace) -> bool:
+    """Start jax.distributed when the flags or the environment ask for it (before any JAX
+    work); on processes other than 0 only warnings and errors are logged. True if started."""
+    from jaxdet.parallel.distributed import initialize
+
+    started = initialize(args.coordinator_address, args.num_processes, args.process_id,
+                         force=args.distributed, timeout_s=args.distributed_timeout)
+    if started:
+        import jax
+
+        if jax.process_index() != 0:
+            logging.getLogger().setLevel(logging.WARNING)
+    return started
+
+
+def _is_main_process() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxdet", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -38,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--workdir", required=True, help="checkpoints, logs and eval results go here")
     p.add_argument("--no-eval", action="store_true", help="skip evaluation during/after training")
+    _add_distributed_args(p)
 
     p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint")
     _add_config_args(p, required=False)
@@ -116,9 +157,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
     config = _load(args)
-    result = runs.train(config, args.workdir, evaluate=not args.no_eval)
-    print(f"trained {result.step} steps; {result.images_per_second:.1f} img/s "
-          f"(first step incl. compile: {result.compile_seconds:.1f} s)")
+    _start_distributed(args)
+    main_process = _is_main_process()
+    result = runs.train(config, args.workdir, evaluate=not args.no_eval, progress=main_process)
+    if main_process:
+        print(f"trained {result.step} steps; {result.images_per_second:.1f} img/s "
+              f"(first step incl. compile: {result.compile_seconds:.1f} s)")
     return 0
 
 

@@ -277,7 +277,7 @@ def predict_images(
     task, state, step = runs.restore_for_inference(config, workdir, step=step)
     params, batch_stats = runs.inference_variables(config, state)
     ids, names = class_labels(config, workdir)
-    predict = make_predict_fn(task)
+    predict = make_predict_fn(task, allow_tf32=config.allow_tf32)
     source = _FileSource(tuple(str(item.path) for item in images))
     loader = make_eval_loader(source, builders.build_transforms(config.data, training=False),
                               batch_size=batch_size, max_boxes=1,

@@ -21,11 +21,26 @@ import jax
 from jaxdet import builders
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
-from jaxdet.eval.runner import evaluate_and_write, headline_metrics, make_predict_fn
+from jaxdet.eval.runner import (
+    evaluate_and_write,
+    headline_metrics,
+    make_predict_fn,
+    predict_callable,
+)
+from jaxdet.parallel.sharding import (
+    batch_sharding,
+    local_copy,
+    mesh_predict,
+    place,
+    place_batch,
+    replicated,
+    state_sharding,
+    with_shardings,
+)
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
-from jaxdet.train.step import abstract_train_state, init_train_state, make_train_step
+from jaxdet.train.step import abstract_train_state, init_train_state
 from jaxdet.train.task import DetectionTask
 
 log = logging.getLogger("jaxdet")
@@ -54,6 +69,8 @@ def config_fingerprint(config: Config) -> str:
     frozen = [list(config.train.freeze_variables), list(config.train.update_trainable_variables)]
     if any(frozen):  # frozen parameters have no optimizer state: another tree to restore
         keyed["frozen"] = frozen
+    if config.precision == "fp16":  # the loss-scale state is part of the checkpoint
+        keyed["loss_scale"] = True
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -75,6 +92,24 @@ def _check_fingerprint(checkpointer: Checkpointer, step: int, expected: str, wor
         )
 
 
+def _build_source(config: Config, workdir: Path, split: str):
+    """The ``data.<split>`` source. With several processes, process 0 builds it first (so
+    generated data is written once to a shared workdir) and the others wait for it."""
+    cfg = getattr(config.data, split)
+
+    def build():
+        return builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
+                                     field=f"data.{split}")
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        if jax.process_index() == 0:
+            build()
+        multihost_utils.sync_global_devices(f"jaxdet: data.{split} ready")
+    return build()
+
+
 def _eval_params(config: Config, state: dict):
     use_ema = config.eval.use_ema and bool(state.get("ema_params"))
     return state["ema_params"] if use_ema else state["params"]
@@ -82,27 +117,41 @@ def _eval_params(config: Config, state: dict):
 
 @dataclass
 class EvalContext:
-    """Everything evaluation needs, built once per run so predict compiles once."""
+    """Everything evaluation needs, built once per run so predict compiles once.
+
+    On one process, prediction runs over the mesh (images split like training batches); with
+    several processes, process 0 evaluates alone on its own copy of the (replicated) weights
+    and the others go on to the next train step, which waits for it.
+    """
 
     config: Config
     task: object
     predict: object
     source: object
+    variables_sharding: object = None
 
     @classmethod
-    def build(cls, config: Config, task, workdir: Path) -> EvalContext:
+    def build(cls, config: Config, task, workdir: Path, mesh=None) -> EvalContext:
         if config.data.eval is None:
             raise ValueError("data.eval is not set: there is nothing to evaluate on")
-        source = builders.build_source(config.data.eval, workdir,
-                                       num_classes=config.model.num_classes, field="data.eval")
-        return cls(config, task, make_predict_fn(task), source)
+        source = _build_source(config, workdir, "eval")
+        if mesh is None or jax.process_count() > 1 or mesh.size == 1:
+            return cls(config, task, make_predict_fn(task, allow_tf32=config.allow_tf32), source)
+        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh)
+        return cls(config, task, predict, source, replicated(mesh))
 
     def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:
+        variables = (_eval_params(self.config, state), state["batch_stats"])
+        if self.variables_sharding is not None:
+            variables = jax.device_put(variables, self.variables_sharding)
+        elif jax.process_count() > 1 or any(
+            len(x.sharding.device_set) > 1 for x in jax.tree.leaves(variables)
+        ):
+            variables = local_copy(variables)
         return evaluate_and_write(
             self.task,
             self.predict,
-            _eval_params(self.config, state),
-            state["batch_stats"],
+            *variables,
             self.source,
             lambda: builders.build_eval_loader(self.config, self.source),
             out_dir,
@@ -130,33 +179,45 @@ def train(
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
     ema = config.train.ema_decay is not None
+    evaluating = evaluate and config.data.eval is not None
+    mesh = builders.build_mesh(config)
+    builders.check_mesh_layout(config, mesh, task,
+                               splits=("train", "eval") if evaluating else ("train",))
+    loss_scale = builders.build_loss_scale(config)
+    abstract = abstract_train_state(task, tx, ema=ema, loss_scale=loss_scale)
+    shardings = state_sharding(mesh, abstract,
+                               shard_optimizer_state=config.parallel.shard_optimizer_state)
+    batch_shardings = batch_sharding(mesh)
     checkpointer = _checkpointer(config, workdir)
     fingerprint = config_fingerprint(config)
 
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
-    source = builders.build_source(config.data.train, workdir,
-                                   num_classes=config.model.num_classes, field="data.train")
+    source = _build_source(config, workdir, "train")
     batches = builders.build_train_loader(config, source)
 
     start = checkpointer.latest_step()
     if start is None:
-        state, start = init_train_state(task, tx, ema=ema), 0
+        fresh = init_train_state(task, tx, ema=ema, loss_scale=loss_scale)
+        state, start = place(fresh, shardings), 0
     else:
         _check_fingerprint(checkpointer, start, fingerprint, workdir)
-        state, meta = checkpointer.restore(start, abstract_train_state(task, tx, ema=ema))
+        state, meta = checkpointer.restore(start, with_shardings(abstract, shardings))
         batches.set_state(meta["data"])
         log.info("resumed from step %d", start)
-    (workdir / "config.yaml").write_text(dump_config(config))
+    if jax.process_index() == 0:
+        (workdir / "config.yaml").write_text(dump_config(config))
 
     from jaxdet.plots import try_plot_training_curves  # matplotlib loads only when drawing
 
     logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
     hooks = []
-    if evaluate and config.data.eval is not None:
-        eval_ctx = EvalContext.build(config, task, workdir)
+    if evaluating:
+        eval_ctx = EvalContext.build(config, task, workdir, mesh)
 
         def run_eval(step: int, st: dict) -> None:
+            if jax.process_index() != 0:
+                return
             metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress)
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             logger.log(step, scalars, prefix="eval")
@@ -168,10 +229,12 @@ def train(
 
     try:
         return train_loop(
-            step_fn=make_train_step(task, tx, schedule, ema_decay=config.train.ema_decay,
-                                   ema_dynamic_decay=config.train.ema_dynamic_decay),
+            step_fn=builders.build_train_step(config, task, tx, schedule,
+                                              state_sharding=shardings,
+                                              batch_sharding=batch_shardings),
             state=state,
             batches=batches,
+            place_batch=lambda batch: place_batch(batch, batch_shardings),
             start_step=start,
             num_steps=config.train.num_steps,
             checkpointer=checkpointer,
@@ -235,7 +298,8 @@ def restore_for_inference(
                                     f" (available: {checkpointer.all_steps()})")
         step = int(step)
         _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
-        abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None)
+        abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                        loss_scale=builders.build_loss_scale(config))
         state, _ = checkpointer.restore(step, abstract)
     finally:
         checkpointer.close()

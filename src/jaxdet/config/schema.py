@@ -460,6 +460,18 @@ LearningRateConfig = Annotated[
 ]
 
 
+class LossScaleConfig(Strict):
+    """Dynamic loss scaling, used only with ``precision: fp16``: the loss is multiplied by
+    ``scale`` before differentiation and the gradients divided by it; a step whose gradients are
+    not finite is skipped and the scale divided by ``factor``; after ``growth_interval``
+    finite steps in a row it is multiplied by ``factor``."""
+
+    initial_scale: float = Field(2.0**15, gt=0.0)
+    growth_interval: int = Field(2000, ge=1)
+    factor: float = Field(2.0, gt=1.0)
+    min_scale: float = Field(1.0, gt=0.0)
+
+
 class TrainConfig(Strict):
     """Batch, steps, optimizer and schedule, checkpoints. ``ema_decay`` keeps a moving average
     of the weights (used at eval with ``eval.use_ema``); ``ema_dynamic_decay`` caps its decay
@@ -475,12 +487,24 @@ class TrainConfig(Strict):
     )
     ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
     ema_dynamic_decay: bool = False
+    accumulate_steps: int = Field(1, ge=1)
+    loss_scale: LossScaleConfig = LossScaleConfig()
     checkpoint_every: int = Field(1000, ge=1)
     keep_checkpoints: int = Field(3, ge=1)
     eval_every: int = Field(0, ge=0)
     log_every: int = Field(10, ge=1)
     freeze_variables: tuple[str, ...] = ()
     update_trainable_variables: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _accumulation_divides_batch(self) -> TrainConfig:
+        if self.batch_size % self.accumulate_steps:
+            raise ValueError(
+                f"train.batch_size={self.batch_size} does not divide into "
+                f"train.accumulate_steps={self.accumulate_steps} micro-batches; choose a "
+                "batch size that is a multiple of accumulate_steps"
+            )
+        return self
 
     @field_validator("freeze_variables", "update_trainable_variables")
     @classmethod
@@ -506,8 +530,35 @@ class EvalConfig(Strict):
     )
 
 
+class ParallelConfig(Strict):
+    """How a step is split over devices: a mesh ``(data, spatial)`` over all devices of all
+    processes. ``data`` shards the batch (-1: every device not used by ``spatial``),
+    ``spatial`` shards image height (XLA exchanges the convolution halos). The batch size must
+    divide by ``data`` and the image height by (largest feature stride x ``spatial``).
+    ``shard_optimizer_state`` splits optimizer moments over ``data`` instead of replicating
+    them. ``batch_norm_statistics``: ``global`` (over the whole batch, across devices) or
+    ``per_device`` (each data shard normalizes with its own statistics)."""
+
+    data: int = Field(-1, ge=-1)
+    spatial: int = Field(1, ge=1)
+    shard_optimizer_state: bool = False
+    batch_norm_statistics: Literal["global", "per_device"] = "global"
+
+    @field_validator("data")
+    @classmethod
+    def _data_not_zero(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("parallel.data must be -1 (all remaining devices) or >= 1")
+        return v
+
+
 class Config(Strict):
-    """The whole run: model, data, train, eval and numeric precision."""
+    """The whole run: model, data, train, eval, numeric precision and device layout.
+
+    ``precision``: ``fp32``; ``bf16`` (bfloat16 compute, float32 parameters and optimizer
+    state); ``fp16`` (float16 compute with dynamic loss scaling, see ``train.loss_scale``).
+    ``allow_tf32``: let float32 matmuls and convolutions use TensorFloat-32 on GPUs that have it
+    (false: full float32, ``jax_default_matmul_precision=highest``)."""
 
     name: str = ""
     description: str = ""
@@ -515,4 +566,6 @@ class Config(Strict):
     data: DataConfig
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    allow_tf32: bool = True
+    parallel: ParallelConfig = ParallelConfig()

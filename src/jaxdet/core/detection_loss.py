@@ -53,6 +53,15 @@ class DetectionLossParams:
             )
 
 
+def loss_normalizer(box_weights: jnp.ndarray, params: DetectionLossParams) -> jnp.ndarray:
+    """f32[]: what :func:`detection_loss` divides by for a batch whose targets have
+    ``box_weights`` ``[B, A]``: ``max(1, sum(box_weights))`` (the positives) with
+    ``normalize_by_num_matches``, else ``B``."""
+    if params.normalize_by_num_matches:
+        return jnp.maximum(jnp.sum(box_weights.astype(jnp.float32)), 1.0)
+    return jnp.float32(box_weights.shape[0])
+
+
 def detection_loss(
     class_logits: jnp.ndarray,
     box_encodings: jnp.ndarray,
@@ -61,6 +70,7 @@ def detection_loss(
     *,
     anchors: jnp.ndarray | None = None,
     box_coder=None,
+    normalizer: jnp.ndarray | float | None = None,
 ):
     """Weighted classification + localization loss over a batch.
 
@@ -74,6 +84,9 @@ def detection_loss(
       anchors, box_coder: needed for ``localization='giou'`` (both predictions and
         targets are decoded to boxes) and for hard example mining (NMS over the predicted
         boxes).
+      normalizer: a scalar that replaces the batch's own normalizer (both parts are divided
+        by it). Gradient accumulation passes the normalizer of the WHOLE batch here, so the
+        losses of its micro-batches add up to the loss of the whole batch.
 
     Returns ``(total, {"classification_loss", "localization_loss", "num_positives"})``: the
     two parts already multiplied by their weights and divided by the normalizer
@@ -141,10 +154,9 @@ def detection_loss(
         loc_loss = losses.giou_loss(pred_boxes, target_boxes)
 
     num_positives = jnp.sum(box_weights)
-    if params.normalize_by_num_matches:
-        normalizer = jnp.maximum(num_positives, 1.0)
-    else:
-        normalizer = jnp.float32(class_logits.shape[0])
+    if normalizer is None:
+        normalizer = loss_normalizer(box_weights, params)
+    normalizer = jnp.asarray(normalizer, jnp.float32)
 
     cls_loss = cls_loss * cls_weights  # [B, A], anchor weights applied
     loc_loss = loc_loss * box_weights

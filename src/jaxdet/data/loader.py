@@ -35,6 +35,14 @@ the stream is record ``perm_epoch[k mod n]`` augmented with an RNG seeded by
 (seed, epoch, record index); workers only prefetch single samples (their round-robin
 interleave is the stream order) and batching happens in the main process, so the worker count
 never changes the data. The iterator state is the index of the next sample of the stream.
+
+Several processes (``shard_count`` n > 1, one per JAX process) read one stream together: global
+batch i is stream samples ``[i*B, (i+1)*B)`` and process p reads and decodes only its rows
+``[i*B + p*B/n, i*B + (p+1)*B/n)``, so the processes' batches concatenated in process order are
+exactly the one-process batch. A process that skips a corrupt image takes the next sample of
+its own rows (its stream shifts; the others' do not), so its position is its own: the state
+of a sharded loader lists every process's position (``gather`` collects them; see
+``TrainIterator.get_state``) and each process resumes from its own entry.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import dataclasses
 import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grain
@@ -56,7 +64,8 @@ from jaxdet.data.records import EpochTally, Record, SkipCounter
 
 logger = logging.getLogger("jaxdet.data")
 
-STATE_FORMAT = "jaxdet.train_loader/1"
+STATE_FORMAT = "jaxdet.train_loader/1"  # one process: {"next_index": int, ...}
+SHARDED_STATE_FORMAT = "jaxdet.train_loader/2"  # n processes: {"next_index": [n ints], ...}
 _SKIP = "_skipped"  # key marking a sample whose image could not be read
 _TRUNCATED = "_truncated"  # (path, index, image id, objects cut, stream index or -1)
 BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore", "image_id", "image_info", "mask")
@@ -151,6 +160,41 @@ class _TrainMap:
         if _TRUNCATED in sample:
             sample[_TRUNCATED] = sample[_TRUNCATED][:4] + (stream_index,)
         return sample
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """Process ``shard`` of ``count`` owns rows ``[shard*local, (shard+1)*local)`` of every
+    global batch of ``local*count`` stream samples; its k-th sample is stream index
+    ``stream(k)``."""
+
+    shard: int
+    count: int
+    local: int  # rows per process and batch (global batch // count)
+
+    def stream(self, position: int) -> int:
+        batch, row = divmod(position, self.local)
+        return batch * self.local * self.count + self.shard * self.local + row
+
+    def position(self, stream_index: int) -> int:
+        """Inverse of ``stream``; ValueError if the index is not one of this process's rows."""
+        batch, row = divmod(stream_index, self.local * self.count)
+        row -= self.shard * self.local
+        if not 0 <= row < self.local:
+            raise ValueError(f"stream index {stream_index} is not a row of process {self.shard}"
+                             f" of {self.count} (global batch {self.local * self.count})")
+        return batch * self.local + row
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardedTrainMap:
+    """This process's k-th position -> its sample (picklable for grain's workers)."""
+
+    rows: _Rows
+    train_map: _TrainMap
+
+    def __call__(self, position: int) -> Sample:
+        return self.train_map(self.rows.stream(position))
 
 
 _PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
@@ -290,25 +334,31 @@ def _maybe_mp(ds: grain.IterDataset, batch_size: int, worker_count: int) -> grai
 class TrainIterator(Iterator[dict[str, np.ndarray]]):
     """Endless batches; ``get_state()`` / ``set_state()`` resume the exact stream.
 
-    The state is JSON-serializable and independent of the worker count and batch size.
+    ``batch_size`` is the global batch B; with ``shard_count`` n > 1 this process yields its
+    B/n rows of each global batch (module docstring). The state is JSON-serializable and
+    independent of the worker count (with one process also of the batch size).
     ``skips`` counts, in this process, unreadable images (``corrupt_image``) and images with
     more objects than ``max_boxes`` (``too_many_boxes``), once per occurrence (so once per
     epoch); ``num_truncated`` counts the objects cut off; ``stats`` adds the source's counts.
     """
 
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int, seed: int,
-                 worker_count: int, shuffle: bool, shard_index: int, shard_count: int):
+                 worker_count: int, shuffle: bool, shard_index: int, shard_count: int,
+                 gather: Callable[[int], Sequence[int]] | None = None):
         self._map = _TrainMap(_Pipeline(source, tuple(transforms), max_boxes), len(source),
                               seed, shuffle)
         self._name = _describe(source)
-        self._batch_size = batch_size
+        self._global_batch = batch_size
+        self._batch_size = batch_size // shard_count
+        self._rows = _Rows(shard_index, shard_count, self._batch_size)
+        self._gather = gather
         self._worker_count = worker_count
         self._shard = (shard_index, shard_count)
         self._source = source
         self._max_boxes = max_boxes
         self.skips = SkipCounter()
         self.num_truncated = 0
-        self._next_index = shard_index
+        self._next_index = self._rows.stream(0)  # stream index of this process's next sample
         self._tally = EpochTally(len(source))
         self._it: Any = None
 
@@ -319,8 +369,9 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
         return _stats(self._source, self.skips, self.num_truncated)
 
     def _start(self) -> None:
-        _, step = self._shard
-        ds = grain.MapDataset.range(self._next_index, sys.maxsize, step).map(self._map)
+        start = self._rows.position(self._next_index)
+        ds = grain.MapDataset.range(start, sys.maxsize).map(_ShardedTrainMap(self._rows,
+                                                                            self._map))
         ds = ds.to_iter_dataset(_read_options(self._batch_size, self._worker_count))
         ds = _maybe_mp(ds, self._batch_size, self._worker_count)
         self._tally.start(self._next_index)
@@ -334,7 +385,7 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
             self._start()
         batch = next(self._it)
         last = int(batch.pop("_stream_index")[-1])
-        self._next_index = last + self._shard[1]
+        self._next_index = self._rows.stream(self._rows.position(last) + 1)
         self.num_truncated += batch.pop("_num_truncated")
         for path, index, image_id, cut, stream_index in batch.pop("_truncated"):
             self.skips.add("too_many_boxes", path, f"record {index}, image id {image_id}",
@@ -361,32 +412,57 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
             logger.info("%s; every image read, no object beyond max_boxes=%d", what,
                         self._max_boxes)
 
+    def _identity(self) -> dict[str, Any]:
+        """What a saved state must match to replay the same data."""
+        shard_count = self._shard[1]
+        return {"seed": self._map.seed, "shuffle": self._map.shuffle,
+                "num_records": self._map.num_records, "shard_count": shard_count,
+                **({"batch_size": self._global_batch} if shard_count > 1 else {})}
+
     def get_state(self) -> dict[str, Any]:
-        return {
-            "format": STATE_FORMAT,
-            "next_index": self._next_index,
-            "seed": self._map.seed,
-            "shuffle": self._map.shuffle,
-            "num_records": self._map.num_records,
-            "shard_index": self._shard[0],
-            "shard_count": self._shard[1],
-        }
+        """The position to resume from, as a JSON-able dict.
+
+        One process: ``{"format": "jaxdet.train_loader/1", "next_index": int, ...}`` (the format
+        of older checkpoints). Sharded: ``{"format": "jaxdet.train_loader/2", "next_index":
+        [one stream index per process], "batch_size": B, ...}``; the other processes'
+        positions come from ``gather`` (a collective: every process calls ``get_state`` at the
+        same step), or are ``None`` without one.
+        """
+        shard_index, shard_count = self._shard
+        if shard_count == 1:
+            return {"format": STATE_FORMAT, "next_index": self._next_index, **self._identity(),
+                    "shard_index": 0}
+        positions: list = [None] * shard_count
+        positions[shard_index] = self._next_index
+        if self._gather is not None:
+            positions = [int(i) for i in self._gather(self._next_index)]
+        return {"format": SHARDED_STATE_FORMAT, "next_index": positions, **self._identity()}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a {STATE_FORMAT} state: {state!r:.200}")
-        mine = self.get_state()
-        for key in ("seed", "shuffle", "num_records", "shard_count"):
-            if state[key] != mine[key]:
+        """Resume from ``get_state()`` output (each process takes its own entry)."""
+        fmt = state.get("format") if isinstance(state, dict) else None
+        if fmt not in (STATE_FORMAT, SHARDED_STATE_FORMAT):
+            raise ValueError(f"not a {STATE_FORMAT} or {SHARDED_STATE_FORMAT} state: "
+                             f"{state!r:.200}")
+        if fmt == STATE_FORMAT and state.get("shard_count", 1) != 1:
+            raise ValueError("a loader state of the old interleaved-shards format cannot be "
+                             "resumed; start a new workdir")
+        for key, value in self._identity().items():
+            saved = state.get(key, 1 if key == "shard_count" else None)
+            if saved != value:
                 raise ValueError(
-                    f"loader state was saved with {key}={state[key]!r} but this loader has "
-                    f"{key}={mine[key]!r}; resuming would not replay the same data"
+                    f"loader state was saved with {key}={saved!r} but this loader has "
+                    f"{key}={value!r}; resuming would not replay the same data (the process "
+                    "count and global batch size must not change across a resume)"
                 )
-        if state["next_index"] % self._shard[1] != self._shard[0]:
-            raise ValueError(f"loader state belongs to shard {state['shard_index']}, "
-                             f"this loader is shard {self._shard[0]}")
+        next_index = state["next_index"]
+        if fmt == SHARDED_STATE_FORMAT:
+            next_index = next_index[self._shard[0]]
+            if next_index is None:
+                raise ValueError(f"loader state holds no position for process {self._shard[0]}")
+        self._rows.position(int(next_index))  # raises if it is not one of this process's rows
         self.close()
-        self._next_index = int(state["next_index"])
+        self._next_index = int(next_index)
         self._tally = EpochTally(self._map.num_records)
 
     def close(self) -> None:
@@ -412,18 +488,26 @@ def make_train_loader(
     shuffle: bool = True,
     shard_index: int = 0,
     shard_count: int = 1,
+    gather: Callable[[int], Sequence[int]] | None = None,
 ) -> TrainIterator:
     """Endless training batches, reshuffled each epoch, deterministic in ``seed``.
 
-    ``shard_index`` / ``shard_count`` split the stream between JAX processes (each yields its
-    own per-process batches of ``batch_size``).
+    ``batch_size`` is the global batch. ``shard_index`` / ``shard_count`` (a JAX process's
+    index and the process count) make this loader yield only its ``batch_size // shard_count``
+    rows of every global batch. ``gather(my_next_index) -> every process's`` collects the
+    positions for ``get_state`` (e.g. ``parallel.distributed.gather_ints``).
     """
     _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
+    if batch_size % shard_count:
+        raise ValueError(
+            f"the global batch size {batch_size} does not split evenly over {shard_count} "
+            f"processes; use a multiple of {shard_count} (train.batch_size)"
+        )
     if not 0 <= seed < 2**63:
         raise ValueError(f"seed must be a non-negative integer, got {seed}")
     return TrainIterator(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
                          seed=seed, worker_count=worker_count, shuffle=shuffle,
-                         shard_index=shard_index, shard_count=shard_count)
+                         shard_index=shard_index, shard_count=shard_count, gather=gather)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -529,5 +613,5 @@ def make_eval_loader(
                       shard_count=shard_count)
 
 
-__all__ = ["BATCH_KEYS", "EvalLoader", "TrainIterator", "build_sample", "make_eval_loader",
-           "make_train_loader"]
+__all__ = ["BATCH_KEYS", "SHARDED_STATE_FORMAT", "STATE_FORMAT", "EvalLoader", "TrainIterator",
+           "build_sample", "make_eval_loader", "make_train_loader"]

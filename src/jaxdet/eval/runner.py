@@ -28,9 +28,24 @@ SAMPLES_CELL_SIZE = 320
 METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics")
 
 
-def make_predict_fn(task: DetectionTask) -> Callable:
-    """``predict(params, batch_stats, images, image_info) -> detections``, jitted once."""
-    return jax.jit(task.predict)
+def predict_callable(task: DetectionTask, *, allow_tf32: bool = True) -> Callable:
+    """``task.predict``, or with ``allow_tf32=False`` a wrapper that traces it under
+    ``jax.default_matmul_precision("highest")`` (full float32 convolutions and matmuls on GPUs
+    that would use TensorFloat-32). Not jitted: for ``jax.jit`` / ``parallel.mesh_predict``."""
+    if allow_tf32:
+        return task.predict
+
+    def predict(params, batch_stats, images, image_info):
+        with jax.default_matmul_precision("highest"):
+            return task.predict(params, batch_stats, images, image_info)
+
+    return predict
+
+
+def make_predict_fn(task: DetectionTask, *, allow_tf32: bool = True) -> Callable:
+    """``predict(params, batch_stats, images, image_info) -> detections``, jitted once
+    (``allow_tf32``: see :func:`predict_callable`)."""
+    return jax.jit(predict_callable(task, allow_tf32=allow_tf32))
 
 
 def run_detection(

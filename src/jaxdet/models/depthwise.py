@@ -116,8 +116,9 @@ def conv_general_dilated(
         sh, sw = window_strides
         if (sh, sw) != (1, 1):
             lhs = lhs[:, ::sh, ::sw]
-        b, h, w, c = lhs.shape
-        out = (lhs.reshape(b * h * w, c) @ rhs[0, 0].astype(lhs.dtype)).reshape(b, h, w, -1)
+        # An einsum keeps (b, h, w) as separate dimensions: a reshape to [b*h*w, c] would
+        # merge a mesh-sharded height into one dimension and force an all-gather under GSPMD.
+        out = jnp.einsum("bhwc,co->bhwo", lhs, rhs[0, 0].astype(lhs.dtype))
         preferred = kwargs.get("preferred_element_type")
         return out.astype(preferred) if preferred is not None else out
     depthwise = (

@@ -46,17 +46,36 @@ class BatchNormParams:
     ``momentum=0.1`` is ``0.9`` here). ``frozen=True`` always normalizes with the running
     statistics, never updates them and stops gradients to scale and bias (the usual way to
     fine-tune a pretrained backbone with small per-device batches).
+    ``num_groups=G > 1`` computes training statistics separately over G equal slices of the
+    batch (per-device statistics when G is the mesh's ``data`` size, see :class:`BatchNorm`).
     """
 
     momentum: float = 0.997
     epsilon: float = 1e-3
     frozen: bool = False
+    num_groups: int = 1
 
 
 class BatchNorm(nnx.BatchNorm):
-    """``nnx.BatchNorm`` that can be frozen, and that folds running statistics into one
-    float32 affine transform whenever it uses them (eval mode or frozen).
+    """``nnx.BatchNorm`` that can be frozen, that folds running statistics into one float32
+    affine transform whenever it uses them (eval mode or frozen), and that can take its
+    training statistics per group of the batch.
 
+    Training statistics:
+
+    * ``num_groups=1`` (default): mean and variance over the whole batch [B, H, W, C] ->
+      [C], exactly ``nnx.BatchNorm``. Inside one jitted step over a device mesh the batch is
+      the global batch, so GSPMD makes these cross-device ("sync") statistics for free.
+    * ``num_groups=G > 1``: the batch is viewed as [G, B/G, H, W, C] (B must divide by G) and
+      each group g, rows ``g*B/G .. (g+1)*B/G - 1``, is normalized with its own mean and
+      variance [G, C] (float32 reductions, ``E[x^2] - E[x]^2`` clipped at 0, as flax). When G
+      is the mesh's ``data`` size, group g is exactly the rows on data shard g, so these are
+      per-device statistics (PyTorch DDP without SyncBatchNorm) and normalizing needs no
+      cross-device reduction. The running statistics move towards the mean over groups of the
+      group means and of the group variances (the latter is not the whole batch's variance:
+      it leaves out the spread of the group means).
+
+    Eval mode and ``frozen`` normalize with the running statistics whatever ``num_groups``.
     Parameter names are nnx's (``scale``, ``bias``, ``mean``, ``var``), so checkpoints and
     optimizers see an ordinary BatchNorm.
     """
@@ -68,6 +87,7 @@ class BatchNorm(nnx.BatchNorm):
         frozen: bool = False,
         momentum: float = 0.997,
         epsilon: float = 1e-3,
+        num_groups: int = 1,
         dtype=None,
         rngs: nnx.Rngs,
     ):
@@ -81,12 +101,17 @@ class BatchNorm(nnx.BatchNorm):
             rngs=rngs,
         )
         self.frozen = frozen
+        self.num_groups = _check_groups(num_groups)
 
     def __call__(self, x, use_running_average: bool | None = None, *, mask=None):
+        """Normalize ``x`` [B, ..., C] (features last); returns the same shape in ``dtype``
+        (or ``x``'s dtype promoted with float32 when ``dtype`` is None)."""
         if use_running_average is None:
             use_running_average = self.use_running_average
         if not (self.frozen or use_running_average):
-            return super().__call__(x, use_running_average=False, mask=mask)
+            if self.num_groups == 1:
+                return super().__call__(x, use_running_average=False, mask=mask)
+            return self._grouped_batch_norm(x, mask)
         scale, bias = self.scale[...], self.bias[...]
         mean, var = self.mean[...], self.var[...]
         if self.frozen:
@@ -97,6 +122,69 @@ class BatchNorm(nnx.BatchNorm):
         out_dtype = self.dtype or jnp.promote_types(x.dtype, jnp.float32)
         x = x.astype(out_dtype)
         return x * mul.astype(out_dtype) + shift.astype(out_dtype)
+
+    def _grouped_batch_norm(self, x: jax.Array, mask: jax.Array | None) -> jax.Array:
+        """Training-mode normalization with statistics per group of rows (``num_groups``).
+
+        x [B, ..., C] -> [G, B/G, ..., C]; statistics [G, 1, ..., 1, C] over every axis but
+        the group and the features; updates the running ``mean`` / ``var`` [C] with the mean
+        over groups. Mirrors ``nnx.BatchNorm`` (dtype promotion, float32 statistics, fast
+        variance) group by group.
+        """
+        if self.axis not in (-1, x.ndim - 1):
+            raise ValueError(f"grouped BatchNorm needs features last (axis=-1), got {self.axis}")
+        groups, batch = self.num_groups, x.shape[0]
+        if batch % groups:
+            raise ValueError(
+                f"BatchNorm with num_groups={groups} (per-device statistics over "
+                f"parallel.data={groups} devices) needs a batch that divides by {groups}, got "
+                f"{batch}"
+            )
+        x, _, _, scale, bias = self.promote_dtype(
+            (x, self.mean[...], self.var[...], self.scale[...], self.bias[...]), dtype=self.dtype
+        )
+        shape = x.shape
+        xg = x.reshape(groups, batch // groups, *shape[1:])
+        stat_dtype = jnp.promote_types(self.dtype or xg.dtype, jnp.float32)
+        xf = xg.astype(stat_dtype)
+        axes = tuple(range(1, xg.ndim - 1))
+        where = None
+        if mask is not None:
+            where = jnp.broadcast_to(mask, shape).reshape(xg.shape)
+        mean = xf.mean(axes, where=where, keepdims=True)
+        mean2 = jnp.square(xf).mean(axes, where=where, keepdims=True)
+        var = jnp.maximum(0.0, mean2 - jnp.square(mean))
+
+        m = self.momentum
+        self.mean[...] = jax.lax.stop_gradient(
+            m * self.mean[...] + (1 - m) * mean.mean(axis=0).reshape(-1)
+        )
+        self.var[...] = jax.lax.stop_gradient(
+            m * self.var[...] + (1 - m) * var.mean(axis=0).reshape(-1)
+        )
+
+        y = (xg - mean) * (jax.lax.rsqrt(var + self.epsilon) * scale)
+        y = y + bias
+        out_dtype = self.dtype or jnp.result_type(x, scale, bias)
+        return y.astype(out_dtype).reshape(shape)
+
+
+def _check_groups(num_groups: int) -> int:
+    if int(num_groups) != num_groups or num_groups < 1:
+        raise ValueError(f"BatchNorm num_groups must be an integer >= 1, got {num_groups!r}")
+    return int(num_groups)
+
+
+def set_batch_norm_groups(module: nnx.Module, num_groups: int) -> None:
+    """Set ``num_groups`` on every :class:`BatchNorm` inside ``module`` (in place).
+
+    Call it before the module's graph definition is taken (``nnx.split`` / a task), since
+    ``num_groups`` is static structure, not state.
+    """
+    num_groups = _check_groups(num_groups)
+    for _, sub in nnx.iter_modules(module):
+        if isinstance(sub, BatchNorm):
+            sub.num_groups = num_groups
 
 
 def batch_norm(
@@ -110,6 +198,7 @@ def batch_norm(
         frozen=params.frozen,
         momentum=params.momentum,
         epsilon=params.epsilon,
+        num_groups=params.num_groups,
         dtype=dtype,
         rngs=rngs,
     )

@@ -20,8 +20,9 @@ _STATE, _METADATA = "state", "metadata"
 
 
 def _with_default_sharding(abstract_state: Any) -> Any:
-    """Give leaves without a sharding (plain ``jax.eval_shape`` output) one on device 0."""
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    """Give leaves without a sharding (plain ``jax.eval_shape`` output) one on this process's
+    first device (each process restores its own full copy)."""
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
     def fix(leaf):
         if isinstance(leaf, jax.ShapeDtypeStruct) and getattr(leaf, "sharding", None) is None:

@@ -88,9 +88,12 @@ def train_loop(
     hooks: Sequence[Hook] = (),
     stop_after: int | None = None,
     progress: bool = True,
+    place_batch: Callable[[dict], dict] | None = None,
 ) -> LoopResult:
     """Run steps ``start_step+1 .. num_steps`` (1-based, ``state['step']`` counts them).
 
+    ``place_batch`` turns a host batch into the step's input (e.g. global arrays on a device
+    mesh, ``parallel.sharding.place_batch``); None passes it as it is.
     ``stop_after`` ends the loop early after that step without the end-of-run actions — it
     stands for a run killed mid-way (tests use it to prove resumption is exact).
     """
@@ -103,6 +106,8 @@ def train_loop(
                disable=not progress, dynamic_ncols=True)
     while step < num_steps:
         batch = next(batches)
+        if place_batch is not None:
+            batch = place_batch(batch)
         t0 = time.perf_counter()
         state, metrics = step_fn(state, batch)
         step += 1

@@ -2,11 +2,13 @@
 
 The state is a plain dict pytree, so it checkpoints and shards like any other:
 ``{"step": int32[], "params": ..., "batch_stats": ..., "opt_state": ..., "ema_params": ...}``
-(``ema_params`` is an empty dict when no moving average is kept).
+(``ema_params`` is an empty dict when no moving average is kept), plus, with fp16 dynamic loss
+scaling only, ``"loss_scale": {"scale": float32[], "good_steps": int32[]}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,31 +16,56 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxdet.train import loss_scale as ls
+from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.task import DetectionTask
 
 PyTree = Any
 TrainState = dict
+# The batch fields a train step reads (the loader's other fields stay on the host).
+TRAIN_BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore")
 
 
 def init_train_state(
-    task: DetectionTask, tx: optax.GradientTransformation, *, ema: bool
+    task: DetectionTask,
+    tx: optax.GradientTransformation,
+    *,
+    ema: bool,
+    loss_scale: ls.LossScaleParams | None = None,
 ) -> TrainState:
-    """A fresh state: the model's initial variables, optimizer state, optional EMA copy."""
+    """A fresh state: the model's initial variables, optimizer state, optional EMA copy, and the
+    loss-scale state when ``loss_scale`` is given (fp16)."""
     params, batch_stats = task.initial_variables()
-    return {
+    state = {
         "step": jnp.zeros((), jnp.int32),
         "params": params,
         "batch_stats": batch_stats,
         "opt_state": tx.init(params),
         "ema_params": jax.tree.map(jnp.copy, params) if ema else {},
     }
+    if loss_scale is not None:
+        state["loss_scale"] = ls.init_loss_scale(loss_scale)
+    return state
 
 
 def abstract_train_state(
-    task: DetectionTask, tx: optax.GradientTransformation, *, ema: bool
+    task: DetectionTask,
+    tx: optax.GradientTransformation,
+    *,
+    ema: bool,
+    loss_scale: ls.LossScaleParams | None = None,
 ) -> TrainState:
     """Shapes and dtypes of the state (for restoring a checkpoint) without computing it."""
-    return jax.eval_shape(lambda: init_train_state(task, tx, ema=ema))
+    return jax.eval_shape(lambda: init_train_state(task, tx, ema=ema, loss_scale=loss_scale))
+
+
+def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool) -> PyTree:
+    """``decay * ema + (1 - decay) * params``; ``dynamic`` caps decay at (1+t)/(10+t)."""
+    d = jnp.float32(decay)
+    if dynamic:
+        t = state["step"].astype(jnp.float32)
+        d = jnp.minimum(d, (1.0 + t) / (10.0 + t))
+    return jax.tree.map(lambda e, p: d * e + (1.0 - d) * p, state["ema_params"], params)
 
 
 def make_train_step(
@@ -48,24 +75,50 @@ def make_train_step(
     *,
     ema_decay: float | None = None,
     ema_dynamic_decay: bool = False,
+    accumulate_steps: int = 1,
+    loss_scale: ls.LossScaleParams | None = None,
+    allow_tf32: bool = True,
+    state_sharding: PyTree | None = None,
+    batch_sharding: PyTree | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated.
 
+    ``state_sharding`` / ``batch_sharding`` (trees of ``jax.sharding.Sharding`` matching the
+    state and the batch, see ``jaxdet.parallel.sharding``) pin the layout over a device mesh;
+    None lets jit follow its arguments (one device).
+
     ``batch`` holds images [B,H,W,3], boxes [B,N,4], classes [B,N], valid [B,N], ignore [B,N]
     (other keys are ignored). Metrics: loss, classification_loss, localization_loss,
-    num_positives, grad_norm, learning_rate (the rate used for this update).
+    num_positives, grad_norm, learning_rate (the rate used for this update); with
+    ``loss_scale`` also ``loss_scale`` (the scale this step used) and ``skipped`` (1 when its
+    gradients were not finite and the update was skipped).
 
     ``ema_dynamic_decay`` warms the moving average up as TF's ``num_updates`` /
     tfa's ``dynamic_decay`` do: update ``t`` (0-based) uses ``min(ema_decay, (1 + t) / (10 + t))``,
     so early averages follow the weights instead of the initialization.
+
+    ``accumulate_steps`` = k: one optimizer update from k micro-batches of B/k images (see
+    ``train.accumulate``; equal to the whole-batch step except for BatchNorm statistics, which
+    are per micro-batch). ``loss_scale`` (fp16): dynamic loss scaling (see ``train.loss_scale``;
+    the state must hold ``"loss_scale"``, see :func:`init_train_state`); a skipped step leaves
+    params, batch_stats, opt_state and ema_params unchanged but still advances ``step``.
+    ``allow_tf32=False`` traces the step under ``jax.default_matmul_precision("highest")``
+    (full float32 convolutions and matmuls on GPUs that would use TensorFloat-32).
     """
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        inputs = {k: batch[k] for k in ("images", "boxes", "classes", "valid", "ignore")}
-        grad_fn = jax.value_and_grad(task.loss, has_aux=True)
-        (loss, (parts, new_stats)), grads = grad_fn(
-            state["params"], state["batch_stats"], inputs, task.step_key(state["step"])
+        inputs = {k: batch[k] for k in TRAIN_BATCH_KEYS}
+        scale_state = state.get("loss_scale") if loss_scale is not None else None
+        if loss_scale is not None and scale_state is None:
+            raise ValueError("loss_scale is set but the train state has no 'loss_scale' entry "
+                             "(init_train_state(..., loss_scale=...))")
+        loss, parts, new_stats, grads = loss_and_grads(
+            task, state["params"], state["batch_stats"], inputs, task.step_key(state["step"]),
+            accumulate_steps=accumulate_steps,
+            scale=None if scale_state is None else scale_state["scale"],
         )
+        if scale_state is not None:
+            grads = ls.unscale(grads, scale_state)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {
@@ -75,20 +128,32 @@ def make_train_step(
             "opt_state": opt_state,
             "ema_params": state["ema_params"],
         }
+        if "loss_scale" in state:  # carried through (updated below when scaling)
+            new_state["loss_scale"] = state["loss_scale"]
         if ema_decay is not None:
-            decay = jnp.float32(ema_decay)
-            if ema_dynamic_decay:
-                t = state["step"].astype(jnp.float32)
-                decay = jnp.minimum(decay, (1.0 + t) / (10.0 + t))
-            new_state["ema_params"] = jax.tree.map(
-                lambda e, p: decay * e + (1.0 - decay) * p, state["ema_params"], params
-            )
+            new_state["ema_params"] = _ema_update(state, params, ema_decay, ema_dynamic_decay)
         metrics = {
             "loss": loss,
             **parts,
             "grad_norm": optax.tree.norm(grads),
             "learning_rate": schedule(state["step"]),
         }
+        if scale_state is not None:
+            finite = ls.all_finite(grads)
+            for key in ("params", "batch_stats", "opt_state", "ema_params"):
+                new_state[key] = ls.select_tree(finite, new_state[key], state[key])
+            new_state["loss_scale"] = ls.update_loss_scale(scale_state, finite, loss_scale)
+            metrics["loss_scale"] = scale_state["scale"]
+            metrics["skipped"] = (~finite).astype(jnp.int32)
         return new_state, metrics
 
-    return jax.jit(step, donate_argnums=0)
+    def traced_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        precision = (contextlib.nullcontext() if allow_tf32
+                     else jax.default_matmul_precision("highest"))
+        with precision:
+            return step(state, batch)
+
+    if state_sharding is None and batch_sharding is None:
+        return jax.jit(traced_step, donate_argnums=0)
+    return jax.jit(traced_step, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),
+                   out_shardings=(state_sharding, None))

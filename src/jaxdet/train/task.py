@@ -144,11 +144,18 @@ class DetectionTask:
         return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])
 
     def loss(
-        self, params: PyTree, batch_stats: PyTree, batch: dict, rng: jax.Array | None = None
+        self, params: PyTree, batch_stats: PyTree, batch: dict, rng: jax.Array | None = None,
+        *, targets: dict | None = None, normalizer: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[dict, PyTree]]:
         """Training loss of a batch: (total, (components, new batch_stats)); ``rng`` drives
-        stochastic layers (see :meth:`step_key`)."""
-        targets = self.targets(batch)
+        stochastic layers (see :meth:`step_key`).
+
+        ``targets`` (:meth:`targets` of this batch) skips the target assignment when the caller
+        already has them; ``normalizer`` (f32[]) replaces the batch's own loss normalizer — a
+        micro-batch of gradient accumulation is divided by the normalizer of the whole batch
+        (see ``core.detection_loss.loss_normalizer``)."""
+        if targets is None:
+            targets = self.targets(batch)
         (logits, encodings), new_stats = self.apply(
             params, batch_stats, batch["images"], train=True, rng=rng
         )
@@ -159,6 +166,7 @@ class DetectionTask:
             self.loss_params,
             anchors=jnp.asarray(self.anchors),
             box_coder=self.box_coder,
+            normalizer=normalizer,
         )
         return total, (parts, new_stats)
 

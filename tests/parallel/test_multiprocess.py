@@ -1,0 +1,112 @@
+"""Two local CPU processes train together through jax.distributed (gloo collectives), each
+reading its own half of every global batch, and end with the single-process parameters; the
+run is stopped and resumed from the orbax checkpoint both processes wrote; only process 0 logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdet import builders, runs
+from jaxdet.config.loader import load_config
+from jaxdet.data.loader import SHARDED_STATE_FORMAT
+from jaxdet.parallel.distributed import gather_ints
+from jaxdet.train.checkpoint import Checkpointer
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
+
+WORKER = Path(__file__).with_name("mp_worker.py")
+# SGD with momentum: Adam would magnify float-rounding differences of near-zero gradients
+SAME = ["train.optimizer.name=momentum", "train.optimizer.clip_gradient_norm=10.0"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _launch(workdir: Path, overrides: list[str], *, num_processes: int = 2,
+            stop_after: int | None = None, timeout: int = 300) -> list[dict]:
+    port = _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes",
+             str(num_processes), "--coordinator-address", f"localhost:{port}",
+             "--workdir", str(workdir),
+             *(["--stop-after", str(stop_after)] if stop_after else []),
+             *[f"--set={o}" for o in overrides]],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(num_processes)
+    ]
+    outs = []
+    try:
+        for i, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, f"process {i} failed:\n{out[-3000:]}\n{err[-6000:]}"
+            outs.append((out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def _params(path) -> dict:
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def test_two_processes_train_like_one(tiny_overrides, tmp_path):
+    overrides = [*tiny_overrides, *SAME]
+    reference = runs.train(load_config("shapes_demo", overrides), tmp_path / "one",
+                           progress=False, evaluate=False)
+
+    workdir = tmp_path / "two"
+    multi = [*overrides, "parallel.data=-1"]  # one device in each process: a 2 x 1 mesh
+    # generate the shapes data once, before the processes start (they would race)
+    builders.build_source(load_config("shapes_demo", multi).data.train, workdir)
+    reports = _launch(workdir, multi, stop_after=4)
+
+    for i, report in enumerate(reports):
+        assert report["started"] and report["process_index"] == i
+        assert report["process_count"] == 2 and report["devices"] == 2
+        assert report["killed_at"] == 4 and report["step"] == 6
+    params = [_params(workdir / f"params_{i}.npz") for i in range(2)]
+    want = {jax.tree_util.keystr(k): np.asarray(v) for k, v in
+            jax.tree_util.tree_flatten_with_path(reference.state["params"])[0]}
+    assert params[0].keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_array_equal(params[0][name], params[1][name], err_msg=name)
+        np.testing.assert_allclose(params[0][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+    # one log, by process 0: steps 1-4, then 4 again (recomputed after the resume from 3), 5, 6
+    lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if "train/loss" in x["metrics"]]
+    assert [x["step"] for x in train] == [1, 2, 3, 4, 4, 5, 6]
+    ref = {json.loads(x)["step"]: json.loads(x)["metrics"]["train/loss"]
+           for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()}
+    for x in train:
+        assert x["metrics"]["train/loss"] == pytest.approx(ref[x["step"]], rel=1e-5)
+
+    # the checkpoint holds both processes' data positions (global batch 4, 2 rows each)
+    with Checkpointer(workdir / "checkpoints") as ckpt:
+        assert ckpt.all_steps() == [3, 6]
+        data = ckpt.read_metadata(6)["data"]
+    assert data["format"] == SHARDED_STATE_FORMAT
+    assert data["next_index"] == [24, 26] and data["batch_size"] == 4
+
+
+def test_gather_ints_single_process():
+    assert gather_ints(2**40 + 5) == [2**40 + 5]
