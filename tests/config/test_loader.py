@@ -40,7 +40,7 @@ def test_misspelled_field_names_the_path_and_suggests_the_nearest_name():
 def test_misspelled_field_in_a_file(tmp_path):
     path = _write(tmp_path / "typo.yaml", {"base": "shapes_demo", "train": {"num_step": 5}})
     message = _error(path)
-    assert "train.num_step: unknown field 'num_step'. Did you mean: num_steps?" in message
+    assert "train.num_step: unknown field 'num_step'. Did you mean: num_steps" in message
 
 
 def test_misspelled_top_level_section():

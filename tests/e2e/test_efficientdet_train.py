@@ -20,6 +20,7 @@ TINY = [
     "data.max_number_of_boxes=8", "train.batch_size=2", "train.num_steps=4",
     "train.checkpoint_every=2", "train.log_every=1", "train.learning_rate.warmup_steps=1",
     "train.learning_rate.total_steps=4", "eval.batch_size=4", "eval.num_visualizations=0",
+    "parallel.data=1",
 ]
 
 

@@ -36,10 +36,13 @@ def _params(workdir, config):
 
 
 def test_run_on_data_and_spatial_mesh_equals_one_device(tiny_overrides, tmp_path):
-    single = _config(tiny_overrides)
+    # 128 px high: two rows of the stride-32 map per spatial shard (see the issue-6 note on a
+    # (data>1, spatial=2) mesh at 64 px)
+    single = _config(tiny_overrides, "data.resizer.height=128")
     runs.train(single, tmp_path / "single", progress=False, evaluate=False)
 
-    meshed = _config(tiny_overrides, "parallel.data=4", "parallel.spatial=2", "eval.max_images=4")
+    meshed = _config(tiny_overrides, "parallel.data=4", "parallel.spatial=2", "eval.max_images=4",
+                     "data.resizer.height=128")
     result = runs.train(meshed, tmp_path / "mesh", progress=False, evaluate=True)
     assert result.step == 3
     leaf = jax.tree.leaves(result.state["params"])[0]
@@ -67,8 +70,7 @@ def test_bad_layout_is_one_clear_error_before_compiling(tiny_overrides, tmp_path
 
 
 def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
-    config = load_config("shapes_demo", [*tiny_overrides, "train.optimizer.name=adam",
-                                         "train.batch_size=8"])
+    config = load_config("shapes_demo", [*tiny_overrides, *SGD[:2], "train.batch_size=8"])
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
     state0 = jax.device_get(init_train_state(task, tx, ema=False))
@@ -88,15 +90,17 @@ def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
                                batch_sharding=batch_sharding(mesh))
         state, _ = step(place(state0, shardings), place_batch(batch, batch_sharding(mesh)))
         results[split] = state
-    # the Adam moments of a [3, 3, 16, 16] kernel live in eighths, one per device
-    moments = [x for x in jax.tree.leaves(results[True]["opt_state"]) if x.ndim == 4]
-    assert moments and all(
-        x.sharding.shard_shape(x.shape)[x.shape.index(16)] * 8 == 16 or
-        max(x.sharding.shard_shape(x.shape)) < max(x.shape) for x in moments)
-    assert any(not x.sharding.is_fully_replicated for x in moments)
+    # every momentum buffer with a dimension that divides by 8 is split in eighths over the devices
+    moments = [x for x in jax.tree.leaves(results[True]["opt_state"])
+               if any(d % 8 == 0 for d in x.shape)]
+    assert moments
+    for x in moments:
+        shard = x.sharding.shard_shape(x.shape)
+        assert np.prod(shard) * 8 == np.prod(x.shape), (x.shape, shard)
+    # the same numbers, up to the order of the gradient sums (reduce-scatter vs all-reduce)
     for a, e in zip(jax.tree.leaves(jax.device_get(results[True])),
                     jax.tree.leaves(jax.device_get(results[False])), strict=True):
-        np.testing.assert_array_equal(a, e)
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-8)
 
 
 def test_mesh_uses_all_devices_by_default(tiny_overrides):
