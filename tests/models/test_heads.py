@@ -154,3 +154,20 @@ def test_conv_predictor_dropout_only_in_train_mode(build_fast):
     assert head.predictors[0].box_predictor.depthwise.conv.kernel.shape == (3, 3, 1, 16)
     with pytest.raises(ValueError, match="num_anchors_per_location"):
         _conv_predictor(num_anchors_per_location=[3])
+
+
+def test_separable_head_starts_alive():
+    """Separable tower/predictor kernels are N(0, 1/fan_in) (EfficientDet's init): a tower
+    layer keeps unit-variance features near unit variance before its batch norm. N(0, 0.01) on
+    both factors would leave ~6e-6, far below batch norm's epsilon (a head that never trains)."""
+    head = _weight_shared(use_depthwise=True, num_layers_before_predictor=1,
+                          prior_probability=0.01)
+    tower = head.class_tower[0]
+    depthwise, pointwise = tower.depthwise.kernel[...], tower.pointwise.kernel[...]
+    assert depthwise.shape == (3, 3, 1, 32) and pointwise.shape == (1, 1, 32, 32)
+    assert float(jnp.std(depthwise)) == pytest.approx(1 / 3, rel=0.15)  # fan_in 3*3*1
+    assert float(jnp.std(pointwise)) == pytest.approx(32 ** -0.5, rel=0.15)  # fan_in 32
+    x = jax.random.normal(jax.random.key(0), (2, 16, 16, 32))
+    assert 0.2 < float(jnp.var(tower(x)[:, 1:-1, 1:-1])) < 5.0
+    np.testing.assert_allclose(head.class_predictor.pointwise.bias[...], -math.log(99.0),
+                               rtol=1e-6)

@@ -10,6 +10,10 @@ from flax import nnx
 
 # RetinaNet / TF OD API heads: N(0, 0.01) kernels.
 head_kernel_init = nnx.initializers.normal(0.01)
+# Separable head convs (EfficientDet: automl and effdet): N(0, 1/fan_in) for the depthwise and
+# the pointwise kernel alike. N(0, 0.01) on both factors would scale each layer's output by
+# ~0.0024 (variance ~6e-6, far below batch norm's epsilon): a dead head that never trains.
+separable_head_kernel_init = nnx.initializers.variance_scaling(1.0, "fan_in", "normal")
 
 
 def prior_probability_bias(prior_probability: float) -> float:

@@ -22,6 +22,7 @@ from jaxdet.models.heads.common import (
     flatten_predictions,
     head_kernel_init,
     prior_probability_bias,
+    separable_head_kernel_init,
 )
 from jaxdet.models.layers import ActivationName, BatchNormParams, SeparableConv, conv
 from jaxdet.models.layers import activation as get_activation
@@ -34,8 +35,8 @@ GROUP_NORM_GROUPS = 32
 def _head_conv(in_ch, out_ch, kernel_size, *, use_bias, separable, bias_init, dtype, rngs):
     if separable:
         return SeparableConv(in_ch, out_ch, kernel_size, use_bias=use_bias, padding="same",
-                             kernel_init=head_kernel_init, bias_init=bias_init, dtype=dtype,
-                             rngs=rngs)
+                             kernel_init=separable_head_kernel_init, bias_init=bias_init,
+                             dtype=dtype, rngs=rngs)
     return conv(in_ch, out_ch, kernel_size, use_bias=use_bias, padding="same",
                 kernel_init=head_kernel_init, bias_init=bias_init, dtype=dtype, rngs=rngs)
 
