@@ -1,13 +1,12 @@
 """The one place where a config becomes objects: model, anchors, losses, optimizer, data.
 
 Everything below takes a config section and returns plain objects (Flax modules, numpy arrays,
-optax transformations, data iterators). No other module reads a config object.
+optax transformations, data iterators). No other module reads a config object. The data
+builders (input size, transforms, sources, loaders) live in ``builders_data.py`` and are
+re-exported here, so ``builders.build_source`` etc. work as before.
 """
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,18 +15,22 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
+from jaxdet.builders_data import (  # noqa: F401  (re-exported: builders is the one entry point)
+    build_augment_op,
+    build_eval_loader,
+    build_resizer,
+    build_source,
+    build_train_loader,
+    build_transforms,
+    check_class_count,
+    check_data_paths,
+    input_size,
+)
 from jaxdet.config import schema as S
-from jaxdet.config.loader import ConfigError
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core import box_coders
 from jaxdet.core.detection_loss import DetectionLossParams
 from jaxdet.core.hard_example_miner import HardExampleMinerParams
-from jaxdet.data import augment, augment_color, augment_crop, resize
-from jaxdet.data.coco import CocoSource
-from jaxdet.data.loader import make_eval_loader, make_train_loader
-from jaxdet.data.shapes import generate_shapes
-from jaxdet.data.tfrecord_source import TfRecordSource
-from jaxdet.data.voc import VocSource
 from jaxdet.models.backbones.efficientnet import EfficientNet
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
@@ -48,18 +51,6 @@ COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16
 
 
 # --------------------------------------------------------------------------- model
-
-
-def input_size(data: S.DataConfig) -> tuple[int, int]:
-    """The static (height, width) every image is resized and padded to."""
-    r = data.resizer
-    if isinstance(r, S.FixedShapeResizerConfig):
-        return (r.height, r.width)
-    if not r.pad_to_max_dimension:
-        raise ValueError(
-            "data.resizer.pad_to_max_dimension must be true: jaxdet needs one static input shape"
-        )
-    return (r.max_dimension, r.max_dimension)
 
 
 def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
@@ -452,190 +443,4 @@ def build_train_step(
         allow_tf32=config.allow_tf32,
         state_sharding=state_sharding,
         batch_sharding=batch_sharding,
-    )
-
-
-# --------------------------------------------------------------------------- data
-
-
-def build_resizer(cfg: S.DataConfig):
-    r = cfg.resizer
-    if isinstance(r, S.FixedShapeResizerConfig):
-        return resize.FixedShapeResizer(r.height, r.width)
-    return resize.KeepAspectRatioResizer(r.min_dimension, r.max_dimension, r.pad_to_max_dimension)
-
-
-def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
-    if isinstance(op, S.RandomHorizontalFlipConfig):
-        return augment.RandomHorizontalFlip(probability=op.probability)
-    if isinstance(op, S.RandomScaleCropAndPadToSquareConfig):
-        if size[0] != size[1]:
-            raise ValueError(
-                "data.augment random_scale_crop_and_pad_to_square needs a square input size, "
-                f"got {size}"
-            )
-        if op.output_size != size[0]:
-            raise ValueError(
-                f"data.augment random_scale_crop_and_pad_to_square output_size "
-                f"({op.output_size}) must equal the resizer's square size ({size[0]})"
-            )
-        return augment.RandomScaleCropAndPadToSquare(size[0], op.scale_min, op.scale_max)
-    if isinstance(op, S.SSDRandomCropConfig):
-        return augment.SSDRandomCrop(
-            min_object_covered=tuple(op.min_object_covered),
-            aspect_ratio_range=tuple(op.aspect_ratio_range),
-            area_range=tuple(op.area_range),
-            overlap_thresh=tuple(op.overlap_thresh),
-            random_coef=op.random_coef,
-        )
-    if isinstance(op, S.RandomColorJitterConfig):
-        return augment.RandomColorJitter(
-            brightness=op.brightness,
-            contrast=tuple(op.contrast),
-            saturation=tuple(op.saturation),
-            hue=op.hue,
-            probability=op.probability,
-        )
-    return _build_tfod_augment_op(op)
-
-
-# TF OD API ops whose config fields are exactly their constructor's keyword arguments.
-_TFOD_AUGMENT_OPS = {
-    S.RandomPadImageConfig: augment_crop.RandomPadImage,
-    S.RandomAbsolutePadImageConfig: augment_crop.RandomAbsolutePadImage,
-    S.RandomCropImageConfig: augment_crop.RandomCropImage,
-    S.RandomSquareCropByScaleConfig: augment_crop.RandomSquareCropByScale,
-    S.RandomAdjustBrightnessConfig: augment_color.RandomAdjustBrightness,
-    S.RandomAdjustContrastConfig: augment_color.RandomAdjustContrast,
-    S.RandomAdjustHueConfig: augment_color.RandomAdjustHue,
-    S.RandomAdjustSaturationConfig: augment_color.RandomAdjustSaturation,
-    S.RandomDistortColorConfig: augment_color.RandomDistortColor,
-    S.RandomBlackPatchesConfig: augment_color.RandomBlackPatches,
-}
-
-
-def _build_tfod_augment_op(op: S.AugmentConfig):
-    fields = {k: (tuple(v) if isinstance(v, list) else v)
-              for k, v in op.model_dump(exclude={"name"}).items()}
-    return _TFOD_AUGMENT_OPS[type(op)](**fields)
-
-
-def build_transforms(cfg: S.DataConfig, *, training: bool) -> list:
-    """Per-sample transforms after decode: [augment ops] + resizer + normalize."""
-    size = input_size(cfg)
-    ops = [build_augment_op(op, size) for op in cfg.augment] if training else []
-    ops.append(build_resizer(cfg))
-    ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std)))
-    return ops
-
-
-_TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it comes from
-    "input_path": "{role}_input_reader.tf_record_input_reader.input_path",
-    "label_map_path": "{role}_input_reader.label_map_path",
-}
-
-
-def _check_configured(cfg: S.TfRecordDataConfig, field: str | None) -> None:
-    """Refuse the TF OD API placeholder ``PATH_TO_BE_CONFIGURED``, naming the field to set."""
-    for name, paths in (("input_path", cfg.input_path), ("label_map_path", (cfg.label_map_path,))):
-        # The TF OD API's own d7 config misspells it PATH_TO_BEE_CONFIGURED.
-        bad = [p for p in paths if p and re.search(r"PATH_TO_BE+_CONFIGURED", p)]
-        if not bad:
-            continue
-        roles = [field.rsplit(".", 1)[-1]] if field else ["train", "eval"]
-        ours = " or ".join(f"data.{r}.{name}" for r in roles)
-        theirs = " / ".join(_TF_FIELDS[name].format(role=r) for r in roles)
-        example = "train-?????-of-00100.tfrecord" if name == "input_path" else "label_map.pbtxt"
-        raise ConfigError(
-            f"{ours} is still the TF OD API placeholder {bad[0]!r} (from {theirs}); set it to "
-            f"your file, e.g. --set {ours.split(' or ')[0]}=/data/{example}"
-        )
-
-
-def check_data_paths(config: S.Config, *, splits: tuple[str, ...] = ("train", "eval")) -> None:
-    """Raises ConfigError, before any work, if a TFRecord dataset still holds a TF OD API
-    ``PATH_TO_BE_CONFIGURED`` placeholder (the message names the field to set)."""
-    for split in splits:
-        cfg = getattr(config.data, split)
-        if isinstance(cfg, S.TfRecordDataConfig):
-            _check_configured(cfg, f"data.{split}")
-
-
-def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
-                 num_classes: int | None = None, field: str | None = None):
-    """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``.
-
-    ``num_classes`` (the model's) bounds TFRecord labels (default: the label map's largest
-    id); ``field`` ("data.train" / "data.eval") names the config section in errors.
-    """
-    if isinstance(cfg, S.TfRecordDataConfig):
-        _check_configured(cfg, field)
-        return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes)
-    if isinstance(cfg, S.CocoDataConfig):
-        return CocoSource(cfg.annotation_file, cfg.image_dir)
-    if isinstance(cfg, S.VocDataConfig):
-        names = list(cfg.class_names) if cfg.class_names else None
-        return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names)
-    out = Path(cfg.output_dir)
-    if not out.is_absolute() and workdir is not None:
-        out = Path(workdir) / out
-    annotations = generate_shapes(
-        out,
-        cfg.num_images,
-        image_size=tuple(cfg.image_size),
-        seed=cfg.seed,
-        num_classes=cfg.num_classes,
-        max_objects=cfg.max_objects,
-        min_size_frac=cfg.min_size_frac,
-        max_size_frac=cfg.max_size_frac,
-    )
-    return CocoSource(annotations, Path(annotations).parent / "images")
-
-
-def check_class_count(config: S.Config, source) -> None:
-    """Refuse a dataset with more classes than the model predicts (they would be dropped)."""
-    found = getattr(source, "num_classes", None)
-    if found is not None and found > config.model.num_classes:
-        names = list(getattr(source, "category_names", []) or [])
-        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        raise ValueError(
-            f"the dataset {source!r} has {found} classes ({shown}) but model.num_classes is "
-            f"{config.model.num_classes}; set --set model.num_classes={found}"
-        )
-
-
-def build_train_loader(config: S.Config, source, *, seed: int | None = None,
-                       shard_index: int | None = None, shard_count: int | None = None):
-    """Infinite, deterministic, resumable training batches (see ``data.loader``).
-
-    ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
-    (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
-    """
-    check_class_count(config, source)
-    from jaxdet.parallel.distributed import gather_ints
-
-    shard_index = jax.process_index() if shard_index is None else shard_index
-    shard_count = jax.process_count() if shard_count is None else shard_count
-    return make_train_loader(
-        source,
-        build_transforms(config.data, training=True),
-        batch_size=config.train.batch_size,
-        max_boxes=config.data.max_number_of_boxes,
-        seed=config.train.seed if seed is None else seed,
-        worker_count=config.data.worker_count,
-        shard_index=shard_index,
-        shard_count=shard_count,
-        gather=gather_ints if shard_count == jax.process_count() > 1 else None,
-    )
-
-
-def build_eval_loader(config: S.Config, source):
-    """One ordered pass, last batch padded and masked."""
-    check_class_count(config, source)
-    return make_eval_loader(
-        source,
-        build_transforms(config.data, training=False),
-        batch_size=config.eval.batch_size,
-        max_boxes=config.data.max_number_of_boxes,
-        worker_count=config.data.worker_count,
     )

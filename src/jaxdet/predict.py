@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from jaxdet import builders, runs
 from jaxdet.config import schema as S
 from jaxdet.data.decode import CorruptImageError, load_image
-from jaxdet.data.loader import make_eval_loader
+from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh

@@ -144,9 +144,7 @@ class EvalContext:
         variables = (_eval_params(self.config, state), state["batch_stats"])
         if self.variables_sharding is not None:
             variables = jax.device_put(variables, self.variables_sharding)
-        elif jax.process_count() > 1 or any(
-            len(x.sharding.device_set) > 1 for x in jax.tree.leaves(variables)
-        ):
+        elif jax.process_count() > 1:
             variables = local_copy(variables)
         return evaluate_and_write(
             self.task,

@@ -14,7 +14,8 @@ from PIL import Image, ImageFile
 
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.decode import CorruptImageError, load_image
-from jaxdet.data.loader import make_eval_loader, make_train_loader
+from jaxdet.data.eval_loader import make_eval_loader
+from jaxdet.data.loader import make_train_loader
 from jaxdet.data.resize import FixedShapeResizer
 from jaxdet.data.voc import VocSource
 from jaxdet.eval.coco_eval import CocoEvaluator

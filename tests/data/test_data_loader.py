@@ -9,7 +9,8 @@ import pytest
 
 from jaxdet.data.augment import Normalize, RandomHorizontalFlip, SSDRandomCrop
 from jaxdet.data.coco import CocoSource
-from jaxdet.data.loader import BATCH_KEYS, make_eval_loader, make_train_loader
+from jaxdet.data.eval_loader import make_eval_loader
+from jaxdet.data.loader import BATCH_KEYS, make_train_loader
 from jaxdet.data.records import make_record
 from jaxdet.data.resize import FixedShapeResizer, KeepAspectRatioResizer, keep_aspect_ratio_size
 

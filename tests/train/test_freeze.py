@@ -67,7 +67,8 @@ def test_bad_regex_is_a_config_error():
         load_config("shapes_demo", ["train.freeze_variables=['backbone[']"])
 
 
-def test_one_step_hard_mining_weighted_sigmoid_frozen_backbone(tiny_overrides):
+def test_one_step_hard_mining_weighted_sigmoid_frozen_backbone(tiny_overrides,
+                                                               two_box_batch):
     config = load_config("shapes_demo", tiny_overrides + [
         "model.loss.classification=weighted_sigmoid",
         "model.hard_example_miner.num_hard_examples=16",
@@ -80,20 +81,7 @@ def test_one_step_hard_mining_weighted_sigmoid_frozen_backbone(tiny_overrides):
     tx, schedule = builders.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     before = jax.tree.map(np.asarray, jax.device_get(state["params"]))
-    rng = np.random.default_rng(0)
-    h, w = task.input_size
-    boxes = np.zeros((4, 8, 4), np.float32)
-    boxes[:, 0] = [0.1, 0.1, 0.6, 0.5]
-    boxes[:, 1] = [0.4, 0.3, 0.9, 0.95]
-    valid = np.zeros((4, 8), bool)
-    valid[:, :2] = True
-    batch = {
-        "images": rng.normal(size=(4, h, w, 3)).astype(np.float32),
-        "boxes": boxes,
-        "classes": np.ones((4, 8), np.int32),
-        "valid": valid,
-        "ignore": np.zeros((4, 8), bool),
-    }
+    batch = two_box_batch(task)
     state, metrics = make_train_step(task, tx, schedule)(state, batch)
     assert np.isfinite(float(metrics["loss"])) and float(metrics["loss"]) > 0
     pos, neg = float(metrics["mined_positives"]), float(metrics["mined_negatives"])

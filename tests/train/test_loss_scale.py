@@ -56,23 +56,6 @@ def test_bad_params():
         ls.LossScaleParams(initial_scale=1.0, min_scale=2.0)
 
 
-def _batch(task, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    h, w = task.input_size
-    boxes = np.zeros((4, 8, 4), np.float32)
-    boxes[:, 0] = [0.1, 0.1, 0.6, 0.5]
-    boxes[:, 1] = [0.4, 0.3, 0.9, 0.95]
-    valid = np.zeros((4, 8), bool)
-    valid[:, :2] = True
-    return {
-        "images": rng.normal(size=(4, h, w, 3)).astype(np.float32),
-        "boxes": boxes,
-        "classes": np.ones((4, 8), np.int32),
-        "valid": valid,
-        "ignore": np.zeros((4, 8), bool),
-    }
-
-
 @pytest.fixture(scope="module")
 def fp16(tiny_overrides):
     # (test_precision.py trains with the same settings: one float16 compile in the cache)
@@ -104,9 +87,9 @@ def _unchanged(before, after, keys=("params", "batch_stats", "opt_state", "ema_p
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=key)
 
 
-def test_overflow_skips_the_step_then_training_resumes(fp16):
+def test_overflow_skips_the_step_then_training_resumes(fp16, two_box_batch):
     task, _, _, step, state0 = fp16
-    batch = _batch(task)
+    batch = two_box_batch(task)
 
     # 1. A scale of 2**40 overflows the float16 backward pass (65504 is fp16's largest value).
     huge = jax.tree.map(np.copy, state0)
@@ -138,7 +121,7 @@ def test_overflow_skips_the_step_then_training_resumes(fp16):
     assert sum(moved) > len(moved) // 2
     assert all(x.dtype == np.float32 for x in jax.tree.leaves(s2["params"]))
     assert all(x.dtype == np.float32 for x in jax.tree.leaves(s2["ema_params"]))
-    s3, m3 = jax.device_get(step(jax.tree.map(jnp.asarray, s2), _batch(task, seed=1)))
+    s3, m3 = jax.device_get(step(jax.tree.map(jnp.asarray, s2), two_box_batch(task, seed=1)))
     assert int(m3["skipped"]) == 0
     assert (float(s3["loss_scale"]["scale"]), int(s3["loss_scale"]["good_steps"])) == (1024.0, 0)
     assert int(s3["step"]) == 3

@@ -11,48 +11,31 @@ from jaxdet.config.loader import load_config
 from jaxdet.eval.runner import make_predict_fn
 from jaxdet.train.step import init_train_state
 
-
-def _batch(task) -> dict:
-    rng = np.random.default_rng(0)
-    h, w = task.input_size
-    boxes = np.zeros((4, 8, 4), np.float32)
-    boxes[:, 0] = [0.1, 0.1, 0.6, 0.5]
-    boxes[:, 1] = [0.4, 0.3, 0.9, 0.95]
-    valid = np.zeros((4, 8), bool)
-    valid[:, :2] = True
-    return {
-        "images": rng.normal(size=(4, h, w, 3)).astype(np.float32),
-        "boxes": boxes,
-        "classes": np.ones((4, 8), np.int32),
-        "valid": valid,
-        "ignore": np.zeros((4, 8), bool),
-    }
-
-
 # The same settings as test_loss_scale.py's fp16 step, so the persistent compilation cache
 # serves that (slow on CPU) float16 compile to both files.
 SETTINGS = ["train.ema_decay=0.9", "train.loss_scale.initial_scale=1024",
             "train.loss_scale.growth_interval=2"]
 
 
-def _one_step(overrides: list[str]):
+def _one_step(overrides: list[str], make_batch):
     config = load_config("shapes_demo", overrides + SETTINGS)
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=True, loss_scale=builders.build_loss_scale(config))
     before = jax.device_get(state["params"])
-    new, metrics = builders.build_train_step(config, task, tx, schedule)(state, _batch(task))
+    new, metrics = builders.build_train_step(config, task, tx, schedule)(state, make_batch(task))
     return before, jax.device_get(new), jax.device_get(metrics)
 
 
 @pytest.fixture(scope="module")
-def fp32_step(tiny_overrides):
-    return _one_step(tiny_overrides)
+def fp32_step(tiny_overrides, two_box_batch):
+    return _one_step(tiny_overrides, two_box_batch)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_low_precision_step_keeps_float32_state(tiny_overrides, fp32_step, precision):
-    before, state, metrics = _one_step(tiny_overrides + [f"precision={precision}"])
+def test_low_precision_step_keeps_float32_state(tiny_overrides, fp32_step, two_box_batch,
+                                                precision):
+    before, state, metrics = _one_step(tiny_overrides + [f"precision={precision}"], two_box_batch)
     for tree in (state["params"], state["opt_state"], state["batch_stats"], state["ema_params"]):
         floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)]
         assert floats and all(x.dtype == np.float32 for x in floats)
@@ -78,12 +61,12 @@ def _matmul_ops(hlo_text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("allow_tf32", [True, False])
-def test_tf32_switch_sets_matmul_precision(tiny_overrides, allow_tf32):
+def test_tf32_switch_sets_matmul_precision(tiny_overrides, two_box_batch, allow_tf32):
     config = load_config("shapes_demo", tiny_overrides + [f"allow_tf32={allow_tf32}".lower()])
     task = builders.build_task(config)
     tx, schedule = builders.build_optimizer(config.train)
     state = jax.eval_shape(lambda: init_train_state(task, tx, ema=False))
-    batch = jax.eval_shape(lambda: _batch(task))
+    batch = jax.eval_shape(lambda: two_box_batch(task))
     step = builders.build_train_step(config, task, tx, schedule)
     params, stats = task.abstract_variables()
     predict = make_predict_fn(task, allow_tf32=config.allow_tf32)

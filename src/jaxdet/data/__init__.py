@@ -9,5 +9,6 @@ Modules:
   resize       FixedShapeResizer, KeepAspectRatioResizer (static output shapes)
   geometry     shared resize / box re-framing helpers
   ground_truth pad_ground_truth to max_boxes with valid / ignore masks
-  loader       make_train_loader (endless, resumable), make_eval_loader (padded, masked)
+  loader       make_train_loader (endless, resumable, per-process rows)
+  eval_loader  make_eval_loader (one ordered pass, padded, masked)
 """

@@ -19,6 +19,8 @@ plus the loader's own, plus ``num_truncated``):
     annotation file / folder (at construction, or at the first batch / end of the eval pass).
   * Training logs one summary line of these counts when the epoch it started in is done.
 
+The eval pass (``make_eval_loader``) lives in ``data.eval_loader`` and shares this pipeline.
+
 Batches are numpy dicts::
 
     "images"     float32 [B, H, W, 3]
@@ -510,108 +512,5 @@ def make_train_loader(
                          shard_index=shard_index, shard_count=shard_count, gather=gather)
 
 
-@dataclasses.dataclass(frozen=True)
-class _EvalMap:
-    pipeline: _Pipeline
-    num_records: int
-
-    def __call__(self, index: int) -> Sample:
-        if index >= self.num_records:
-            return self.pipeline.dummy(self.pipeline.source[0])
-        sample = self.pipeline.process(index, np.random.default_rng([0, index]))
-        if _SKIP in sample:
-            dummy = self.pipeline.dummy(sample["record"])
-            dummy[_SKIP + "_info"] = (sample["path"], sample["index"],
-                                      sample["record"]["image_id"], sample[_SKIP])
-            return dummy
-        return sample
-
-
-class EvalLoader:
-    """One ordered pass; the last batch is padded with masked-out dummies (mask False).
-
-    Unreadable images also become masked-out dummies (logged and counted in ``skips``), so
-    every batch has the same shape and the image is left out of the metrics; after a pass,
-    ``skipped_image_ids`` lists them and ``num_truncated`` counts objects beyond
-    ``max_boxes`` (eval metrics use the source's ground truth, so those are not lost).
-    A pass in which no image at all could be read raises a RuntimeError at its end.
-    ``len()`` is the number of batches.
-    """
-
-    def __init__(self, source, transforms, *, batch_size: int, max_boxes: int,
-                 worker_count: int, shard_index: int, shard_count: int):
-        self._map = _EvalMap(_Pipeline(source, tuple(transforms), max_boxes), len(source))
-        self._name = _describe(source)
-        self.batch_size = batch_size
-        self._worker_count = worker_count
-        self._shard = (shard_index, shard_count)
-        self.num_examples = len(source)
-        per_step = batch_size * shard_count
-        self._padded = math.ceil(self.num_examples / per_step) * per_step
-        self._source = source
-        self.skips = SkipCounter()
-        self.num_truncated = 0
-        self.skipped_image_ids: list[int] = []
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counts by reason: the source's parse-time drops, this loader's skips (summed over
-        passes), and ``num_truncated``."""
-        return _stats(self._source, self.skips, self.num_truncated)
-
-    def __len__(self) -> int:
-        return self._padded // (self.batch_size * self._shard[1])
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        index, count = self._shard
-        ds = grain.MapDataset.range(index, self._padded, count).map(self._map)
-        ds = ds.to_iter_dataset(_read_options(self.batch_size, self._worker_count))
-        ds = _maybe_mp(ds, self.batch_size, self._worker_count)
-        ds = ds.batch(self.batch_size, drop_remainder=False, batch_fn=_collate)
-        it = iter(ds)
-        skipped: list[int] = []
-        real = 0
-        try:
-            for batch in it:
-                for path, i, image_id, reason in batch.pop("_skips"):
-                    self.skips.add("corrupt_image", path, f"record {i}, image id {image_id}",
-                                   reason)
-                    skipped.append(int(image_id))
-                batch.pop("_stream_index")
-                batch.pop("_truncated")
-                self.num_truncated += batch.pop("_num_truncated")
-                real += int(batch["mask"].sum())
-                self.skipped_image_ids = list(skipped)
-                yield batch
-        finally:
-            if hasattr(it, "close"):
-                it.close()
-        if skipped:
-            logger.warning("%s: %d of %d images could not be read and are left out of the "
-                           "evaluation (image ids %s%s)", self._name, len(skipped),
-                           len(skipped) + real, skipped[:10], ", ..." if len(skipped) > 10 else "")
-            if real == 0:
-                raise RuntimeError(f"dataset {self._name}: none of its {len(skipped)} images "
-                                   f"could be read ({self.skips.summary()}); check "
-                                   f"{_image_dir(self._source)}")
-
-
-def make_eval_loader(
-    source,
-    transforms: list,
-    *,
-    batch_size: int,
-    max_boxes: int,
-    worker_count: int = 0,
-    shard_index: int = 0,
-    shard_count: int = 1,
-) -> EvalLoader:
-    """One pass over ``source`` in order, in fixed-size batches (padding masked out)."""
-    _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
-    return EvalLoader(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
-                      worker_count=worker_count, shard_index=shard_index,
-                      shard_count=shard_count)
-
-
-__all__ = ["BATCH_KEYS", "SHARDED_STATE_FORMAT", "STATE_FORMAT", "EvalLoader", "TrainIterator",
-           "build_sample", "make_eval_loader", "make_train_loader"]
+__all__ = ["BATCH_KEYS", "SHARDED_STATE_FORMAT", "STATE_FORMAT", "TrainIterator",
+           "build_sample", "make_train_loader"]

@@ -115,29 +115,21 @@ def resolve(
         them from.
     """
     env = os.environ if environ is None else environ
-    origin = []
-    if coordinator_address is None:
-        coordinator_address, name = _first(env, ADDRESS_VARS)
-        if name:
-            origin.append(name)
-    else:
-        origin.append("--coordinator-address")
-    if num_processes is None:
-        value, name = _first(env, COUNT_VARS)
-        num_processes = _as_int(value, name or "")
-        if name:
-            origin.append(name)
-    else:
-        num_processes = _as_int(num_processes, "--num-processes")
-        origin.append("--num-processes")
-    if process_id is None:
-        value, name = _first(env, ID_VARS)
-        process_id = _as_int(value, name or "")
-        if name:
-            origin.append(name)
-    else:
-        process_id = _as_int(process_id, "--process-id")
-        origin.append("--process-id")
+    origin: list[str] = []
+
+    def setting(flag_value, flag: str, env_names: tuple[str, ...], convert):
+        """The flag's value, else the first set environment variable; records where from."""
+        if flag_value is None:
+            flag_value, flag = _first(env, env_names)
+            if flag is None:
+                return None
+        origin.append(flag)
+        return convert(flag_value, flag)
+
+    coordinator_address = setting(coordinator_address, "--coordinator-address", ADDRESS_VARS,
+                                  lambda value, _: value)
+    num_processes = setting(num_processes, "--num-processes", COUNT_VARS, _as_int)
+    process_id = setting(process_id, "--process-id", ID_VARS, _as_int)
 
     cluster = _detected_cluster(env)
     if cluster is None and environ is None and _on_cloud_tpu_vm():
