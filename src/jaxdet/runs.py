@@ -259,11 +259,18 @@ def evaluate(
     out_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict:
-    """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics."""
+    """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics.
+
+    On one process the images are split over the config's mesh (``parallel``), as during
+    training; ``eval.batch_size`` must divide over ``parallel.data``."""
     builders.check_data_paths(config, splits=("eval",))
     workdir = Path(workdir)
     task, state, step = restore_for_inference(config, workdir, step=step)
-    ctx = EvalContext.build(config, task, workdir)
+    mesh = None
+    if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
+        mesh = builders.build_mesh(config)
+        builders.check_mesh_layout(config, mesh, task, splits=("eval",))
+    ctx = EvalContext.build(config, task, workdir, mesh)
     return ctx(state, Path(out_dir) if out_dir else workdir / "eval" / f"step_{step}",
                step=step, progress=progress)
 

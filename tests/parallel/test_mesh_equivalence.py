@@ -169,7 +169,9 @@ def _collectives(hlo: str) -> dict[str, list[str]]:
 def test_spatial_convolutions_exchange_halos_not_activations() -> None:
     """The compiled forward of backbone + FPN + heads over a (2, 4) mesh: convolutions on
     height-split activations use collective-permute for their halo rows, and no activation is
-    all-gathered."""
+    all-gathered. (Traced outside ``thin_maps.mesh_scope``, as a model called directly is, so
+    even the thinnest maps stay split; train and predict steps gather those, see
+    ``test_thin_maps.py``.)"""
     config = _config("retinanet")
     task = builders.build_task(config)
     params, stats = task.initial_variables()

@@ -36,8 +36,7 @@ def _params(workdir, config):
 
 
 def test_run_on_data_and_spatial_mesh_equals_one_device(tiny_overrides, tmp_path):
-    # 128 px high: two rows of the stride-32 map per spatial shard (see the issue-6 note on a
-    # (data>1, spatial=2) mesh at 64 px)
+    # 128 px high: two rows of the stride-32 map per spatial shard
     single = _config(tiny_overrides, "data.resizer.height=128")
     runs.train(single, tmp_path / "single", progress=False, evaluate=False)
 
@@ -54,6 +53,23 @@ def test_run_on_data_and_spatial_mesh_equals_one_device(tiny_overrides, tmp_path
     # eval ran over the mesh and wrote its metrics
     metrics = json.loads((tmp_path / "mesh" / "eval" / "step_3" / "metrics.json").read_text())
     assert "AP" in metrics
+    # `jaxdet eval` of that checkpoint over the mesh and on one device: the same metrics
+    on_mesh = runs.evaluate(meshed, tmp_path / "mesh", out_dir=tmp_path / "eval_mesh",
+                            progress=False)
+    one_device = load_config("shapes_demo", [*tiny_overrides, *SGD, "eval.max_images=4",
+                                             "data.resizer.height=128"])
+    alone = runs.evaluate(one_device, tmp_path / "mesh", out_dir=tmp_path / "eval_one",
+                          progress=False)
+    for key in ("AP", "AP50", "AR100"):
+        assert on_mesh[key] == pytest.approx(metrics[key], abs=1e-6), key
+        assert on_mesh[key] == pytest.approx(alone[key], abs=1e-6), key
+    meshed_dets, alone_dets = (json.loads((tmp_path / d / "detections.json").read_text())
+                               for d in ("eval_mesh", "eval_one"))
+    assert len(meshed_dets) == len(alone_dets) > 0
+    for a, e in zip(meshed_dets, alone_dets, strict=True):
+        assert (a["image_id"], a["category_id"]) == (e["image_id"], e["category_id"])
+        assert a["score"] == pytest.approx(e["score"], rel=1e-4, abs=1e-5)
+        np.testing.assert_allclose(a["bbox"], e["bbox"], rtol=1e-4, atol=1e-2)
 
 
 def test_bad_layout_is_one_clear_error_before_compiling(tiny_overrides, tmp_path):

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdet.models import depthwise as depthwise_lib
+from jaxdet.parallel.thin_maps import gather_thin_rows
 
 ActivationName = Literal["relu", "relu6", "swish", "none"]
 Padding = Literal["symmetric", "same"]
@@ -268,8 +269,22 @@ def conv(
         rngs=rngs,
     )
     if groups > 1 or (kh, kw) == (1, 1):  # slow on XLA:CPU; see models/depthwise.py
-        layer.conv_general_dilated = depthwise_lib.conv_general_dilated
+        layer.conv_general_dilated = _rewritten_conv
+    else:
+        layer.conv_general_dilated = _lax_conv
     return layer
+
+
+def _lax_conv(*args, **kwargs) -> jax.Array:
+    """``lax.conv_general_dilated`` whose output is kept whole along H when thin on a
+    spatial mesh (see ``parallel.thin_maps``)."""
+    return gather_thin_rows(jax.lax.conv_general_dilated(*args, **kwargs))
+
+
+def _rewritten_conv(*args, **kwargs) -> jax.Array:
+    """``depthwise.conv_general_dilated`` (CPU rewrites of depthwise and 1x1 convs), output
+    kept whole along H when thin on a spatial mesh (see ``parallel.thin_maps``)."""
+    return gather_thin_rows(depthwise_lib.conv_general_dilated(*args, **kwargs))
 
 
 def depthwise_conv(
@@ -382,14 +397,14 @@ def max_pool_symmetric(x: jax.Array, window: int = 3, stride: int = 2) -> jax.Ar
     """Max pooling with PyTorch-style symmetric padding (padded cells never win)."""
     p = window // 2
     init = -jnp.inf  # a Python scalar, so JAX recognizes max-pool and can differentiate it
-    return jax.lax.reduce_window(
+    return gather_thin_rows(jax.lax.reduce_window(
         x,
         init,
         jax.lax.max,
         (1, window, window, 1),
         (1, stride, stride, 1),
         ((0, 0), (p, p), (p, p), (0, 0)),
-    )
+    ))
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:

@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxdet.parallel.mesh import DATA, SPATIAL
+from jaxdet.parallel.thin_maps import mesh_scope
 
 PyTree = Any
 
@@ -101,7 +102,12 @@ def mesh_predict(predict_fn, mesh: Mesh):
     """Jit ``predict_fn(params, batch_stats, images [B,H,W,3], image_info [B,4])`` over the mesh:
     variables replicated, images split over (data, spatial), outputs replicated."""
     rep = replicated(mesh)
-    return jax.jit(predict_fn, in_shardings=(
+
+    def predict_in_mesh(*args):
+        with mesh_scope(mesh):
+            return predict_fn(*args)
+
+    return jax.jit(predict_in_mesh, in_shardings=(
         rep, rep, NamedSharding(mesh, batch_spec("images", 4)),
         NamedSharding(mesh, batch_spec("image_info", 2)),
     ), out_shardings=rep)

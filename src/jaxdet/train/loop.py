@@ -94,6 +94,8 @@ def train_loop(
 
     ``place_batch`` turns a host batch into the step's input (e.g. global arrays on a device
     mesh, ``parallel.sharding.place_batch``); None passes it as it is.
+    When the step reports ``skipped`` (fp16 loss scaling), every log line also carries
+    ``skipped_steps``: the steps of this call whose update was skipped so far.
     ``stop_after`` ends the loop early after that step without the end-of-run actions — it
     stands for a run killed mid-way (tests use it to prove resumption is exact).
     """
@@ -102,6 +104,7 @@ def train_loop(
     window_start, window_images = time.perf_counter(), 0
     compile_seconds, rate = 0.0, 0.0
     metrics: dict = {}
+    skipped = None  # fp16: steps whose update was skipped (non-finite gradients), on device
     bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
                disable=not progress, dynamic_ncols=True)
     while step < num_steps:
@@ -111,6 +114,8 @@ def train_loop(
         t0 = time.perf_counter()
         state, metrics = step_fn(state, batch)
         step += 1
+        if "skipped" in metrics:  # summed on device: no host sync per step
+            skipped = metrics["skipped"] if skipped is None else skipped + metrics["skipped"]
         if step == start_step + 1:  # the first call compiles; time it apart from throughput
             jax.block_until_ready(metrics["loss"])
             compile_seconds = time.perf_counter() - t0
@@ -124,9 +129,14 @@ def train_loop(
             rate = window_images / elapsed if window_images and elapsed > 0 else rate
             scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
             scalars["images_per_second"] = rate
+            postfix = {"loss": f"{scalars['loss']:.4f}", "lr": f"{scalars['learning_rate']:.2e}",
+                       "img_s": f"{rate:.1f}"}
+            if skipped is not None:
+                scalars["skipped_steps"] = float(jax.device_get(skipped))
+                if scalars["skipped_steps"]:
+                    postfix["skipped"] = int(scalars["skipped_steps"])
             logger.log(step, scalars, prefix="train")
-            bar.set_postfix(loss=f"{scalars['loss']:.4f}", lr=f"{scalars['learning_rate']:.2e}",
-                            img_s=f"{rate:.1f}")
+            bar.set_postfix(postfix)
         bar.update(1)
         if step % checkpointer.every_steps == 0 or step == num_steps:
             _check_finite(step, jax.device_get(metrics), last_saved)

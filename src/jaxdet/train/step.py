@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxdet.parallel.thin_maps import mesh_scope
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.task import DetectionTask
@@ -147,10 +148,12 @@ def make_train_step(
             metrics["skipped"] = (~finite).astype(jnp.int32)
         return new_state, metrics
 
+    mesh = None if batch_sharding is None else jax.tree.leaves(batch_sharding)[0].mesh
+
     def traced_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         precision = (contextlib.nullcontext() if allow_tf32
                      else jax.default_matmul_precision("highest"))
-        with precision:
+        with precision, mesh_scope(mesh):
             return step(state, batch)
 
     if state_sharding is None and batch_sharding is None:

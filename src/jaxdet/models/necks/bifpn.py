@@ -37,6 +37,7 @@ from jaxdet.models.layers import (
     conv,
     depthwise_conv,
 )
+from jaxdet.parallel.thin_maps import gather_thin_rows
 
 WeightMethod = Literal["fastattn", "attn", "sum"]
 Pooling = Literal["max", "avg"]
@@ -87,12 +88,13 @@ def pool_same(x: jax.Array, stride: int = 2, pooling: Pooling = "max") -> jax.Ar
     window = (1, stride + 1, stride + 1, 1)
     strides = (1, stride, stride, 1)
     if pooling == "max":
-        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, "SAME")
+        return gather_thin_rows(
+            jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, "SAME"))
     if pooling == "avg":
         total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, "SAME")
         ones = jnp.ones((1, *x.shape[1:3], 1), x.dtype)
         count = jax.lax.reduce_window(ones, 0.0, jax.lax.add, window, strides, "SAME")
-        return total / count
+        return gather_thin_rows(total / count)
     raise ValueError(f"unknown pooling {pooling!r}; expected one of {_POOLINGS}")
 
 
