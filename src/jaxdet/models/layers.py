@@ -268,21 +268,13 @@ def conv(
         param_dtype=jnp.float32,
         rngs=rngs,
     )
-    if groups > 1 or (kh, kw) == (1, 1):  # slow on XLA:CPU; see models/depthwise.py
-        layer.conv_general_dilated = _rewritten_conv
-    else:
-        layer.conv_general_dilated = _lax_conv
+    layer.conv_general_dilated = _conv_general_dilated
     return layer
 
 
-def _lax_conv(*args, **kwargs) -> jax.Array:
-    """``lax.conv_general_dilated`` whose output is kept whole along H when thin on a
-    spatial mesh (see ``parallel.thin_maps``)."""
-    return gather_thin_rows(jax.lax.conv_general_dilated(*args, **kwargs))
-
-
-def _rewritten_conv(*args, **kwargs) -> jax.Array:
-    """``depthwise.conv_general_dilated`` (CPU rewrites of depthwise and 1x1 convs), output
+def _conv_general_dilated(*args, **kwargs) -> jax.Array:
+    """What every ``conv`` layer computes with: ``depthwise.conv_general_dilated`` (CPU rewrites
+    of depthwise and 1x1 convolutions, ``lax.conv_general_dilated`` for the rest), its output
     kept whole along H when thin on a spatial mesh (see ``parallel.thin_maps``)."""
     return gather_thin_rows(depthwise_lib.conv_general_dilated(*args, **kwargs))
 
