@@ -38,13 +38,12 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     _configure_devices(argv)
     import jax
-    import numpy as np
 
     from jaxdet import builders
     from jaxdet.config.loader import load_config
     from jaxdet.parallel.mesh import check_batch_layout, make_mesh
     from jaxdet.parallel.sharding import batch_sharding, state_sharding
-    from jaxdet.train.step import abstract_train_state
+    from jaxdet.train.step import abstract_train_batch, abstract_train_state
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="retinanet_resnet50_fpn_1024")
@@ -69,14 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
         loss_scale = builders.build_loss_scale(config)
         abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
                                         loss_scale=loss_scale)
-        b, n = args.batch_size, args.max_boxes
-        batch = {
-            "images": jax.ShapeDtypeStruct((b, size, size, 3), np.float32),
-            "boxes": jax.ShapeDtypeStruct((b, n, 4), np.float32),
-            "classes": jax.ShapeDtypeStruct((b, n), np.int32),
-            "valid": jax.ShapeDtypeStruct((b, n), np.bool_),
-            "ignore": jax.ShapeDtypeStruct((b, n), np.bool_),
-        }
+        b = args.batch_size
+        batch = abstract_train_batch(b, (size, size), args.max_boxes)
         base_temp = None
         for spatial in args.spatial:
             mesh = make_mesh(1, spatial)

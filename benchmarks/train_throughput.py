@@ -7,6 +7,13 @@ Images are random normal, each carrying a random number of random boxes (so the 
 static-shape target assignment does real work). The first step (compile) is timed apart;
 throughput is measured over the following ``--steps`` steps. Peak device memory is reported
 where the backend exposes it (GPU/TPU).
+
+MFU (model FLOPs utilization) = model FLOPs per image x img/s / the device's peak, with model
+FLOPs = 6 x the forward pass's multiply-adds (``jaxdet summary``; forward + backward = 3
+passes, 2 FLOPs per multiply-add): recomputation under ``train.remat`` is not counted as useful
+work. ``xla_step_flops`` is XLA's own count of the compiled step (recomputation and elementwise
+work included). The peak is the device's dense bf16 (or, for fp32 with TF32 allowed, TF32)
+tensor-core rate from a small table of known GPUs, or ``--peak-tflops``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 
 from jaxdet import builders
 from jaxdet.config.loader import load_config
+from jaxdet.summary import flops_of, model_summary
 from jaxdet.train.step import init_train_state
 
 
@@ -43,6 +51,22 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, 
     }
 
 
+# Dense tensor-core peak, TFLOP/s: (bf16/fp16, tf32), by a substring of ``device_kind``.
+PEAK_TFLOPS = {"H200": (989.4, 494.7), "H100": (989.4, 494.7), "A100": (312.0, 156.0),
+               "L4": (121.0, 60.0), "A10": (125.0, 62.5), "V100": (125.0, 0.0)}
+
+
+def peak_tflops(device_kind: str, precision: str, allow_tf32: bool) -> float | None:
+    """The table's peak for this device and precision, or None (unknown device, or plain
+    fp32 without TF32)."""
+    for name, (half, tf32) in PEAK_TFLOPS.items():
+        if name in device_kind:
+            if precision in ("bf16", "fp16"):
+                return half
+            return tf32 if allow_tf32 and tf32 else None
+    return None
+
+
 def peak_memory_bytes() -> int | None:
     stats = jax.devices()[0].memory_stats() or {}
     return stats.get("peak_bytes_in_use")
@@ -55,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--max-boxes", type=int, default=None)
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak TFLOP/s for MFU (default: known GPUs)")
     args = parser.parse_args(argv)
 
     overrides = list(args.overrides)
@@ -76,16 +102,24 @@ def main(argv: list[str] | None = None) -> dict:
     ]
 
     t0 = time.perf_counter()
-    state, metrics = step(state, batches[0])
-    jax.block_until_ready(metrics["loss"])
+    compiled = step.lower(state, batches[0]).compile()
     compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, batches[0])
+    jax.block_until_ready(metrics["loss"])
+    first_step_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     for i in range(args.steps):
-        state, metrics = step(state, batches[(i + 1) % len(batches)])
+        state, metrics = compiled(state, batches[(i + 1) % len(batches)])
     jax.block_until_ready(metrics["loss"])
     elapsed = time.perf_counter() - t0
 
+    images_per_second = batch_size * args.steps / elapsed
+    model_flops = 6 * model_summary(config, flops=False)["multiply_adds"]["total"]
+    device_kind = str(jax.devices()[0].device_kind)
+    peak = args.peak_tflops or peak_tflops(device_kind, config.precision, config.allow_tf32)
+    xla_flops = flops_of(compiled.cost_analysis())
     result = {
         "benchmark": "train_throughput",
         "config": args.config,
@@ -95,12 +129,17 @@ def main(argv: list[str] | None = None) -> dict:
         "batch_size": batch_size,
         "num_anchors": int(task.anchors.shape[0]),
         "steps": args.steps,
-        "compile_and_first_step_s": round(compile_s, 2),
+        "compile_s": round(compile_s, 2),
+        "first_step_s": round(first_step_s, 2),
         "step_ms": round(1000 * elapsed / args.steps, 2),
-        "images_per_second": round(batch_size * args.steps / elapsed, 2),
+        "images_per_second": round(images_per_second, 2),
+        "model_gflops_per_image": round(model_flops / 1e9, 1),
+        "xla_step_gflops": None if xla_flops is None else round(xla_flops / 1e9, 1),
+        "peak_tflops": peak,
+        "mfu": None if not peak else round(model_flops * images_per_second / (peak * 1e12), 4),
         "final_loss": float(metrics["loss"]),
         "peak_memory_bytes": peak_memory_bytes(),
-        "device": str(jax.devices()[0].device_kind),
+        "device": device_kind,
         "backend": jax.default_backend(),
         "cpu_count": __import__("os").cpu_count(),
         "machine": platform.machine(),

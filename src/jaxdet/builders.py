@@ -40,6 +40,7 @@ from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
 from jaxdet.models.necks.bifpn import BiFPN
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
+from jaxdet.models.remat import set_remat
 from jaxdet.models.ssd import SSDDetector
 from jaxdet.parallel.mesh import check_batch_layout, make_mesh
 from jaxdet.train import optim
@@ -239,7 +240,8 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
 
     ``parallel.batch_norm_statistics=per_device``: every BatchNorm takes its training
     statistics per group of ``parallel.data`` (resolved over all devices) rows, i.e. per data
-    shard; ``global``: over the whole batch.
+    shard; ``global``: over the whole batch. ``train.remat`` marks the parts recomputed in
+    the backward pass (``jaxdet.models.remat``).
     """
     dtype = COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
@@ -253,6 +255,8 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
         # predict or export elsewhere never uses it), build_mesh checks it for training
         groups = p.data if p.data > 0 else max(1, jax.device_count() // p.spatial)
         set_batch_norm_groups(model, groups)
+    if config.train.remat:
+        set_remat(model, config.train.remat)
     return model
 
 

@@ -71,7 +71,7 @@ def head_branch(path: tuple[str, ...], shared_tower: bool = False) -> str:
     return "shared"
 
 
-def _flops_of(cost: Any) -> float | None:
+def flops_of(cost: Any) -> float | None:
     """FLOPs from ``Compiled.cost_analysis()``: a dict, a list of dicts (one per
     computation/device in some jax versions) or ``None``."""
     if cost is None:
@@ -100,7 +100,7 @@ def _abstract_call(module: nnx.Module, *args: Any) -> Any:
 def compiled_flops(module: nnx.Module, *args: Any) -> float | None:
     """XLA's FLOP count of ``module(*args)``, lowered and compiled on abstract inputs."""
     run, state = _split_call(module)
-    return _flops_of(jax.jit(run).lower(state, *args).compile().cost_analysis())
+    return flops_of(jax.jit(run).lower(state, *args).compile().cost_analysis())
 
 
 def module_macs(module: nnx.Module, *args: Any) -> int:

@@ -15,8 +15,8 @@ from jaxdet import builders, cli
 from jaxdet.config.loader import load_config
 from jaxdet.summary import (
     FLOPS_METHOD,
-    _flops_of,
     compiled_flops,
+    flops_of,
     format_summary,
     head_branch,
     model_summary,
@@ -169,7 +169,7 @@ def test_valid_tap_formula_matches_xla_for_single_convs():
         out = jax.eval_shape(f, x, kern)
         ca = jax.jit(f).lower(x, kern).compile().cost_analysis()
         macs = _conv_macs(x.shape, out.shape, kern.shape, stride, pad, 1)
-        assert _flops_of(ca) == 2 * macs, (size, k, stride, pad)
+        assert flops_of(ca) == 2 * macs, (size, k, stride, pad)
 
 
 def _record_convs(module: nnx.Module, *args, macs_of) -> int:
@@ -253,10 +253,10 @@ def test_multiply_adds_are_full_tap_conv_macs(config, summary):
 
 
 def test_flops_of_accepts_dict_list_and_none():
-    assert _flops_of({"flops": 6.0, "bytes accessed": 1.0}) == 6.0
-    assert _flops_of([{"flops": 2.0}, {"flops": 3.0}]) == 5.0
-    assert _flops_of(None) is None
-    assert _flops_of([{}]) is None
+    assert flops_of({"flops": 6.0, "bytes accessed": 1.0}) == 6.0
+    assert flops_of([{"flops": 2.0}, {"flops": 3.0}]) == 5.0
+    assert flops_of(None) is None
+    assert flops_of([{}]) is None
 
 
 def test_head_branch():

@@ -472,11 +472,21 @@ class LossScaleConfig(Strict):
     min_scale: float = Field(1.0, gt=0.0)
 
 
+RematTarget = Literal[
+    "backbone", "backbone.level2", "backbone.level3", "backbone.level4", "backbone.level5",
+    "neck", "head",
+]
+
+
 class TrainConfig(Strict):
     """Batch, steps, optimizer and schedule, checkpoints. ``ema_decay`` keeps a moving average
     of the weights (used at eval with ``eval.use_ema``); ``ema_dynamic_decay`` caps its decay
     at ``(1 + step) / (10 + step)`` early in training (TF's ``num_updates``, the EfficientDet
-    recipe)."""
+    recipe). ``remat`` recomputes the listed parts in the backward pass instead of keeping
+    their activations (gradient checkpointing): ``backbone.levelN`` = the backbone blocks
+    ending at stride 2**N (one checkpoint per block), ``backbone`` = all of them, ``neck``,
+    ``head`` (one checkpoint per level). Same gradients, less memory, ~1 more forward pass of
+    those parts."""
 
     batch_size: int = Field(8, ge=1)
     num_steps: int = Field(1000, ge=1)
@@ -488,6 +498,7 @@ class TrainConfig(Strict):
     ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
     ema_dynamic_decay: bool = False
     accumulate_steps: int = Field(1, ge=1)
+    remat: tuple[RematTarget, ...] = ()
     loss_scale: LossScaleConfig = LossScaleConfig()
     checkpoint_every: int = Field(1000, ge=1)
     keep_checkpoints: int = Field(3, ge=1)

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.models import remat
+
 
 class SSDDetector(nnx.Module):
     """``__call__(images[B,H,W,3]) -> {"class_logits": [[B, n_l, C']], "box_encodings":
@@ -43,7 +45,7 @@ class SSDDetector(nnx.Module):
         else:
             features = self.backbone(images)
         if self.neck is not None:
-            features = self.neck(features)
+            features = remat.call(self.neck, features)
         return {level: features[level] for level in sorted(features)}
 
     def __call__(

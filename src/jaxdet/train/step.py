@@ -60,6 +60,21 @@ def abstract_train_state(
     return jax.eval_shape(lambda: init_train_state(task, tx, ema=ema, loss_scale=loss_scale))
 
 
+def abstract_train_batch(
+    batch_size: int, image_size: tuple[int, int], max_boxes: int
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of a train batch (the :data:`TRAIN_BATCH_KEYS`): images
+    f32[B, H, W, 3], boxes f32[B, N, 4], classes i32[B, N], valid and ignore bool[B, N]."""
+    b, n = batch_size, max_boxes
+    return {
+        "images": jax.ShapeDtypeStruct((b, *image_size, 3), jnp.float32),
+        "boxes": jax.ShapeDtypeStruct((b, n, 4), jnp.float32),
+        "classes": jax.ShapeDtypeStruct((b, n), jnp.int32),
+        "valid": jax.ShapeDtypeStruct((b, n), jnp.bool_),
+        "ignore": jax.ShapeDtypeStruct((b, n), jnp.bool_),
+    }
+
+
 def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool) -> PyTree:
     """``decay * ema + (1 - decay) * params``; ``dynamic`` caps decay at (1+t)/(10+t)."""
     d = jnp.float32(decay)

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.models import remat
 from jaxdet.models.layers import ActivationName, BatchNormParams, activation, conv, make_divisible
 from jaxdet.models.layers import batch_norm as make_batch_norm
 
@@ -246,8 +247,11 @@ class EfficientNet(nnx.Module):
         stage_to_level = {i: level for level, i in LEVEL_STAGE.items()}
         features = {}
         for i, stage in enumerate(self.blocks):
-            for block in stage:
-                x = block(x, rngs=rngs)
+            x = remat.run_blocks(stage, x, rngs=rngs)
             if i in stage_to_level:
                 features[stage_to_level[i]] = x
         return features
+
+    def blocks_by_level(self) -> dict[int, list[nnx.Module]]:
+        """The MBConv blocks leading to each level (stage 0 counts towards level 2)."""
+        return remat.blocks_by_level(self.blocks, LEVEL_STAGE)

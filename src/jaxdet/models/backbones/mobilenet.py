@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
+from jaxdet.models import remat
 from jaxdet.models.layers import BatchNormParams, Padding, conv, make_divisible
 from jaxdet.models.layers import batch_norm as make_batch_norm
 
@@ -83,12 +84,6 @@ class InvertedResidual(nnx.Module):
         return self.finish(self.expand(x), x)
 
 
-def _run_stage(stage, x):
-    for block in stage:
-        x = block(x)
-    return x
-
-
 class MobileNetV1(nnx.Module):
     """MobileNetV1 (timm ``mobilenetv1_100`` names; no head conv).
 
@@ -132,10 +127,14 @@ class MobileNetV1(nnx.Module):
         stage_to_level = {i: level for level, i in V1_LEVEL_STAGE.items()}
         features = {}
         for i, stage in enumerate(self.blocks):
-            x = _run_stage(stage, x)
+            x = remat.run_blocks(stage, x)
             if i in stage_to_level:
                 features[stage_to_level[i]] = x
         return features
+
+    def blocks_by_level(self) -> dict[int, list[nnx.Module]]:
+        """The blocks leading to each level (stage 0 counts towards level 2)."""
+        return remat.blocks_by_level(self.blocks, V1_LEVEL_STAGE)
 
 
 class MobileNetV2(nnx.Module):
@@ -205,11 +204,9 @@ class MobileNetV2(nnx.Module):
                 first = stage[0]
                 expanded = first.expand(x)
                 features[4] = expanded
-                x = first.finish(expanded, x)
-                for j in range(1, len(stage)):
-                    x = stage[j](x)
+                x = remat.run_blocks(stage[1:], first.finish(expanded, x))
             else:
-                x = _run_stage(stage, x)
+                x = remat.run_blocks(stage, x)
             if i == 1:
                 features[2] = x
             elif i == 2:
@@ -218,3 +215,9 @@ class MobileNetV2(nnx.Module):
                 features[4] = x
         features[5] = jax.nn.relu6(self.bn2(self.conv_head(x)))
         return features
+
+    def blocks_by_level(self) -> dict[int, list[nnx.Module]]:
+        """The blocks leading to each level (stage 0 counts towards level 2, the stride-32
+        blocks before the head conv to level 5). With ``level4_from_expansion`` the split
+        block (first of stage 5) is never recomputed."""
+        return remat.blocks_by_level(self.blocks, V2_LEVEL_STAGE)

@@ -16,6 +16,7 @@ from typing import Literal
 import jax
 from flax import nnx
 
+from jaxdet.models import remat
 from jaxdet.models.layers import (
     ActivationName,
     BatchNormParams,
@@ -163,10 +164,12 @@ class ResNet(nnx.Module):
         x = self.act(self.bn1(self.conv1(x)))
         x = max_pool_symmetric(x, 3, 2)
         features = {}
-        for level, stage in zip(
-            (2, 3, 4, 5), (self.layer1, self.layer2, self.layer3, self.layer4), strict=True
-        ):
-            for block in stage:
-                x = block(x)
+        for level, blocks in self.blocks_by_level().items():
+            x = remat.run_blocks(blocks, x)
             features[level] = x
         return features
+
+    def blocks_by_level(self) -> dict[int, list[nnx.Module]]:
+        """The residual blocks leading to each level: ``{2: layer1, ..., 5: layer4}``."""
+        stages = (self.layer1, self.layer2, self.layer3, self.layer4)
+        return remat.blocks_by_level(stages, {2: 0, 3: 1, 4: 2, 5: 3})

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import jax
 from flax import nnx
 
+from jaxdet.models import remat
 from jaxdet.models.heads.common import features_in_order, flatten_predictions
 from jaxdet.models.layers import (
     ActivationName,
@@ -133,13 +134,29 @@ class ConvolutionalBoxPredictor(nnx.Module):
                 f"predictor was built for {len(self.predictors)} maps, got {len(maps)}"
             )
         class_logits, box_encodings = [], []
-        for x, level in zip(maps, self.predictors, strict=True):
-            for layer in level.tower:
-                x = layer(x)
-            box = level.box_predictor(x)
-            if self.dropout is not None:
-                x = self.dropout(x)
-            cls = level.class_predictor(x)
-            box_encodings.append(flatten_predictions(box, self.box_code_size))
-            class_logits.append(flatten_predictions(cls, self.num_class_outputs))
+        for j, x in enumerate(maps):
+            level_fn = remat.maybe_remat(_level_predictor(j), getattr(self, "remat", False))
+            cls, box = level_fn(self, x)
+            class_logits.append(cls)
+            box_encodings.append(box)
         return class_logits, box_encodings
+
+
+
+def _level_predictor(level_index: int):
+    """``(head, x) -> _predict_level(head, x, level_index)`` (the index stays static)."""
+    return lambda head, x: _predict_level(head, x, level_index)
+
+def _predict_level(
+    head: ConvolutionalBoxPredictor, x: jax.Array, level_index: int
+) -> tuple[jax.Array, jax.Array]:
+    """One level's ``(class_logits [B, h*w*K, C'], box_encodings [B, h*w*K, code])``."""
+    level = head.predictors[level_index]
+    for layer in level.tower:
+        x = layer(x)
+    box = level.box_predictor(x)
+    if head.dropout is not None:
+        x = head.dropout(x)
+    cls = level.class_predictor(x)
+    return (flatten_predictions(cls, head.num_class_outputs),
+            flatten_predictions(box, head.box_code_size))

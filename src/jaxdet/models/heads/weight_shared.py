@@ -17,6 +17,7 @@ from typing import Literal
 import jax
 from flax import nnx
 
+from jaxdet.models import remat
 from jaxdet.models.heads.common import (
     features_in_order,
     flatten_predictions,
@@ -144,14 +145,29 @@ class WeightSharedBoxPredictor(nnx.Module):
     ) -> tuple[list[jax.Array], list[jax.Array]]:
         class_logits, box_encodings = [], []
         for j, x in enumerate(features_in_order(features, self.levels)):
-            box_features = self._tower(self.box_tower, self.box_norms, x, j)
-            class_features = (
-                box_features
-                if self.share_prediction_tower
-                else self._tower(self.class_tower, self.class_norms, x, j)
-            )
-            box = self.box_predictor(box_features)
-            cls = self.class_predictor(class_features)
-            box_encodings.append(flatten_predictions(box, self.box_code_size))
-            class_logits.append(flatten_predictions(cls, self.num_class_outputs))
+            level_fn = remat.maybe_remat(_level_predictor(j), getattr(self, "remat", False))
+            cls, box = level_fn(self, x)
+            class_logits.append(cls)
+            box_encodings.append(box)
         return class_logits, box_encodings
+
+
+
+def _level_predictor(level_index: int):
+    """``(head, x) -> _predict_level(head, x, level_index)`` (the index stays static)."""
+    return lambda head, x: _predict_level(head, x, level_index)
+
+def _predict_level(
+    head: WeightSharedBoxPredictor, x: jax.Array, level_index: int
+) -> tuple[jax.Array, jax.Array]:
+    """One level's ``(class_logits [B, h*w*K, C'], box_encodings [B, h*w*K, code])``."""
+    box_features = head._tower(head.box_tower, head.box_norms, x, level_index)
+    class_features = (
+        box_features
+        if head.share_prediction_tower
+        else head._tower(head.class_tower, head.class_norms, x, level_index)
+    )
+    box = head.box_predictor(box_features)
+    cls = head.class_predictor(class_features)
+    return (flatten_predictions(cls, head.num_class_outputs),
+            flatten_predictions(box, head.box_code_size))
