@@ -20,7 +20,11 @@ sorted by score, best first.
 Images take the evaluation path: the eval loader (decode, eval-time resize + normalize from
 ``builders.build_transforms``), batches of a fixed size (the last one padded, so predict
 compiles once), ``task.predict`` under ``jax.jit``, boxes mapped back to the original pixels
-through ``image_info``. Unreadable images are skipped, logged and counted.
+through ``image_info``. Unreadable images are skipped, logged and counted. On one process with
+several devices, each batch is split over the config's mesh (``parallel``: images over
+``data``, height over ``spatial``) when it divides; otherwise (or when the config's mesh does
+not fit these devices, e.g. a cluster config on a laptop) predict runs on one device and says
+why.
 
 Class names and ids come from the config's dataset (eval, else train): generated shapes and VOC
 with ``class_names`` are read from the config alone; COCO (and VOC without names) by building
@@ -48,7 +52,9 @@ from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
-from jaxdet.eval.runner import make_predict_fn
+from jaxdet.eval.runner import make_predict_fn, predict_callable
+from jaxdet.parallel.mesh import check_batch_layout
+from jaxdet.parallel.sharding import mesh_predict, replicated
 from jaxdet.visualize import draw_detections
 
 log = logging.getLogger("jaxdet")
@@ -228,6 +234,28 @@ def _reason(path: str) -> str:
     return "could not be read"  # readable again now; the loader's warning has the cause
 
 
+def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tuple:
+    """``(predict, variables)``: predict jitted over the config's mesh with the variables
+    replicated on it, or on one device (see the module docstring)."""
+    single = make_predict_fn(task, allow_tf32=config.allow_tf32), variables
+    if jax.process_count() > 1 or jax.device_count() == 1:
+        return single
+    try:
+        mesh = builders.build_mesh(config)
+        if mesh.size == 1:
+            return single
+        check_batch_layout(mesh, batch_size=batch_size, image_size=task.input_size,
+                           max_stride=builders.max_feature_stride(task.model),
+                           what="the predict batch size (--batch-size)")
+    except ValueError as e:  # MeshLayoutError included
+        log.info("predict runs on one device: %s", e)
+        return single
+    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh)
+    log.info("predict splits each batch of %d over a (data=%d, spatial=%d) mesh", batch_size,
+             mesh.shape["data"], mesh.shape["spatial"])
+    return predict, jax.device_put(variables, replicated(mesh))
+
+
 def predict_images(
     config: S.Config,
     workdir: str | Path,
@@ -275,9 +303,9 @@ def predict_images(
         raise ValueError(f"--out {out_dir} exists and is not a folder")
 
     task, state, step = runs.restore_for_inference(config, workdir, step=step)
-    params, batch_stats = runs.inference_variables(config, state)
     ids, names = class_labels(config, workdir)
-    predict = make_predict_fn(task, allow_tf32=config.allow_tf32)
+    predict, (params, batch_stats) = _predictor(
+        config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
     loader = make_eval_loader(source, builders.build_transforms(config.data, training=False),
                               batch_size=batch_size, max_boxes=1,

@@ -115,6 +115,30 @@ def test_predict_score_threshold_and_max_detections(trained, folder, tmp_path, c
         _check_image_json(entry, max_detections=3, min_score=0.05)
 
 
+@pytest.mark.parametrize("layout, split", [
+    (["parallel.data=4"], True),  # 4 images per batch, one per device
+    (["parallel.data=2", "parallel.spatial=2"], True),  # 2 per data shard, height over 2
+    (["parallel.data=3"], False),  # 4 does not split over 3: one device, and it says why
+], ids=["data4", "data2_spatial2", "data3"])
+def test_predict_over_a_mesh_equals_one_device(trained, folder, predicted, tmp_path, caplog,
+                                               tiny_overrides, layout, split):
+    config = load_config("shapes_demo", [*tiny_overrides, *layout])
+    with caplog.at_level("INFO", logger="jaxdet"):
+        summary = predict_images(config, trained, [folder], tmp_path / "out", batch_size=4,
+                                 progress=False)
+    assert ("splits each batch" in caplog.text) == split
+    assert ("runs on one device" in caplog.text) == (not split)
+    assert summary.num_images == 5
+    for name in ("000000", "000002", "gray", "sub/000001", "sub/alpha"):
+        got = json.loads((tmp_path / "out" / f"{name}.json").read_text())["detections"]
+        want = json.loads((predicted / f"{name}.json").read_text())["detections"]
+        assert [d["class_id"] for d in got] == [d["class_id"] for d in want]
+        np.testing.assert_allclose([d["bbox"] for d in got], [d["bbox"] for d in want],
+                                   atol=2e-3)
+        np.testing.assert_allclose([d["score"] for d in got], [d["score"] for d in want],
+                                   atol=1e-5)
+
+
 def test_missing_input_exits_1_naming_it(trained, tmp_path, capsys):
     missing = tmp_path / "no_such_folder"
     code = main(["predict", "--workdir", str(trained), str(missing), "--out",
