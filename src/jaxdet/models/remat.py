@@ -46,6 +46,13 @@ def call(module: nnx.Module, *args, **kwargs) -> Any:
     return maybe_remat(_invoke, getattr(module, "remat", False))(module, args, kwargs)
 
 
+def call_level(fn: Callable, module: nnx.Module, x: jax.Array, level_index: int) -> Any:
+    """``fn(module, x, level_index)`` (one head level), checkpointed when the module's
+    ``remat`` flag is set; ``level_index`` stays a Python int (closed over, not traced)."""
+    enabled = getattr(module, "remat", False)
+    return maybe_remat(lambda m, y: fn(m, y, level_index), enabled)(module, x)
+
+
 def run_blocks(blocks: Iterable[nnx.Module], x: jax.Array, **kwargs) -> jax.Array:
     """Apply ``blocks`` in order (``x = block(x, **kwargs)``), each through :func:`call`."""
     for block in blocks:

@@ -135,17 +135,11 @@ class ConvolutionalBoxPredictor(nnx.Module):
             )
         class_logits, box_encodings = [], []
         for j, x in enumerate(maps):
-            level_fn = remat.maybe_remat(_level_predictor(j), getattr(self, "remat", False))
-            cls, box = level_fn(self, x)
+            cls, box = remat.call_level(_predict_level, self, x, j)
             class_logits.append(cls)
             box_encodings.append(box)
         return class_logits, box_encodings
 
-
-
-def _level_predictor(level_index: int):
-    """``(head, x) -> _predict_level(head, x, level_index)`` (the index stays static)."""
-    return lambda head, x: _predict_level(head, x, level_index)
 
 def _predict_level(
     head: ConvolutionalBoxPredictor, x: jax.Array, level_index: int

@@ -145,17 +145,11 @@ class WeightSharedBoxPredictor(nnx.Module):
     ) -> tuple[list[jax.Array], list[jax.Array]]:
         class_logits, box_encodings = [], []
         for j, x in enumerate(features_in_order(features, self.levels)):
-            level_fn = remat.maybe_remat(_level_predictor(j), getattr(self, "remat", False))
-            cls, box = level_fn(self, x)
+            cls, box = remat.call_level(_predict_level, self, x, j)
             class_logits.append(cls)
             box_encodings.append(box)
         return class_logits, box_encodings
 
-
-
-def _level_predictor(level_index: int):
-    """``(head, x) -> _predict_level(head, x, level_index)`` (the index stays static)."""
-    return lambda head, x: _predict_level(head, x, level_index)
 
 def _predict_level(
     head: WeightSharedBoxPredictor, x: jax.Array, level_index: int
