@@ -84,7 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_config_args(p, required=False)
     p.add_argument("--workdir", required=True)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    p.add_argument("--out", default=None, help="output folder (default: WORKDIR/eval/step_N)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: WORKDIR/eval/step_N, or step_N_2, _3 ... "
+                        "when step_N already holds an evaluation, e.g. training's)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write to WORKDIR/eval/step_N even if it holds an evaluation")
 
     p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint")
     _add_config_args(p, required=False)
@@ -96,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep detections >= this (default: model.post_processing's)")
     p.add_argument("--max-detections", type=int, default=None,
                    help="at most this many per image (default: all the model returns)")
+    p.add_argument("--draw-threshold", type=float, default=None,
+                   help="draw detections >= this on the <name>.jpg pictures (default 0.3; the "
+                        "JSON keeps all >= --score-threshold)")
     p.add_argument("--batch-size", type=int, default=None, help="default: eval.batch_size")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
 
@@ -110,6 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (no compile)")
+    p.add_argument("--data", nargs="?", const="train", choices=("train", "eval"), default=None,
+                   help="also count the dataset data.train (or data.eval) and how many of its "
+                        "boxes no anchor matches (default: on when the config points at COCO/"
+                        "VOC/TFRecord files; generated shapes only when asked)")
+    p.add_argument("--no-data", action="store_true", help="skip the dataset analysis")
 
     p = sub.add_parser("convert-config",
                        help="write the native YAML config of a TF OD API pipeline.config")
@@ -150,7 +162,10 @@ def _print_metrics(metrics: dict, out_dir: Path) -> None:
     from jaxdet.eval.runner import format_metrics
 
     print(format_metrics(metrics))
-    print(f"wrote {out_dir / 'detections.json'} and {out_dir / 'metrics.json'}")
+    written = [str(out_dir / name) for name in ("detections.json", "metrics.json", "samples.png")
+               if (out_dir / name).is_file()]
+    print(f"wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
+          else f"wrote {''.join(written) or 'nothing'}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -161,17 +176,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     main_process = _is_main_process()
     result = runs.train(config, args.workdir, evaluate=not args.no_eval, progress=main_process)
     if main_process:
-        print(f"trained {result.step} steps; {result.images_per_second:.1f} img/s "
-              f"(first step incl. compile: {result.compile_seconds:.1f} s)")
+        print(_trained_line(result, args.workdir))
     return 0
+
+
+def _trained_line(result, workdir) -> str:
+    """What a train call did, in one line (nothing to do when the run was complete)."""
+    if result.steps_run == 0:
+        return (f"{workdir} is already complete at step {result.step}; nothing trained "
+                "(raise train.num_steps to train longer)")
+    rate = (f"; {result.images_per_second:.1f} img/s after a "
+            f"{result.compile_seconds:.0f} s compile" if result.images_per_second > 0 else "")
+    first = result.step - result.steps_run + 1
+    return f"trained {result.steps_run} steps ({first}-{result.step}){rate}"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
     config = _config_for_workdir(args)
-    metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out)
-    out = Path(args.out) if args.out else Path(args.workdir) / "eval"
+    metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
+                            overwrite=args.overwrite)
+    out = Path(metrics.pop("out_dir"))
+    default = Path(args.workdir) / "eval" / f"step_{metrics['step']}"
+    if args.out is None and out != default:
+        print(f"{default} already holds an evaluation (kept); this one is in {out} "
+              "(--overwrite replaces the first)")
     _print_metrics(metrics, out)
     return 0
 
@@ -183,7 +213,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     summary = predict_images(config, args.workdir, args.inputs, args.out,
                              score_threshold=args.score_threshold,
                              max_detections=args.max_detections, batch_size=args.batch_size,
-                             step=args.step)
+                             step=args.step, **({} if args.draw_threshold is None else
+                                                {"draw_threshold": args.draw_threshold}))
     print(f"predicted {summary.line()}")
     for path, reason in summary.skipped:
         print(f"  skipped {path}: {reason}")
@@ -207,8 +238,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out_dir = workdir / "eval" / f"step_{result.step}"
     metrics = json.loads((out_dir / "metrics.json").read_text())
     minutes = (time.perf_counter() - t0) / 60
-    print(f"\ntrained {result.step} steps in {minutes:.1f} min "
-          f"({result.images_per_second:.1f} img/s after a {result.compile_seconds:.0f} s compile)")
+    if result.steps_run == 0:
+        print(f"\n{workdir} already holds the trained demo (step {result.step}); showing its "
+              "evaluation (remove the folder to train again)")
+    else:
+        print(f"\ntrained {result.steps_run} steps in {minutes:.1f} min "
+              f"({result.images_per_second:.1f} img/s after a {result.compile_seconds:.0f} s "
+              "compile)")
     print(f"held-out COCO metrics ({metrics.get('num_images', '?')} generated images):")
     _print_metrics(metrics, out_dir)
     ok = metrics["AP"] >= DEMO_TARGET_AP
@@ -218,10 +254,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from jaxdet.config.schema import ShapesDataConfig
     from jaxdet.summary import format_summary, model_summary
 
     config = _load(args)
-    summary = model_summary(config, flops=not args.no_flops)
+    split = None if args.no_data else args.data
+    automatic = split is None and not args.no_data
+    if automatic and config.data.train is not None and not isinstance(
+            config.data.train, ShapesDataConfig):
+        split = "train"
+    with tempfile.TemporaryDirectory(prefix="jaxdet-summary-") as tmp:  # generated shapes
+        summary = model_summary(config, flops=not args.no_flops, data=split, workdir=tmp,
+                                data_required=not automatic)
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
 

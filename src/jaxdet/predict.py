@@ -52,7 +52,7 @@ from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
-from jaxdet.eval.runner import make_predict_fn, predict_callable
+from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD, make_predict_fn, predict_callable
 from jaxdet.parallel.mesh import check_batch_layout
 from jaxdet.parallel.sharding import mesh_predict, replicated
 from jaxdet.visualize import draw_detections
@@ -267,6 +267,7 @@ def predict_images(
     batch_size: int | None = None,
     step: int | None = None,
     progress: bool = True,
+    draw_threshold: float = SAMPLES_SCORE_THRESHOLD,
 ) -> PredictSummary:
     """Detect objects in image files/folders with ``workdir``'s checkpoint; write the results.
 
@@ -277,6 +278,8 @@ def predict_images(
       score_threshold: keep detections with score >= this (default: the config's
         ``model.post_processing.score_threshold``).
       max_detections: keep at most this many per image (default: all the model returns).
+      draw_threshold: the drawn ``<name>.jpg`` shows the kept detections with score >= this
+        (default 0.3, as the eval sample grid); the JSON keeps every kept detection.
       batch_size: images per predict call (default ``eval.batch_size``); fixed, the last
         batch is padded.
       step: checkpoint step (default: the latest).
@@ -334,7 +337,9 @@ def predict_images(
                 entry = {"image": str(item.path), "width": width, "height": height,
                          "detections": _detections_json(boxes, scores, classes, ids, names)}
                 _write_json(out_dir / f"{item.name}.json", entry)
-                drawn = draw_detections(load_image(item.path), boxes, classes, scores, names)
+                shown = scores >= draw_threshold
+                drawn = draw_detections(load_image(item.path), boxes[shown], classes[shown],
+                                        scores[shown], names)
                 drawn.save(out_dir / f"{item.name}.jpg", quality=90)
                 results.append(entry)
                 total += len(boxes)
@@ -352,6 +357,7 @@ def predict_images(
         "checkpoint_step": step,
         "workdir": str(workdir),
         "score_threshold": score_threshold,
+        "draw_threshold": draw_threshold,
         "max_detections": max_detections,
         "classes": [{"id": i, "name": n} for i, n in zip(ids, names, strict=True)],
         "num_images": summary.num_images,

@@ -110,6 +110,14 @@ def _build_source(config: Config, workdir: Path, split: str):
     return build()
 
 
+def _log_dataset(source, title: str) -> None:
+    """One INFO summary of a dataset (images, boxes, crowd, per class, sizes) on process 0."""
+    if jax.process_index() == 0:
+        from jaxdet.data.stats import dataset_stats, format_dataset_stats
+
+        log.info("%s", format_dataset_stats(dataset_stats(source), title))
+
+
 def _eval_params(config: Config, state: dict):
     use_ema = config.eval.use_ema and bool(state.get("ema_params"))
     return state["ema_params"] if use_ema else state["params"]
@@ -191,27 +199,43 @@ def train(
 
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
+    start = checkpointer.latest_step()
+    if start is not None:
+        _check_fingerprint(checkpointer, start, fingerprint, workdir)
+    complete = start is not None and start >= config.train.num_steps
+    final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
+    if complete:
+        log.info("%s is complete: its checkpoint is at step %d of train.num_steps=%d; nothing "
+                 "to train%s. To train longer, raise train.num_steps (--set train.num_steps=N); "
+                 "to evaluate again: jaxdet eval --workdir %s", workdir, start,
+                 config.train.num_steps,
+                 "" if final_eval_done or not evaluating else " (evaluating the final step)",
+                 workdir)
+        evaluating = evaluating and not final_eval_done
     source = _build_source(config, workdir, "train")
+    if not complete:
+        _log_dataset(source, "data.train")
     batches = builders.build_train_loader(config, source)
 
-    start = checkpointer.latest_step()
     if start is None:
         fresh = init_train_state(task, tx, ema=ema, loss_scale=loss_scale)
         state, start = place(fresh, shardings), 0
     else:
-        _check_fingerprint(checkpointer, start, fingerprint, workdir)
         state, meta = checkpointer.restore(start, with_shardings(abstract, shardings))
         batches.set_state(meta["data"])
-        log.info("resumed from step %d", start)
+        if not complete:
+            log.info("resumed from step %d", start)
     if jax.process_index() == 0:
         (workdir / "config.yaml").write_text(dump_config(config))
 
     from jaxdet.plots import try_plot_training_curves  # matplotlib loads only when drawing
 
-    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0)
+    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0, resume_step=start or 0)
     hooks = []
     if evaluating:
         eval_ctx = EvalContext.build(config, task, workdir, mesh)
+        if not complete:
+            _log_dataset(eval_ctx.source, "data.eval")
 
         def run_eval(step: int, st: dict) -> None:
             if jax.process_index() != 0:
@@ -251,6 +275,22 @@ def train(
             try_plot_training_curves(workdir)
 
 
+def eval_dir(workdir: str | Path, step: int, *, overwrite: bool = False) -> Path:
+    """Where ``jaxdet eval`` writes the evaluation of checkpoint ``step``.
+
+    ``WORKDIR/eval/step_<step>/`` when that holds no evaluation yet (or with ``overwrite``);
+    otherwise (training evaluated that step, or an earlier ``jaxdet eval`` did) the first free
+    ``WORKDIR/eval/step_<step>_<k>/``, k = 2, 3, ..., so no evaluation is replaced silently.
+    """
+    base = Path(workdir) / "eval" / f"step_{step}"
+    if overwrite or not (base / "metrics.json").exists():
+        return base
+    k = 2
+    while (base.parent / f"{base.name}_{k}").exists():
+        k += 1
+    return base.parent / f"{base.name}_{k}"
+
+
 def evaluate(
     config: Config,
     workdir: str | Path,
@@ -258,11 +298,15 @@ def evaluate(
     step: int | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict:
     """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics.
 
-    On one process the images are split over the config's mesh (``parallel``), as during
-    training; ``eval.batch_size`` must divide over ``parallel.data``."""
+    They go to ``out_dir``, by default :func:`eval_dir` (a training-time evaluation of the
+    same step is kept unless ``overwrite``); the returned metrics carry the folder as
+    ``"out_dir"`` (a string) and the checkpoint's ``"step"``. On one process the images are
+    split over the config's mesh (``parallel``), as during training; ``eval.batch_size`` must
+    divide over ``parallel.data``."""
     builders.check_data_paths(config, splits=("eval",))
     workdir = Path(workdir)
     task, state, step = restore_for_inference(config, workdir, step=step)
@@ -271,8 +315,10 @@ def evaluate(
         mesh = builders.build_mesh(config)
         builders.check_mesh_layout(config, mesh, task, splits=("eval",))
     ctx = EvalContext.build(config, task, workdir, mesh)
-    return ctx(state, Path(out_dir) if out_dir else workdir / "eval" / f"step_{step}",
-               step=step, progress=progress)
+    out = Path(out_dir) if out_dir else eval_dir(workdir, step, overwrite=overwrite)
+    metrics = ctx(state, out, step=step, progress=progress)
+    metrics["out_dir"], metrics["step"] = str(out), step
+    return metrics
 
 
 def restore_for_inference(

@@ -20,9 +20,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 from jaxdet import builders
+from jaxdet.anchor_fit import level_anchor_sizes
 from jaxdet.config.schema import Config
 from jaxdet.macs import count_macs
 
@@ -116,7 +118,37 @@ def _shape(x: Any) -> list[int]:
 # --------------------------------------------------------------------------- summary
 
 
-def model_summary(config: Config, *, flops: bool = True) -> dict:
+def data_fit(config: Config, anchors_px: np.ndarray, *, split: str = "train",
+             workdir: str | None = None) -> dict:
+    """The dataset ``data.<split>`` against the anchors: :class:`DatasetStats` as a dict
+    (``"dataset"``) and :func:`anchor_coverage` (``"coverage"``) at the argmax matcher's
+    ``matched_threshold`` (0.5 for the bipartite matcher, which has none), plus
+    ``"advice"`` lines, ``"split"`` and ``"matcher"``.
+
+    Raises:
+      ValueError: ``data.<split>`` is not set, or its files cannot be read.
+    """
+    from jaxdet.anchor_fit import anchor_coverage, boxes_at_input, coverage_advice
+    from jaxdet.data.stats import dataset_stats
+
+    cfg = getattr(config.data, split)
+    if cfg is None:
+        raise ValueError(f"data.{split} is not set: no dataset to compare the anchors with")
+    source = builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
+                                   field=f"data.{split}")
+    matcher = config.model.matcher
+    threshold = matcher.matched_threshold if matcher.name == "argmax" else 0.5
+    boxes = boxes_at_input(source, builders.build_resizer(config.data).box_scale)
+    coverage = anchor_coverage(boxes, anchors_px, threshold)
+    return {"split": split, "dataset": dataset_stats(source).as_dict(), "coverage": coverage,
+            "matcher": {"name": matcher.name, "threshold": threshold,
+                        "force_match_for_each_row": matcher.name == "argmax"
+                        and matcher.force_match_for_each_row},
+            "advice": coverage_advice(coverage, config.model.anchors.name)}
+
+
+def model_summary(config: Config, *, flops: bool = True, data: str | None = None,
+                  workdir: str | None = None, data_required: bool = True) -> dict:
     """Describe the detector ``config`` builds. Returns a JSON-ready dict:
 
     - ``config``, ``description``, ``precision``, ``input_size`` [H, W], ``num_classes``,
@@ -125,14 +157,19 @@ def model_summary(config: Config, *, flops: bool = True) -> dict:
       {box, class, shared}; ``batch_norm_statistics``: total and ``components`` (running
       mean/var entries, not trained);
     - ``anchors``: ``total`` A and ``levels`` [{level, feature_map [h, w],
-      anchors_per_location, anchors}];
+      anchors_per_location, anchors, anchor_sizes_px (distinct sqrt(h*w) at the input),
+      aspect_ratios (w/h)}];
     - ``outputs``: ``class_logits`` [1, A, K], ``box_encodings`` [1, A, 4] and ``levels``
       [{level, class_logits [1, n_l, K], box_encodings [1, n_l, 4]}];
     - ``multiply_adds``: ``total``, ``components`` {backbone, neck, head}: convolution and
       matmul multiply-adds counted from the jaxpr, full kernel taps (the convention of papers,
       e.g. EfficientDet's "FLOPs"; see ``jaxdet.macs``); always computed, no compile;
     - ``flops`` (``None`` unless ``flops``): ``total``, ``gflops``, ``components``
-      {backbone, neck, head}, ``method``, ``backend``.
+      {backbone, neck, head}, ``method``, ``backend``;
+    - ``data`` (``None`` unless ``data`` names a split, "train" or "eval"): :func:`data_fit`
+      of that split (generated shapes are written under ``workdir``, default the current
+      folder). With ``data_required=False`` a dataset that cannot be read is not an error:
+      ``data_skipped`` says why.
     """
     model = nnx.eval_shape(lambda: builders.build_model(config, seed=0))
     model.eval()
@@ -157,6 +194,11 @@ def model_summary(config: Config, *, flops: bool = True) -> dict:
             {"level": level, "feature_map": [h, w], "anchors_per_location": int(k),
              "anchors": h * w * int(k)}
         )
+    shapes = level_anchor_sizes(anchors * np.array([height, width, height, width]),
+                                [lvl["anchors"] for lvl in anchor_levels], per_location)
+    for lvl, shape in zip(anchor_levels, shapes, strict=True):
+        lvl["anchor_sizes_px"] = shape["sizes_px"]
+        lvl["aspect_ratios"] = shape["aspect_ratios"]
 
     components = {"backbone": model.backbone, "neck": model.neck, "head": model.head}
     params = {name: _count(m, nnx.Param) for name, m in components.items()}
@@ -192,7 +234,16 @@ def model_summary(config: Config, *, flops: bool = True) -> dict:
             ],
         },
         "flops": None,
+        "data": None,
     }
+    if data is not None:
+        try:
+            summary["data"] = data_fit(config, anchors * np.array([height, width, height, width]),
+                                       split=data, workdir=workdir)
+        except (OSError, ValueError) as err:  # ConfigError (a TF placeholder) is a ValueError
+            if data_required:
+                raise
+            summary["data_skipped"] = str(err).splitlines()[0]
     macs = {"backbone": module_macs(model.backbone, images)}
     if model.neck is not None:
         macs["neck"] = module_macs(model.neck, backbone_out)
@@ -218,6 +269,41 @@ def model_summary(config: Config, *, flops: bool = True) -> dict:
 
 
 # --------------------------------------------------------------------------- text
+
+
+def format_data_fit(fit: dict) -> list[str]:
+    """Lines for the ``data`` entry of a summary: the dataset, then the anchor coverage."""
+    ds, cov, matcher = fit["dataset"], fit["coverage"], fit["matcher"]
+    size = ds["box_size_px"]
+    lines = [f"data.{fit['split']}: {ds['images']:,} images ({ds['images_without_objects']:,} "
+             f"without objects), {ds['boxes']:,} boxes"
+             + (f" + {ds['crowd_boxes']:,} crowd" if ds["crowd_boxes"] else "")
+             + (f", sizes {size['min']:.0f}-{size['max']:.0f} px (median {size['median']:.0f}) "
+                "in the original images" if size else "")]
+    lines.append("  boxes per class: " + ", ".join(
+        f"{name} {n:,}" for name, n in ds["boxes_per_class"].items()))
+    searched = (f"{cov['boxes']:,} boxes" if cov["boxes"] == cov["total_boxes"]
+                else f"a sample of {cov['boxes']:,} of {cov['total_boxes']:,} boxes")
+    rule = (f"IoU >= {cov['threshold']:g} (model.matcher.matched_threshold)"
+            if matcher["name"] == "argmax" else f"IoU >= {cov['threshold']:g} (bipartite "
+            "matcher: every box gets one anchor; 0.5 shown as a yardstick)")
+    lines.append(f"anchor coverage at the input size, {searched}, {rule}:")
+    if cov["boxes"] == 0:
+        lines.append("  no boxes to compare")
+        return lines
+    pct = 100 * cov["unmatched_fraction"]
+    line = f"  {cov['unmatched']:,} boxes ({pct:.1f}%) have no anchor at that IoU"
+    if cov["unmatched_size_px"]:
+        lo, hi = cov["unmatched_size_px"]
+        sizes = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+        line += f"; sizes {sizes} px at the input"
+    lines.append(line)
+    lines.append(f"  median best IoU {cov['median_best_iou']:.2f}"
+                 + ("; force_match_for_each_row gives each unmatched box its best anchor "
+                    "anyway" if matcher["force_match_for_each_row"] and cov["unmatched"] else ""))
+    lines += [f"  -> {advice}" for advice in fit["advice"]]
+    return lines
+
 
 
 def _pct(part: float | None, total: float | None) -> str:
@@ -273,14 +359,23 @@ def format_summary(d: dict) -> str:
 
     a, o = d["anchors"], d["outputs"]
     lines += ["", f"anchors and outputs ({len(a['levels'])} levels)"]
-    rows = [["level", "feature map", "anchors/loc", "anchors", "class logits", "box encodings"]]
+    rows = [["level", "feature map", "anchors/loc", "sizes px", "ratios w/h", "anchors",
+             "class logits", "box encodings"]]
     for lvl, out in zip(a["levels"], o["levels"], strict=True):
         fh, fw = lvl["feature_map"]
         rows.append([f"P{lvl['level']}", f"{fh} x {fw}", str(lvl["anchors_per_location"]),
+                     ", ".join(f"{v:.0f}" if v >= 100 else f"{v:g}"
+                               for v in lvl.get("anchor_sizes_px", [])),
+                     ", ".join(f"{v:g}" for v in lvl.get("aspect_ratios", [])),
                      f"{lvl['anchors']:,}", str(out["class_logits"]), str(out["box_encodings"])])
-    rows.append(["total", "", "", f"{a['total']:,}", str(o["class_logits"]),
+    rows.append(["total", "", "", "", "", f"{a['total']:,}", str(o["class_logits"]),
                  str(o["box_encodings"])])
-    lines += _table(rows, right={2, 3})
+    lines += _table(rows, right={2, 5})
+    lines.append("  (sizes: sqrt(h*w) of each anchor shape in input pixels)")
+    if d.get("data"):
+        lines += ["", *format_data_fit(d["data"])]
+    elif d.get("data_skipped"):
+        lines += ["", f"(dataset analysis skipped: {d['data_skipped']})"]
 
     m = d.get("multiply_adds")
     if m:
@@ -302,4 +397,5 @@ def format_summary(d: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FLOPS_METHOD", "compiled_flops", "format_summary", "head_branch", "model_summary"]
+__all__ = ["FLOPS_METHOD", "compiled_flops", "data_fit", "format_data_fit", "format_summary",
+           "head_branch", "model_summary"]

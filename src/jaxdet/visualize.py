@@ -78,6 +78,61 @@ def tag_rect(
     return x0, y0, x0 + tw, y0 + th
 
 
+def _clamped(x0: float, y0: float, tw: int, th: int, image_size: tuple[int, int]):
+    width, height = image_size
+    x0 = max(0, min(int(round(x0)), width - tw))
+    y0 = max(0, min(int(round(y0)), height - th))
+    return x0, y0, x0 + tw, y0 + th
+
+
+def tag_candidates(
+    text_size: tuple[int, int],
+    box_xyxy: tuple[float, float, float, float],
+    image_size: tuple[int, int],
+) -> list[tuple[int, int, int, int]]:
+    """Places a label tag may go for a box, in order of preference, each inside the image:
+    :func:`tag_rect`'s (above the top-left corner), inside the top-left corner, below and
+    inside the bottom-left corner, then the same at the right edge."""
+    tw, th = text_size
+    x0, y0, x1, y1 = box_xyxy
+    right = x1 + 1 - tw
+    spots = [(x0, y0), (x0, y1 + 1), (x0, y1 + 1 - th), (right, y0 - th), (right, y0),
+             (right, y1 + 1), (right, y1 + 1 - th)]
+    out = [tag_rect(text_size, box_xyxy, image_size)]
+    for x, y in spots:
+        rect = _clamped(x, y, tw, th, image_size)
+        if rect not in out:
+            out.append(rect)
+    return out
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> int:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return max(w, 0) * max(h, 0)
+
+
+def place_tags(
+    text_sizes: Sequence[tuple[int, int]],
+    boxes_xyxy: Sequence[tuple[float, float, float, float]],
+    image_size: tuple[int, int],
+) -> list[tuple[int, int, int, int]]:
+    """Greedy label layout: tag i (in the given order, most important first) takes its first
+    :func:`tag_candidates` place that overlaps no tag placed before it, or else the one that
+    overlaps them least. Returns one (x0, y0, x1, y1) rectangle per tag, x1/y1 exclusive."""
+    placed: list[tuple[int, int, int, int]] = []
+    for size, box in zip(text_sizes, boxes_xyxy, strict=True):
+        best, best_cost = None, None
+        for rect in tag_candidates(size, box, image_size):
+            cost = sum(_overlap(rect, other) for other in placed)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = rect, cost
+            if cost == 0:
+                break
+        placed.append(best)
+    return placed
+
+
 def _label(name: str, score: float | None) -> str:
     return name if score is None else f"{name} {score:.2f}"
 
@@ -92,6 +147,10 @@ def draw_detections(
     color_seed: int = 0,
 ) -> Image.Image:
     """Draws boxes with labelled tags on a copy of ``image``.
+
+    Boxes are drawn lowest score first, so the best ones end up on top, and every tag after
+    every box outline. Tags stay inside the image and avoid each other where a free place
+    exists (:func:`place_tags`, the best-scoring boxes choose first).
 
     Args:
       image: uint8 [H, W, 3] (a [H, W] grayscale array is accepted too).
@@ -126,23 +185,29 @@ def draw_detections(
     font = _font(font_size(height, width))
     pad = max(1, lw)
     draw = ImageDraw.Draw(out)
-    for i in range(boxes.shape[0]):
+    # Lowest score first, so the best boxes and labels are drawn on top; labels are laid out
+    # best first, so the best ones get their preferred places.
+    order = [i for i in (np.argsort(scores, kind="stable") if scores is not None
+                         else range(boxes.shape[0])) if np.all(np.isfinite(boxes[i]))]
+    rects, tags = [], []
+    for i in order:
         ymin, xmin, ymax, xmax = boxes[i]
-        if not np.all(np.isfinite(boxes[i])):
-            continue
         k = int(classes[i])
         name = class_names[k] if 0 <= k < len(class_names) else f"class {k}"
-        color = class_color(k, color_seed=color_seed)
         # Pillow's rectangle includes both corners: the last pixel row/column is x1 - 1.
         x0 = min(max(xmin, 0.0), width - 1)
         y0 = min(max(ymin, 0.0), height - 1)
         x1 = min(max(xmax - 1, x0), width - 1)
         y1 = min(max(ymax - 1, y0), height - 1)
-        draw.rectangle([x0, y0, x1, y1], outline=color, width=lw)
         text = _label(name, None if scores is None else float(scores[i]))
         left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-        tw, th = right - left + 2 * pad, bottom - top + 2 * pad
-        tx0, ty0, tx1, ty1 = tag_rect((tw, th), (x0, y0, x1, y1), (width, height))
+        rects.append((x0, y0, x1, y1))
+        tags.append((text, class_color(k, color_seed=color_seed), (left, top),
+                     (right - left + 2 * pad, bottom - top + 2 * pad)))
+    places = place_tags([t[3] for t in tags][::-1], rects[::-1], (width, height))[::-1]
+    for rect, (_, color, _, _) in zip(rects, tags, strict=True):
+        draw.rectangle(list(rect), outline=color, width=lw)
+    for (tx0, ty0, tx1, ty1), (text, color, (left, top), _) in zip(places, tags, strict=True):
         draw.rectangle([tx0, ty0, tx1 - 1, ty1 - 1], fill=color)
         draw.text((tx0 + pad - left, ty0 + pad - top), text, fill=_text_color(color), font=font)
     return out
@@ -209,4 +274,4 @@ def image_grid(
 
 
 __all__ = ["class_color", "draw_detections", "font_size", "image_grid", "line_width",
-           "tag_rect", "title_height"]
+           "place_tags", "tag_candidates", "tag_rect", "title_height"]

@@ -1,6 +1,8 @@
-"""The command line as a user runs it: train with periodic eval, then eval from the workdir."""
+"""The command line as a user runs it: train with periodic eval, then eval from the workdir
+(beside training's evaluation, not over it), then the same train command on the finished run."""
 
 import json
+import logging
 
 import pytest
 
@@ -9,10 +11,15 @@ from jaxdet.cli import main
 pytestmark = pytest.mark.xdist_group("e2e")
 
 
-def test_cli_train_with_periodic_eval_then_eval_from_workdir(tiny_overrides, tmp_path, capsys):
+def test_cli_train_with_periodic_eval_then_eval_from_workdir(tiny_overrides, tmp_path, capsys,
+                                                            caplog):
     sets = [arg for item in tiny_overrides + ["train.eval_every=3"] for arg in ("--set", item)]
-    assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path), *sets]) == 0
-    assert "trained 6 steps" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="jaxdet"):
+        assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path), *sets]) == 0
+    assert "trained 6 steps (1-6)" in capsys.readouterr().out
+    # the dataset summary at start: both splits, with boxes per class
+    assert "data.train: 24 images (" in caplog.text and "data.eval: 10 images (" in caplog.text
+    assert "boxes per class: circle " in caplog.text
     # periodic eval inside the run: after step 3 and at the end (step 6)
     for step in (3, 6):
         metrics = json.loads((tmp_path / "eval" / f"step_{step}" / "metrics.json").read_text())
@@ -32,6 +39,33 @@ def test_cli_train_with_periodic_eval_then_eval_from_workdir(tiny_overrides, tmp
     first = json.loads((tmp_path / "eval" / "step_6" / "metrics.json").read_text())
     assert again["AP"] == pytest.approx(first["AP"]) and again["AR100"] == pytest.approx(
         first["AR100"])
+
+    # without --out: training's evaluation of step 6 is kept, the new one goes beside it
+    eval_dir = tmp_path / "eval"
+    kept = {p.name: p.stat().st_mtime_ns for p in (eval_dir / "step_6").iterdir()}
+    assert main(["eval", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{eval_dir / 'step_6'} already holds an evaluation (kept)" in out
+    assert (f"wrote {eval_dir / 'step_6_2' / 'detections.json'}, "
+            f"{eval_dir / 'step_6_2' / 'metrics.json'} and "
+            f"{eval_dir / 'step_6_2' / 'samples.png'}") in out
+    assert {p.name: p.stat().st_mtime_ns for p in (eval_dir / "step_6").iterdir()} == kept
+    assert json.loads((eval_dir / "step_6_2" / "metrics.json").read_text())["AP"] == (
+        pytest.approx(first["AP"]))
+    assert main(["eval", "--workdir", str(tmp_path), "--step", "3"]) == 0
+    assert f"wrote {eval_dir / 'step_3_2' / 'detections.json'}" in capsys.readouterr().out
+    assert main(["eval", "--workdir", str(tmp_path), "--overwrite"]) == 0
+    assert f"wrote {eval_dir / 'step_6' / 'detections.json'}" in capsys.readouterr().out
+    assert not (eval_dir / "step_6_3").exists()
+
+    # the same train command again: complete, nothing retrained, re-evaluated or re-logged
+    log_before = (tmp_path / "metrics.jsonl").read_text()
+    evaluated = (eval_dir / "step_6" / "metrics.json").stat().st_mtime_ns
+    assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path), *sets]) == 0
+    out = capsys.readouterr().out
+    assert "is already complete at step 6; nothing trained" in out and "img/s" not in out
+    assert (eval_dir / "step_6" / "metrics.json").stat().st_mtime_ns == evaluated
+    assert (tmp_path / "metrics.jsonl").read_text() == log_before
 
 
 def test_cli_config_typo_exits_2_naming_the_field(tmp_path, capsys):

@@ -83,6 +83,10 @@ def test_killed_run_resumes_to_the_same_parameters(tiny_config, tmp_path):
     for a, b in zip(_leaves(full.state["batch_stats"]), _leaves(resumed.state["batch_stats"]),
                     strict=True):
         np.testing.assert_array_equal(a, b)
+    # step 4, logged by the killed run and again after resuming, is in the log once
+    rows = [json.loads(line) for line in
+            (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
 
 
 def test_refuses_a_workdir_from_another_config(tiny_config, tmp_path):

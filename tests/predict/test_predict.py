@@ -206,3 +206,34 @@ def test_predict_on_shared_photos(trained, tmp_path):
         name = Path(entry["image"]).stem
         with Image.open(tmp_path / f"{name}.jpg") as drawn:
             assert drawn.size == (entry["width"], entry["height"])
+
+
+def test_predict_draws_at_its_own_threshold_and_keeps_all_in_json(trained, tiny_config, folder,
+                                                                   tmp_path, monkeypatch):
+    """The JSON keeps every detection above the score threshold (0.0 here: all 10); the picture
+    shows those >= the drawing threshold (default 0.3, as the eval sample grid)."""
+    import jaxdet.predict as predict_module
+
+    drawn_scores = []
+    real_draw = predict_module.draw_detections
+
+    def spy(image, boxes, classes, scores, names):
+        drawn_scores.append(np.asarray(scores).tolist())
+        return real_draw(image, boxes, classes, scores, names)
+
+    monkeypatch.setattr(predict_module, "draw_detections", spy)
+    image = [str(folder / "000000.jpg")]
+    predict_images(tiny_config, trained, image, tmp_path / "all", draw_threshold=0.0,
+                   progress=False)
+    scores = [d["score"] for d in
+              json.loads((tmp_path / "all" / "000000.json").read_text())["detections"]]
+    assert len(drawn_scores[-1]) == len(scores) == 10
+    third = sorted(drawn_scores[-1], reverse=True)[2]
+    predict_images(tiny_config, trained, image, tmp_path / "top3", draw_threshold=third,
+                   progress=False)
+    assert len(drawn_scores[-1]) == 3
+    assert len(json.loads((tmp_path / "top3" / "000000.json").read_text())["detections"]) == 10
+    assert json.loads((tmp_path / "top3" / "predictions.json").read_text())[
+        "draw_threshold"] == third
+    predict_images(tiny_config, trained, image, tmp_path / "default", progress=False)
+    assert all(s >= 0.3 for s in drawn_scores[-1])

@@ -9,6 +9,8 @@ from jaxdet.visualize import (
     draw_detections,
     image_grid,
     line_width,
+    place_tags,
+    tag_candidates,
     tag_rect,
     title_height,
 )
@@ -103,3 +105,32 @@ def test_image_grid_cells_keep_aspect_with_white_padding():
     assert (np.asarray(titled)[2:2 + band, :] != 255).any()  # title text drawn
     with pytest.raises(ValueError, match="2 rows but 1 titles"):
         image_grid([[red], [blue]], ["one"])
+
+
+def test_place_tags_avoid_each_other_best_first():
+    """Two boxes at the same place: the first (best) tag takes the preferred spot above the
+    box; the second moves to its next free place instead of covering it."""
+    box = (30.0, 40.0, 69.0, 79.0)
+    first, second = place_tags([(20, 10), (20, 10)], [box, box], (100, 100))
+    assert first == tag_rect((20, 10), box, (100, 100)) == (30, 30, 50, 40)
+    assert second == (30, 40, 50, 50)  # inside the top-left corner: the next candidate
+    # every candidate stays inside the image, even for a box at the bottom-right corner
+    for rect in tag_candidates((20, 10), (85.0, 92.0, 99.0, 99.0), (100, 100)):
+        assert 0 <= rect[0] and rect[2] <= 100 and 0 <= rect[1] and rect[3] <= 100
+    # three tags and only overlapping places left: the least-covered one is chosen
+    many = place_tags([(100, 50)] * 3, [(0.0, 0.0, 99.0, 99.0)] * 3, (100, 100))
+    assert many[0] == (0, 0, 100, 50) and many[1] == (0, 50, 100, 100)
+
+
+def test_best_box_is_drawn_on_top_and_its_label_first():
+    """Overlapping boxes of two classes: where outlines cross, the best box's colour wins,
+    whatever order the detections come in; the best label sits above the box."""
+    image = _gray(100, 120)
+    boxes = [[20, 30, 70, 90], [20, 30, 70, 90]]
+    for classes, scores in (([0, 1], [0.4, 0.9]), ([1, 0], [0.9, 0.4])):
+        out = np.asarray(draw_detections(image, boxes, classes, scores, NAMES))
+        assert tuple(out[45, 30]) == class_color(1)  # shared left edge: the 0.9 box
+        tag_rows = np.nonzero((out[:, 30:60] == class_color(1)).all(axis=-1).any(axis=1))[0]
+        assert tag_rows.min() < 20  # the best label above the box
+        low_rows = np.nonzero((out[:, 30:60] == class_color(0)).all(axis=-1).any(axis=1))[0]
+        assert low_rows.min() >= 20  # the other label moved inside, not over the best one

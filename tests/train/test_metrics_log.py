@@ -2,6 +2,7 @@
 
 import json
 import struct
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -59,3 +60,47 @@ def test_disabled_writes_nothing(tmp_path):
 def test_rejects_non_scalars(tmp_path):
     with MetricsLogger(tmp_path) as logger, pytest.raises(ValueError, match="'loss'"):
         logger.log(1, {"loss": np.ones(3)})
+
+
+def test_resume_drops_the_rows_a_killed_run_logged_after_its_checkpoint(tmp_path):
+    """A run killed at step 5 with its last checkpoint at step 3 logged 4 and 5 (and half a
+    line); resumed from 3, it logs 4 and 5 again: each step appears once in the end."""
+    with MetricsLogger(tmp_path) as logger:
+        for step in range(1, 6):
+            logger.log(step, {"loss": float(step)}, prefix="train")
+        logger.log(3, {"AP": 0.5}, prefix="eval")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "ti')  # cut off by the kill
+    time.sleep(1.05)  # event files are named by the second: a resumed run is a new file
+    with MetricsLogger(tmp_path, resume_step=3) as logger:
+        for step in (4, 5, 6):
+            logger.log(step, {"loss": 10.0 + step}, prefix="train")
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], list(r["metrics"])) for r in records] == [
+        (1, ["train/loss"]), (2, ["train/loss"]), (3, ["train/loss"]), (3, ["eval/AP"]),
+        (4, ["train/loss"]), (5, ["train/loss"]), (6, ["train/loss"])]
+    assert [r["metrics"]["train/loss"] for r in records if r["step"] >= 4] == [14.0, 15.0, 16.0]
+    # TensorBoard: the resumed writer starts with a SessionLog START at step 4, which makes
+    # TensorBoard drop the earlier file's events from step 4 on (its purge_step rule)
+    files = sorted((tmp_path / "tensorboard").glob("events.out.tfevents.*"),
+                   key=lambda f: f.stat().st_mtime_ns)
+    assert len(files) == 2
+    from tensorboardX.proto import event_pb2
+
+    data, starts, pos = files[1].read_bytes(), [], 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+        pos += 12 + length + 4
+        if event.HasField("session_log"):
+            starts.append((event.step, event.session_log.status))
+    assert starts == [(4, event_pb2.SessionLog.START)]
+
+
+def test_fresh_run_clears_rows_of_a_run_killed_before_its_first_checkpoint(tmp_path):
+    with MetricsLogger(tmp_path) as logger:
+        logger.log(1, {"loss": 1.0})
+    with MetricsLogger(tmp_path, resume_step=0) as logger:
+        logger.log(1, {"loss": 2.0})
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["metrics"]["loss"] for r in records] == [2.0]

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from jaxdet.config.schema import Config
 
@@ -49,11 +50,66 @@ def resolve_config_path(name_or_path: str | Path, relative_to: Path | None = Non
     )
 
 
-def _deep_merge(base: dict, update: Mapping) -> dict:
+def _model_of(annotation: Any, tag_value: Any = None) -> type[BaseModel] | None:
+    """The schema model a mapping at a field of this annotation validates against: the union
+    member whose tag equals ``tag_value`` for a tagged union (None when no member matches)."""
+    members = [m for m in _union_members(annotation)
+               if isinstance(m, type) and issubclass(m, BaseModel)]
+    if len(members) == 1:
+        return members[0]
+    for m in members:
+        tag = _tag_of(m)
+        if tag and tag_value in tag[1]:
+            return m
+    return None
+
+
+def tag_key(field: Any) -> str | None:
+    """``"name"`` / ``"type"`` when a field (a pydantic ``FieldInfo``, or an annotation such as
+    a list's item type) holds a section whose tag picks its kind: a tagged union of the schema
+    (neck, anchors, head, resizer, data source, learning rate, augment op) or a section that
+    declares ``TAG_SELECTS_KIND`` (the optimizer). Else None."""
+    if isinstance(field, FieldInfo):
+        if isinstance(field.discriminator, str):
+            return field.discriminator
+        field = field.annotation
+    annotation = _strip_optional(field)
+    if typing.get_origin(annotation) is typing.Annotated:
+        for meta in typing.get_args(annotation)[1:]:
+            discriminator = getattr(meta, "discriminator", None)
+            if isinstance(discriminator, str):
+                return discriminator
+    model = _model_of(annotation)
+    if model is not None and getattr(model, "TAG_SELECTS_KIND", False):
+        tag = _tag_of(model)
+        return tag[0] if tag else None
+    return None
+
+
+def _field(model: type[BaseModel] | None, key: Any) -> FieldInfo | None:
+    return model.model_fields.get(str(key)) if model is not None else None
+
+
+def _annotation(field: Any) -> Any:
+    return field.annotation if isinstance(field, FieldInfo) else field
+
+
+def _deep_merge(base: dict, update: Mapping, model: type[BaseModel] | None = Config) -> dict:
+    """``update`` merged into ``base`` (neither changed). Nested mappings merge key by key,
+    except a tagged section (see :func:`tag_key`) whose tag changes: it is replaced whole, so
+    ``data.train: {type: coco, ...}`` over a base's ``{type: shapes, output_dir: ...}`` keeps
+    none of the shapes fields. Lists and scalars are replaced."""
     out = dict(base)
     for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _deep_merge(dict(out[key]), value)
+        old = out.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            field = _field(model, key)
+            tag = tag_key(field)
+            if tag is not None and tag in value and tag in old and value[tag] != old[tag]:
+                out[key] = dict(value)
+                continue
+            sub = _model_of(_annotation(field), value.get(tag, old.get(tag)) if tag else None)
+            out[key] = _deep_merge(dict(old), value, sub)
         else:
             out[key] = value
     return out
@@ -99,9 +155,37 @@ def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
         last = keys[-1]
         if isinstance(node, list):
             node[_list_index(node, last, keys)] = value
+        elif _replaces_section(raw, keys, node, value):
+            node.clear()  # a new kind of section: the old kind's fields do not carry over
+            node[last] = value
         else:
             node[last] = value
     return raw
+
+
+def _replaces_section(raw: dict, keys: list[str], node: dict, value: Any) -> bool:
+    """True when ``--set a.b.<tag>=value`` changes the kind of the tagged section ``a.b``
+    (``raw`` is the whole config, ``node`` the mapping at ``a.b``)."""
+    if len(keys) < 2 or keys[-1] not in node or node[keys[-1]] == value:
+        return False
+    model: type[BaseModel] | None = Config
+    annotation: Any = None
+    current: Any = raw
+    for key in keys[:-1]:
+        if isinstance(current, list):
+            args = typing.get_args(_strip_optional(_annotation(annotation)))
+            args = [a for a in args if a is not Ellipsis]
+            annotation = args[0] if args else None
+            current = current[int(key)]
+        else:
+            annotation = _field(model, key)
+            current = current.get(key) if isinstance(current, Mapping) else None
+        if annotation is None:
+            return False
+        tag = tag_key(annotation)
+        model = _model_of(_annotation(annotation),
+                          current.get(tag) if tag and isinstance(current, Mapping) else None)
+    return tag_key(annotation) == keys[-1]
 
 
 def _list_index(node: list, key: str, path: list[str]) -> int:

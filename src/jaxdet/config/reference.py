@@ -6,6 +6,7 @@ shipped-config table between their markers; a test fails when the README is stal
 
 from __future__ import annotations
 
+import inspect
 import types
 import typing
 
@@ -59,10 +60,10 @@ def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
         literal = f is not None and typing.get_origin(f.annotation) is typing.Literal
         if literal and path and len(typing.get_args(f.annotation)) == 1:
             kind = f" ({tag}: `{typing.get_args(f.annotation)[0]}`)"
-    doc = (model.__doc__ or "").strip().splitlines()
     out.append(f"\n#### {title}{kind}\n")
-    if doc and not doc[0].startswith("Base for"):
-        out.append(f"{doc[0]}\n")
+    description = section_description(model)
+    if description:
+        out.append(f"{description}\n")
     out.append("| field | type / allowed values | default |\n| --- | --- | --- |")
     nested = []
     for name, field in model.model_fields.items():
@@ -71,6 +72,15 @@ def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
             nested.append((sub, f"{path}.{name}" if path else name))
     for sub, sub_path in nested:
         _sections(sub, sub_path, out, seen)
+
+
+def section_description(model: type[BaseModel]) -> str:
+    """A section's whole docstring as Markdown: paragraphs re-flowed, RST ````x```` as `x`."""
+    doc = inspect.cleandoc(model.__dict__.get("__doc__") or "")
+    if not doc or doc.startswith("Base for"):
+        return ""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+    return "\n\n".join(p.replace("``", "`") for p in paragraphs)
 
 
 def _models_in(annotation: typing.Any) -> list[type[BaseModel]]:

@@ -10,10 +10,11 @@ are re-exported here.
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     AugmentConfig,
@@ -34,6 +35,8 @@ from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     SSDRandomCropConfig,
 )
 from jaxdet.config.schema_base import Strict
+
+log = logging.getLogger("jaxdet.config")
 
 # --------------------------------------------------------------------------- model
 
@@ -397,6 +400,13 @@ class DataConfig(Strict):
 
 
 class OptimizerConfig(Strict):
+    """The optimizer. ``momentum``/``nesterov`` apply to momentum SGD, ``beta1``/``beta2`` to
+    Adam(W), ``rmsprop_decay`` (and ``momentum``) to RMSProp; ``weight_decay`` is coupled L2
+    for SGD/Adam/RMSProp and decoupled for AdamW."""
+
+    # A base config's optimizer is replaced, not merged, when a derived config names another.
+    TAG_SELECTS_KIND: ClassVar[bool] = True
+
     name: Literal["momentum", "sgd", "adam", "adamw", "rmsprop"] = "momentum"
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     nesterov: bool = False
@@ -506,6 +516,42 @@ class TrainConfig(Strict):
     log_every: int = Field(10, ge=1)
     freeze_variables: tuple[str, ...] = ()
     update_trainable_variables: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_fits_the_run(cls, data: Any) -> Any:
+        """A cosine warm-up longer than the schedule (``--set train.num_steps=80`` on a config
+        with 100 warm-up steps) is shortened to a tenth of the schedule, with a warning; a
+        schedule longer than the run is only warned about."""
+        if not isinstance(data, dict):
+            return data
+        lr = data.get("learning_rate", cls.model_fields["learning_rate"].default)
+        lr = lr.model_dump() if isinstance(lr, BaseModel) else lr
+        if not isinstance(lr, dict) or lr.get("name") != "cosine":
+            return data
+        try:
+            num_steps = int(data.get("num_steps", cls.model_fields["num_steps"].default))
+            total = int(lr.get("total_steps") or num_steps)
+            warmup = int(lr.get("warmup_steps", 0))
+        except (TypeError, ValueError):
+            return data  # field validation reports it
+        which = ("train.learning_rate.total_steps" if lr.get("total_steps")
+                 else "train.num_steps")
+        if warmup > total:
+            shortened = total // 10
+            log.warning(
+                "train.learning_rate.warmup_steps (%d) is longer than the schedule's %d steps "
+                "(%s): warm-up shortened to %d steps, a tenth of it. Set "
+                "train.learning_rate.warmup_steps to choose another length.",
+                warmup, total, which, shortened)
+            data = {**data, "learning_rate": {**lr, "warmup_steps": shortened}}
+        elif lr.get("total_steps") and total > num_steps > 0:
+            log.warning(
+                "train.learning_rate.total_steps (%d) > train.num_steps (%d): the run stops "
+                "before the cosine schedule has decayed. Set train.learning_rate.total_steps=%d "
+                "(or null, to follow train.num_steps) unless that is what you want.",
+                total, num_steps, num_steps)
+        return data
 
     @model_validator(mode="after")
     def _accumulation_divides_batch(self) -> TrainConfig:

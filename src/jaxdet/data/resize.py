@@ -32,6 +32,11 @@ class FixedShapeResizer:
     def output_size(self) -> tuple[int, int]:
         return (self.height, self.width)
 
+    def box_scale(self, height: int, width: int) -> tuple[float, float]:
+        """(sy, sx): an original-pixel box of a height x width image times these is in the
+        resized canvas's pixels (no augmentation)."""
+        return self.height / height, self.width / width
+
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
         image = sample["image"]
         in_size = image.shape[:2]
@@ -76,6 +81,13 @@ class KeepAspectRatioResizer:
         if not self.pad_to_max_dimension:
             return None
         return (self.max_dimension, self.max_dimension)
+
+    def box_scale(self, height: int, width: int) -> tuple[float, float]:
+        """(sy, sx): an original-pixel box of a height x width image times these is in the
+        resized canvas's pixels (padding is bottom/right, so no offset)."""
+        new_h, new_w = keep_aspect_ratio_size(height, width, self.min_dimension,
+                                              self.max_dimension)
+        return new_h / height, new_w / width
 
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
         image = sample["image"]

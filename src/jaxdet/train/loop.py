@@ -6,6 +6,7 @@ call hooks. What a step computes, what a hook does and where data comes from are
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -54,11 +55,37 @@ class PeriodicHook:
 
 @dataclass
 class LoopResult:
+    """What a ``train_loop`` call did. ``images_per_second`` is the training rate after the
+    compile (evaluation and checkpoint writing not counted; 0 when fewer than two steps ran);
+    ``steps_run`` the steps this call trained (0: the run was already complete)."""
+
     state: TrainState
     step: int
     last_metrics: dict
     images_per_second: float
     compile_seconds: float
+    steps_run: int = 0
+
+
+# Steps are dispatched asynchronously; the loop waits for step n - 2 before going on after
+# step n, so the host runs at most two steps ahead of the device: the progress bar follows
+# the device (instead of racing ahead, then stalling when metrics are read) and queued input
+# batches do not pile up in device memory, while loading the next batch still overlaps the step.
+MAX_STEPS_IN_FLIGHT = 2
+
+# The bar shows jaxdet's own rate and ETA (postfix), measured over training time only.
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
+def _eta(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _hook_due(hook: Hook, step: int) -> bool:
+    every = getattr(hook, "every", 0)
+    return bool(every) and step % every == 0
 
 
 def _check_finite(step: int, metrics: dict, last_saved: int | None) -> None:
@@ -101,12 +128,15 @@ def train_loop(
     """
     step = start_step
     last_saved = checkpointer.latest_step()
-    window_start, window_images = time.perf_counter(), 0
+    # Throughput: images over training time since the first (compiling) step, with the time
+    # spent in hooks (evaluation) and checkpoint writes left out.
+    window_start, window_images, paused = time.perf_counter(), 0, 0.0
     compile_seconds, rate = 0.0, 0.0
     metrics: dict = {}
     skipped = None  # fp16: steps whose update was skipped (non-finite gradients), on device
+    in_flight: collections.deque = collections.deque()  # losses of the steps not yet awaited
     bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress, dynamic_ncols=True, bar_format=BAR_FORMAT)
     while step < num_steps:
         batch = next(batches)
         if place_batch is not None:
@@ -114,23 +144,28 @@ def train_loop(
         t0 = time.perf_counter()
         state, metrics = step_fn(state, batch)
         step += 1
+        in_flight.append(metrics["loss"])
+        if len(in_flight) > MAX_STEPS_IN_FLIGHT:
+            jax.block_until_ready(in_flight.popleft())
         if "skipped" in metrics:  # summed on device: no host sync per step
             skipped = metrics["skipped"] if skipped is None else skipped + metrics["skipped"]
         if step == start_step + 1:  # the first call compiles; time it apart from throughput
             jax.block_until_ready(metrics["loss"])
             compile_seconds = time.perf_counter() - t0
-            window_start, window_images = time.perf_counter(), 0
+            window_start, window_images, paused = time.perf_counter(), 0, 0.0
         else:
             window_images += batch_size
         if step % log_every == 0 or step == num_steps:
             metrics = jax.device_get(metrics)
             _check_finite(step, metrics, last_saved)
-            elapsed = time.perf_counter() - window_start
+            elapsed = time.perf_counter() - window_start - paused
             rate = window_images / elapsed if window_images and elapsed > 0 else rate
             scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
             scalars["images_per_second"] = rate
-            postfix = {"loss": f"{scalars['loss']:.4f}", "lr": f"{scalars['learning_rate']:.2e}",
-                       "img_s": f"{rate:.1f}"}
+            postfix = {"loss": f"{scalars['loss']:.4f}", "lr": f"{scalars['learning_rate']:.2e}"}
+            if rate > 0:
+                postfix["img/s"] = f"{rate:.1f}"
+                postfix["eta"] = _eta((num_steps - step) * batch_size / rate)
             if skipped is not None:
                 scalars["skipped_steps"] = float(jax.device_get(skipped))
                 if scalars["skipped_steps"]:
@@ -138,12 +173,17 @@ def train_loop(
             logger.log(step, scalars, prefix="train")
             bar.set_postfix(postfix)
         bar.update(1)
-        if step % checkpointer.every_steps == 0 or step == num_steps:
+        checkpoint_due = step % checkpointer.every_steps == 0 or step == num_steps
+        if checkpoint_due or any(_hook_due(hook, step) for hook in hooks):
+            jax.block_until_ready(metrics["loss"])  # the step's own time is training time
+        t_pause = time.perf_counter()
+        if checkpoint_due:
             _check_finite(step, jax.device_get(metrics), last_saved)
             if checkpointer.save(step, state, checkpoint_metadata(), force=step == num_steps):
                 last_saved = step
         for hook in hooks:
             hook.after_step(step, state)
+        paused += time.perf_counter() - t_pause
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
@@ -151,4 +191,5 @@ def train_loop(
     if stop_after is None or step >= num_steps:
         for hook in hooks:
             hook.at_end(step, state)
-    return LoopResult(state, step, jax.device_get(metrics), rate, compile_seconds)
+    return LoopResult(state, step, jax.device_get(metrics), rate, compile_seconds,
+                      steps_run=step - start_step)

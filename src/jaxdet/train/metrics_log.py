@@ -4,6 +4,10 @@ Each ``log`` call appends one JSON line ``{"step": int, "time": unix seconds,
 "metrics": {name: value}}`` (non-finite values written as ``null``) and one TensorBoard
 scalar per metric. Only the process that should write (JAX process 0) passes
 ``enabled=True``; a disabled logger touches no files.
+
+A run resumed from the checkpoint of step ``resume_step`` passes it: rows logged after that
+step by the killed run (steps it trained again) are dropped from ``metrics.jsonl`` and
+TensorBoard discards its events after it (``purge_step``), so every step appears once.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ def _scalar(name: str, value: Any) -> float:
 
 
 class MetricsLogger:
-    def __init__(self, workdir: str | Path, enabled: bool = True, flush_secs: int = 10):
+    def __init__(self, workdir: str | Path, enabled: bool = True, flush_secs: int = 10,
+                 resume_step: int | None = None):
         self.workdir = Path(workdir)
         self.enabled = enabled
         self.jsonl_path = self.workdir / "metrics.jsonl"
@@ -37,8 +42,13 @@ class MetricsLogger:
             from tensorboardX import SummaryWriter
 
             self.workdir.mkdir(parents=True, exist_ok=True)
+            purge = None
+            if resume_step is not None:
+                purge = int(resume_step) + 1
+                drop_rows_after(self.jsonl_path, int(resume_step))
             self._file = open(self.jsonl_path, "a", buffering=1)  # noqa: SIM115
-            self._writer = SummaryWriter(logdir=str(self.tensorboard_dir), flush_secs=flush_secs)
+            self._writer = SummaryWriter(logdir=str(self.tensorboard_dir), flush_secs=flush_secs,
+                                         purge_step=purge)
 
     def log(self, step: int, metrics: Mapping[str, Any], prefix: str = "") -> None:
         """Log scalars at ``step``; names become ``prefix/name`` when a prefix is given."""
@@ -75,4 +85,28 @@ class MetricsLogger:
         self.close()
 
 
-__all__ = ["MetricsLogger"]
+def drop_rows_after(path: str | Path, step: int) -> int:
+    """Rewrite the JSONL file ``path`` without its rows logged at a step > ``step``; a row
+    that does not parse (a line cut by a kill) is dropped too. Returns the rows dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            row_step = int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            dropped += 1
+            continue
+        if row_step > step:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(f"{line}\n" for line in kept))
+        tmp.replace(path)
+    return dropped
+
+
+__all__ = ["MetricsLogger", "drop_rows_after"]
