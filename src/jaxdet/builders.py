@@ -69,6 +69,8 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             batch_norm=bn,
             width_multiplier=b.depth_multiplier,
             activation_name=b.activation or "relu",
+            padding=b.padding or "symmetric",
+            stride_in_1x1=b.stride_in_1x1,
             dtype=dtype,
             rngs=rngs,
         )
@@ -86,9 +88,11 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             f"model.backbone.activation={b.activation} is not supported for {b.name} "
             "(MobileNets use relu6)"
         )
+    padding = b.padding or "symmetric"
     if b.name == "mobilenet_v1":
         return MobileNetV1(
-            b.depth_multiplier, b.min_depth, batch_norm=bn, dtype=dtype, rngs=rngs
+            b.depth_multiplier, b.min_depth, batch_norm=bn, padding=padding, dtype=dtype,
+            rngs=rngs
         )
     # TF's classic SSD reads the 576-channel expansion output of block 15 as its stride-16 map.
     from_expansion = isinstance(cfg.neck, S.SSDFeatureMapsConfig)
@@ -97,6 +101,7 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
         b.min_depth,
         level4_from_expansion=from_expansion,
         batch_norm=bn,
+        padding=padding,
         dtype=dtype,
         rngs=rngs,
     )
@@ -129,6 +134,7 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
             batch_norm=bn,
             activation=n.activation,
             use_depthwise=n.use_depthwise,
+            top_down=n.top_down,
             dtype=dtype,
             rngs=rngs,
         )
@@ -153,6 +159,7 @@ def build_anchor_generator(cfg: S.ModelConfig):
             anchor_scale=a.anchor_scale,
             scales_per_octave=a.scales_per_octave,
             aspect_ratios=tuple(a.aspect_ratios),
+            tf_layout=a.tf_layout,
         )
     return anchor_lib.SSDAnchorGenerator(
         num_layers=a.num_layers,

@@ -40,8 +40,9 @@ def input_size(data: S.DataConfig) -> tuple[int, int]:
 def build_resizer(cfg: S.DataConfig):
     r = cfg.resizer
     if isinstance(r, S.FixedShapeResizerConfig):
-        return resize.FixedShapeResizer(r.height, r.width)
-    return resize.KeepAspectRatioResizer(r.min_dimension, r.max_dimension, r.pad_to_max_dimension)
+        return resize.FixedShapeResizer(r.height, r.width, r.method)
+    return resize.KeepAspectRatioResizer(r.min_dimension, r.max_dimension, r.pad_to_max_dimension,
+                                         r.method)
 
 
 def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):

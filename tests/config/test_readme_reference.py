@@ -35,4 +35,5 @@ def test_section_descriptions_are_whole_docstrings():
     assert len(seen) > 30
     backbone = section_description(BackboneConfig)
     assert "(ResNet: the stem and stage widths" in backbone
-    assert backbone.endswith("(TF: `feature_extractor.conv_hyperparams` serves both).")
+    assert "(TF: `feature_extractor.conv_hyperparams` serves both)." in backbone
+    assert "which support nothing else)." in backbone

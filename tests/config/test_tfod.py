@@ -34,8 +34,11 @@ SHIPPED = {
                        (5, 1280, 32), (6, 1408, 32), (7, 1536, 32))},
 }
 # Where a shipped EfficientDet follows the paper rather than the TF OD API config (each
-# config file says so): the moving average everywhere; D6's input size; D7's anchor scale.
+# config file says so): the moving average everywhere; D6's input size; D7's anchor scale;
+# the anchor layout of effdet/automl (so effdet's PyTorch weights load; TF's checkpoints take
+# the converted config's tf_layout).
 EFFICIENTDET_DIFFERENCES = {
+    "model.anchors.tf_layout: converted True != shipped False",
     "train.ema_decay: converted None != shipped 0.9998",
     "train.ema_dynamic_decay: converted False != shipped True",
     "eval.use_ema: converted False != shipped True",

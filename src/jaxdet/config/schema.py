@@ -67,6 +67,17 @@ class BackboneConfig(Strict):
     API configs with ``override_base_feature_extractor_hyperparams`` use their conv_hyperparams
     activation (RELU_6) inside the backbone too. ``batch_norm`` also covers the neck (TF:
     ``feature_extractor.conv_hyperparams`` serves both).
+
+    ``padding`` of the strided convolutions: ``symmetric`` (PyTorch, torchvision/timm weights)
+    or ``same`` (TensorFlow's SAME: one more row/column at the bottom/right when the total is
+    odd; TF OD API checkpoints need it). None: the network's own (symmetric for ResNets and
+    MobileNets, same for EfficientNets, which support nothing else). For ResNets ``same``
+    pads the stem's max pool as TF does (the strided 7x7 keeps TF's explicit padding, which
+    is symmetric).
+
+    ``stride_in_1x1`` (bottleneck ResNets): each stage strides in its first block's 1x1
+    convolutions, as TF's Keras ResNet v1 (the TF OD API's SSD ResNet-FPN) does, instead of
+    in the 3x3 (torchvision's "v1.5").
     """
 
     name: Literal[
@@ -78,6 +89,8 @@ class BackboneConfig(Strict):
     activation: Activation | None = None
     batch_norm: BatchNormConfig = BatchNormConfig()
     drop_connect_rate: float = Field(0.2, ge=0.0, lt=1.0)
+    padding: Literal["symmetric", "same"] | None = None
+    stride_in_1x1: bool = False
 
     @model_validator(mode="after")
     def _efficientnet_scaling(self) -> BackboneConfig:
@@ -86,11 +99,22 @@ class BackboneConfig(Strict):
                 f"depth_multiplier must be 1.0 for {self.name}: EfficientNets scale by variant "
                 f"(choose one of {', '.join(EFFICIENTNETS)})"
             )
+        if self.stride_in_1x1 and self.name not in ("resnet50", "resnet101", "resnet152"):
+            raise ValueError(f"stride_in_1x1 applies to bottleneck ResNets (resnet50/101/152), "
+                             f"not {self.name}: set model.backbone.stride_in_1x1: false")
+        if self.name.startswith("efficientnet") and self.padding == "symmetric":
+            raise ValueError(f"padding must be 'same' (or null) for {self.name}: EfficientNets "
+                             "use TensorFlow's SAME padding only")
         return self
 
 
 class FPNConfig(Strict):
-    """Feature pyramid over backbone levels; levels above the backbone by strided convs."""
+    """Feature pyramid over backbone levels; levels above the backbone by strided convs.
+
+    ``top_down``: what each level passes down: ``merged`` (its 1x1 projection plus the
+    upsampled map above, before the 3x3 smoothing: the FPN paper, torchvision, TF1 slim) or
+    ``smoothed`` (its smoothed output: the TF2 Keras FPN of the TF OD API, whose checkpoints
+    need it)."""
 
     name: Literal["fpn"]
     min_level: int = Field(3, ge=2, le=9)
@@ -98,6 +122,7 @@ class FPNConfig(Strict):
     depth: int = Field(256, ge=1)
     activation: Activation = "relu6"
     use_depthwise: bool = False
+    top_down: Literal["merged", "smoothed"] = "merged"
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> FPNConfig:
@@ -146,7 +171,12 @@ NeckConfig = Annotated[
 
 
 class MultiscaleAnchorsConfig(Strict):
-    """RetinaNet anchors: per level, size anchor_scale * 2**level, scales per octave x ratios."""
+    """RetinaNet anchors: per level, size anchor_scale * 2**level, scales per octave x ratios.
+
+    Within a location the anchors go scale outer, aspect ratio inner, centred at
+    ``(i + 0.5) * stride`` (as effdet/torchvision weights expect). ``tf_layout: true`` is the
+    TF OD API's layout, which its checkpoints need: aspect ratio outer, scale inner, and
+    centres at ``i * stride`` on an axis whose image size the level's stride does not divide."""
 
     name: Literal["multiscale"]
     min_level: int = Field(3, ge=2, le=9)
@@ -154,6 +184,7 @@ class MultiscaleAnchorsConfig(Strict):
     anchor_scale: float = Field(4.0, gt=0.0)
     scales_per_octave: int = Field(2, ge=1)
     aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
+    tf_layout: bool = False
 
 
 class SSDAnchorsConfig(Strict):
@@ -365,17 +396,31 @@ DatasetConfig = Annotated[
 ]
 
 
+ResizeMethod = Literal["bilinear", "tf_bilinear"]
+
+
 class FixedShapeResizerConfig(Strict):
+    """Resize every image to ``height`` x ``width`` (aspect ratio not kept). ``method``:
+    ``bilinear`` (antialiased when shrinking, half-pixel centres) or ``tf_bilinear`` (the TF
+    OD API's ``tf.compat.v1`` resize: no antialiasing, pixel i samples the input at
+    ``i * in / out``; what TF OD API checkpoints were trained on)."""
+
     name: Literal["fixed_shape"]
     height: int = Field(ge=1)
     width: int = Field(ge=1)
+    method: ResizeMethod = "bilinear"
 
 
 class KeepAspectRatioResizerConfig(Strict):
+    """Scale the shorter side to ``min_dimension`` unless the longer one would exceed
+    ``max_dimension`` (then the longer side to it), and pad bottom/right to a
+    ``max_dimension`` square. ``method`` as for ``fixed_shape``."""
+
     name: Literal["keep_aspect_ratio"]
     min_dimension: int = Field(ge=1)
     max_dimension: int = Field(ge=1)
     pad_to_max_dimension: bool = True
+    method: ResizeMethod = "bilinear"
 
 
 ResizerConfig = Annotated[

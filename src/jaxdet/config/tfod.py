@@ -190,7 +190,11 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
         "min_depth": max(1, int(fe.take("min_depth", 0))),  # TF default 0: no clamp
         "activation": activation if override else None,
         "batch_norm": bn,
+        # TF's fixed (explicit) padding equals symmetric padding for odd kernels
+        "padding": "symmetric" if fe.take("use_explicit_padding", False) else "same",
     }
+    if backbone_name.startswith("resnet"):  # TF's Keras ResNet v1 strides in the 1x1
+        backbone["stride_in_1x1"] = True
     if fe.has("pad_to_multiple") and fe.take("pad_to_multiple") not in (1, 0):
         m.warn(f"{fe.path}.pad_to_multiple: jaxdet needs input sizes divisible by the largest "
                "feature stride and checks it when the model is built")
@@ -199,7 +203,8 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
         neck = {"name": "fpn", "min_level": int(fpn.take("min_level", 3)),
                 "max_level": int(fpn.take("max_level", 7)),
                 "depth": int(fpn.take("additional_layer_depth", 256)),
-                "activation": activation, "use_depthwise": use_depthwise}
+                "activation": activation, "use_depthwise": use_depthwise,
+                "top_down": "smoothed"}  # TF2's Keras FPN
     else:
         neck = {"name": "ssd_feature_maps", "extra_depths": [512, 256, 256, 128],
                 "activation": activation, "use_depthwise": use_depthwise}
@@ -286,7 +291,8 @@ def _anchors(m: Mapper, ssd: Message) -> dict:
                 "max_level": int(ag.take("max_level", 7)),
                 "anchor_scale": float(ag.take("anchor_scale", 4.0)),
                 "scales_per_octave": int(ag.take("scales_per_octave", 2)),
-                "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5]}
+                "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5],
+                "tf_layout": True}
     for unsupported in ("scales", "height_stride", "width_stride", "height_offset",
                         "width_offset"):
         if ag.has(unsupported):
@@ -310,7 +316,7 @@ def _resizer(m: Mapper, ssd: Message) -> dict:
     m.only(r, "convert_to_grayscale", [False], False)
     if kind == "fixed_shape_resizer":
         return {"name": "fixed_shape", "height": int(r.take("height", 300)),
-                "width": int(r.take("width", 300))}
+                "width": int(r.take("width", 300)), "method": "tf_bilinear"}
     if not r.take("pad_to_max_dimension", False):
         m.warn(f"{r.path}.pad_to_max_dimension: false -> true (jaxdet pads every image to "
                "max_dimension x max_dimension for one static shape; the content is the same)")
@@ -318,7 +324,8 @@ def _resizer(m: Mapper, ssd: Message) -> dict:
         raise m.error(r, "per_channel_pad_value", "not supported: jaxdet pads with zeros "
                       "after normalization")
     return {"name": "keep_aspect_ratio", "min_dimension": int(r.take("min_dimension", 600)),
-            "max_dimension": int(r.take("max_dimension", 1024)), "pad_to_max_dimension": True}
+            "max_dimension": int(r.take("max_dimension", 1024)), "pad_to_max_dimension": True,
+            "method": "tf_bilinear"}
 
 
 def _matcher(m: Mapper, ssd: Message) -> dict:

@@ -50,6 +50,10 @@ class MultiscaleAnchorGenerator:
     pixels (TF places them at ``i * stride`` on an axis whose image size is not divisible by
     the stride; images here are padded to multiples of the largest stride), divided by
     ``(H, W)`` when ``normalize_coordinates``.
+
+    ``tf_layout`` reproduces the TF OD API exactly (its checkpoints' head channels follow
+    it): aspect ratio outer, scale inner within a location, and centres at ``i * stride``
+    along an axis whose image size the stride does not divide.
     """
 
     min_level: int
@@ -58,6 +62,7 @@ class MultiscaleAnchorGenerator:
     scales_per_octave: int = 2
     aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
     normalize_coordinates: bool = True
+    tf_layout: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "aspect_ratios", tuple(float(a) for a in self.aspect_ratios))
@@ -83,14 +88,20 @@ class MultiscaleAnchorGenerator:
     def generate(self, image_size) -> np.ndarray:
         height, width = image_size
         scales = [2.0 ** (i / self.scales_per_octave) for i in range(self.scales_per_octave)]
-        specs = [(s, a) for s in scales for a in self.aspect_ratios]
+        if self.tf_layout:
+            specs = [(s, a) for a in self.aspect_ratios for s in scales]
+        else:
+            specs = [(s, a) for s in scales for a in self.aspect_ratios]
         per_level = []
         for lvl, (fh, fw) in zip(self.levels, self.feature_map_shapes(image_size), strict=True):
             stride = float(2**lvl)
             size = self.anchor_scale * stride
             heights = [size * s / math.sqrt(a) for s, a in specs]
             widths = [size * s * math.sqrt(a) for s, a in specs]
-            boxes = _tile(fh, fw, heights, widths, (stride, stride), (stride / 2, stride / 2))
+            offset = [stride / 2, stride / 2]
+            if self.tf_layout:  # TF: offset 0 along an axis that the stride does not divide
+                offset = [stride / 2 if n % stride == 0 else 0.0 for n in (height, width)]
+            boxes = _tile(fh, fw, heights, widths, (stride, stride), offset)
             if self.normalize_coordinates:
                 boxes = boxes / np.array([height, width, height, width], np.float64)
             per_level.append(boxes)

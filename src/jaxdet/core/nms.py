@@ -182,3 +182,35 @@ def batched_nms(
         "classes": jnp.where(valid, out_classes, 0).astype(jnp.int32),
         "num_detections": jnp.sum(valid, axis=1).astype(jnp.int32),
     }
+
+
+def clip_to_window(detections: dict[str, jnp.ndarray], window: jnp.ndarray) -> dict:
+    """TF OD API's post-NMS clipping: clip each detection box to ``window`` and drop the boxes
+    left with zero area (they move behind the valid ones; the order stays by score).
+
+    Args:
+      detections: :func:`batched_nms` output (``boxes [B, D, 4]`` normalized yxyx, ``scores``,
+        ``classes``, ``num_detections``).
+      window: ``[B, 4]`` (ymin, xmin, ymax, xmax) in the same frame: the image's content in the
+        padded input.
+    Returns:
+      The same dict layout.
+    """
+    boxes = detections["boxes"]
+    low = jnp.tile(window[:, None, :2], (1, 1, 2))  # (ymin, xmin, ymin, xmin)
+    high = jnp.tile(window[:, None, 2:], (1, 1, 2))  # (ymax, xmax, ymax, xmax)
+    clipped = jnp.clip(boxes, low, high)
+    d = boxes.shape[1]
+    valid = jnp.arange(d)[None, :] < detections["num_detections"][:, None]
+    area = (clipped[..., 2] - clipped[..., 0]) * (clipped[..., 3] - clipped[..., 1])
+    valid = valid & (area > 0)
+    # stable: valid boxes first, each group in its score order
+    order = jnp.argsort(jnp.where(valid, 0, 1), axis=1, stable=True)
+    take = lambda x: jnp.take_along_axis(x, order if x.ndim == 2 else order[..., None], axis=1)  # noqa: E731
+    valid = take(valid)
+    return {
+        "boxes": jnp.where(valid[..., None], take(clipped), 0.0),
+        "scores": jnp.where(valid, take(detections["scores"]), 0.0),
+        "classes": jnp.where(valid, take(detections["classes"]), 0).astype(jnp.int32),
+        "num_detections": jnp.sum(valid, axis=1).astype(jnp.int32),
+    }

@@ -258,7 +258,9 @@ class RandomColorJitter:
 
 @dataclasses.dataclass(frozen=True)
 class Normalize:
-    """(image - mean) / std per channel; the last op (after the resizer)."""
+    """(image - mean) / std per channel; the last op (after the resizer). The resizer's padding
+    (outside the content size of ``image_info``) is 0 after normalization, as the TF OD API
+    pads its normalized images."""
 
     mean: tuple[float, float, float] = (123.675, 116.28, 103.53)
     std: tuple[float, float, float] = (58.395, 57.12, 57.375)
@@ -270,8 +272,14 @@ class Normalize:
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
         out = dict(sample)
         image = np.asarray(sample["image"], np.float32)
-        out["image"] = ((image - np.asarray(self.mean, np.float32))
-                        / np.asarray(self.std, np.float32)).astype(np.float32)
+        normalized = ((image - np.asarray(self.mean, np.float32))
+                      / np.asarray(self.std, np.float32)).astype(np.float32)
+        info = sample.get("image_info")
+        if info is not None:
+            content_h, content_w = int(round(float(info[2]))), int(round(float(info[3])))
+            normalized[content_h:] = 0.0
+            normalized[:, content_w:] = 0.0
+        out["image"] = normalized
         return out
 
 

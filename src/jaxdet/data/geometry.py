@@ -35,6 +35,35 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.stack(channels, axis=-1)
 
 
+def _tf_axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower index, upper index, float32 weight of upper) of TF v1 bilinear along one axis:
+    output pixel i samples the input at ``i * in_size / out_size`` (no half-pixel shift)."""
+    scale = np.float32(in_size) / np.float32(out_size)
+    coord = np.arange(out_size, dtype=np.float32) * scale
+    lower = np.floor(coord).astype(np.int64)
+    upper = np.minimum(lower + 1, in_size - 1)
+    return lower, upper, (coord - lower.astype(np.float32)).astype(np.float32)
+
+
+def resize_image_tf(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """TF OD API's resize (``tf.compat.v1.image.resize_images``, bilinear, no antialiasing,
+    not half-pixel aligned) of a float32 [H, W, C] image, in float32 arithmetic as TF does:
+    ``top = tl + (tr - tl) * dx``, ``bottom = bl + (br - bl) * dx``, ``top + (bottom - top) *
+    dy``. Checkpoints trained with the TF OD API see their inputs resized this way."""
+    image = np.asarray(image, np.float32)
+    if height < 1 or width < 1:
+        raise ValueError(f"cannot resize to {height}x{width}")
+    y0, y1, dy = _tf_axis(image.shape[0], height)
+    x0, x1, dx = _tf_axis(image.shape[1], width)
+    dx = dx[None, :, None]
+    top = image[y0][:, x0] + (image[y0][:, x1] - image[y0][:, x0]) * dx
+    bottom = image[y1][:, x0] + (image[y1][:, x1] - image[y1][:, x0]) * dx
+    return (top + (bottom - top) * dy[:, None, None]).astype(np.float32)
+
+
+RESIZE_METHODS = {"bilinear": resize_image, "tf_bilinear": resize_image_tf}
+
+
 def filter_boxes(sample: Sample, keep: np.ndarray) -> Sample:
     """Keeps only the objects where ``keep`` is True, in every per-box array."""
     out = dict(sample)

@@ -14,7 +14,12 @@ import dataclasses
 
 import numpy as np
 
-from jaxdet.data.geometry import Sample, reframe_boxes, resize_image, set_content_size
+from jaxdet.data.geometry import RESIZE_METHODS, Sample, reframe_boxes, set_content_size
+
+
+def _check_method(method: str) -> None:
+    if method not in RESIZE_METHODS:
+        raise ValueError(f"resize method {method!r}; allowed: {', '.join(RESIZE_METHODS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,10 +28,12 @@ class FixedShapeResizer:
 
     height: int
     width: int
+    method: str = "bilinear"  # a key of geometry.RESIZE_METHODS
 
     def __post_init__(self):
         if self.height < 1 or self.width < 1:
             raise ValueError(f"height and width must be positive, got {self.height}x{self.width}")
+        _check_method(self.method)
 
     @property
     def output_size(self) -> tuple[int, int]:
@@ -41,7 +48,7 @@ class FixedShapeResizer:
         image = sample["image"]
         in_size = image.shape[:2]
         out = dict(sample)
-        out["image"] = resize_image(image, self.height, self.width)
+        out["image"] = RESIZE_METHODS[self.method](image, self.height, self.width)
         out["boxes"] = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
         return set_content_size(out, self.height, self.width, in_size)
 
@@ -67,6 +74,7 @@ class KeepAspectRatioResizer:
     min_dimension: int
     max_dimension: int
     pad_to_max_dimension: bool = True
+    method: str = "bilinear"  # a key of geometry.RESIZE_METHODS
 
     def __post_init__(self):
         if not 0 < self.min_dimension <= self.max_dimension:
@@ -74,6 +82,7 @@ class KeepAspectRatioResizer:
                 "need 0 < min_dimension <= max_dimension, got "
                 f"{self.min_dimension} and {self.max_dimension}"
             )
+        _check_method(self.method)
 
     @property
     def output_size(self) -> tuple[int, int] | None:
@@ -94,7 +103,7 @@ class KeepAspectRatioResizer:
         height, width = image.shape[:2]
         new_h, new_w = keep_aspect_ratio_size(height, width, self.min_dimension,
                                               self.max_dimension)
-        resized = resize_image(image, new_h, new_w)
+        resized = RESIZE_METHODS[self.method](image, new_h, new_w)
         if self.pad_to_max_dimension:
             canvas_h = canvas_w = self.max_dimension
             canvas = np.zeros((canvas_h, canvas_w, image.shape[2]), np.float32)

@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
-from jaxdet.core.nms import batched_nms, convert_scores
+from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
 from jaxdet.eval.postprocess import to_original_coordinates
 from jaxdet.models.ssd import concat_levels
@@ -185,8 +185,9 @@ class DetectionTask:
         """
         (logits, encodings), _ = self.apply(params, batch_stats, images, train=False)
         anchors = jnp.asarray(self.anchors)
+        # As the TF OD API: NMS on the decoded boxes as they are, then clip to the image's
+        # content and drop the boxes that clipping leaves empty.
         boxes = self.box_coder.decode(encodings, anchors[None])
-        boxes = jnp.clip(boxes, 0.0, 1.0)
         p = self.post
         scores = convert_scores(
             logits,
@@ -204,5 +205,10 @@ class DetectionTask:
             class_agnostic=p.class_agnostic,
             pre_nms_top_k=p.pre_nms_top_k,
         )
+        height, width = self.input_size
+        info = image_info.astype(jnp.float32)
+        zeros = jnp.zeros_like(info[:, 2])
+        window = jnp.stack([zeros, zeros, info[:, 2] / height, info[:, 3] / width], axis=-1)
+        det = clip_to_window(det, window)
         det["boxes"] = to_original_coordinates(det["boxes"], image_info, self.input_size)
         return det

@@ -20,6 +20,7 @@ from jaxdet.models import remat
 from jaxdet.models.layers import (
     ActivationName,
     BatchNormParams,
+    Padding,
     activation,
     conv,
     max_pool_symmetric,
@@ -75,7 +76,8 @@ class BasicBlock(nnx.Module):
 
 
 class Bottleneck(nnx.Module):
-    """1x1 -> 3x3 (stride here, v1.5) -> 1x1 x4, with a projection shortcut when needed."""
+    """1x1 -> 3x3 (stride here, v1.5; or in the 1x1 with ``stride_in_1x1``, TF's Keras ResNet
+    v1) -> 1x1 x4, with a projection shortcut when needed."""
 
     def __init__(
         self,
@@ -85,15 +87,17 @@ class Bottleneck(nnx.Module):
         *,
         batch_norm_params: BatchNormParams,
         act: Callable[[jax.Array], jax.Array] = jax.nn.relu,
+        stride_in_1x1: bool = False,
         dtype,
         rngs: nnx.Rngs,
     ):
         out_channels = width * EXPANSION
         bn = lambda c: make_batch_norm(c, batch_norm_params, dtype, rngs)  # noqa: E731
         self.act = act
-        self.conv1 = conv(in_channels, width, 1, dtype=dtype, rngs=rngs)
+        stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
+        self.conv1 = conv(in_channels, width, 1, stride_1x1, dtype=dtype, rngs=rngs)
         self.bn1 = bn(width)
-        self.conv2 = conv(width, width, 3, stride, dtype=dtype, rngs=rngs)
+        self.conv2 = conv(width, width, 3, stride_3x3, dtype=dtype, rngs=rngs)
         self.bn2 = bn(width)
         self.conv3 = conv(width, out_channels, 1, dtype=dtype, rngs=rngs)
         self.bn3 = bn(out_channels)
@@ -130,6 +134,8 @@ class ResNet(nnx.Module):
         batch_norm: BatchNormParams,
         width_multiplier: float = 1.0,
         activation_name: ActivationName = "relu",
+        padding: Padding = "symmetric",
+        stride_in_1x1: bool = False,
         dtype=None,
         rngs: nnx.Rngs,
     ):
@@ -137,7 +143,11 @@ class ResNet(nnx.Module):
             raise ValueError(f"ResNet depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
         self.depth = depth
         self.act = activation(activation_name)
+        if stride_in_1x1 and depth in BASIC_DEPTHS:
+            raise ValueError(f"stride_in_1x1 needs a bottleneck ResNet, not ResNet-{depth}")
+        self.padding = padding
         block_cls = BasicBlock if depth in BASIC_DEPTHS else Bottleneck
+        extra = {"stride_in_1x1": True} if stride_in_1x1 else {}
         expansion = 1 if depth in BASIC_DEPTHS else EXPANSION
         base = max(8, int(round(64 * width_multiplier)))
         bn_params = batch_norm
@@ -153,7 +163,7 @@ class ResNet(nnx.Module):
                 stride = 2 if (j == 0 and i > 0) else 1
                 blocks.append(
                     block_cls(in_channels, width, stride, batch_norm_params=bn_params,
-                              act=self.act, dtype=dtype, rngs=rngs)
+                              act=self.act, dtype=dtype, rngs=rngs, **extra)
                 )
                 in_channels = width * expansion
             stages.append(nnx.List(blocks))
@@ -162,7 +172,10 @@ class ResNet(nnx.Module):
 
     def __call__(self, x: jax.Array) -> dict[int, jax.Array]:
         x = self.act(self.bn1(self.conv1(x)))
-        x = max_pool_symmetric(x, 3, 2)
+        if self.padding == "same":  # TF's SAME max pool (the TF OD API's Keras ResNet)
+            x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        else:
+            x = max_pool_symmetric(x, 3, 2)
         features = {}
         for level, blocks in self.blocks_by_level().items():
             x = remat.run_blocks(blocks, x)

@@ -6,7 +6,9 @@ For backbone levels ``min_level .. top`` (``top = min(max_level, highest backbon
 * the top level is a 1x1 projection (with bias, no norm/activation) of the backbone map;
 * every lower level adds a 1x1 projection of its backbone map to the 2x nearest-upsampled
   map above it (upsampled with ``jnp.repeat``, cropped to the lateral's size when the
-  backbone map is odd-sized), then a 3x3 "smoothing" conv + BN + activation;
+  backbone map is odd-sized), then a 3x3 "smoothing" conv + BN + activation; the map passed
+  further down is that sum (``top_down="merged"``) or the smoothed output
+  (``"smoothed"``, TF2's Keras FPN);
 * levels ``top+1 .. max_level`` come from a 3x3 stride-2 conv + BN + activation of the
   level below (the coarsest FPN output first).
 
@@ -51,9 +53,13 @@ class FPN(nnx.Module):
         batch_norm: BatchNormParams,
         activation: ActivationName = "relu",
         use_depthwise: bool = False,
+        top_down: str = "merged",
         dtype=None,
         rngs: nnx.Rngs,
     ):
+        if top_down not in ("merged", "smoothed"):
+            raise ValueError(f"top_down must be 'merged' or 'smoothed', got {top_down!r}")
+        self.top_down = top_down
         backbone_top = max(in_channels)
         if min_level not in in_channels:
             raise ValueError(
@@ -91,6 +97,8 @@ class FPN(nnx.Module):
             lateral = self.lateral[i](features[levels[i]])
             top_down = upsample2x_like(top_down, lateral) + lateral
             outputs[levels[i]] = self.smoothing[i](top_down)
+            if self.top_down == "smoothed":
+                top_down = outputs[levels[i]]
         x = outputs[levels[-1]]
         for i, layer in enumerate(self.extra):
             x = layer(x)
