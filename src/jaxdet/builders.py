@@ -80,6 +80,7 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             batch_norm=bn,
             drop_connect_rate=b.drop_connect_rate,
             activation_name=b.activation or "swish",
+            last_stage_blocks=1 if b.tf_endpoints else None,
             dtype=dtype,
             rngs=rngs,
         )

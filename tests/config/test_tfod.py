@@ -35,10 +35,11 @@ SHIPPED = {
 }
 # Where a shipped EfficientDet follows the paper rather than the TF OD API config (each
 # config file says so): the moving average everywhere; D6's input size; D7's anchor scale;
-# the anchor layout of effdet/automl (so effdet's PyTorch weights load; TF's checkpoints take
-# the converted config's tf_layout).
+# the anchor layout and level-5 endpoint of effdet/automl (so effdet's PyTorch weights load;
+# TF's checkpoints take the converted config's tf_layout and tf_endpoints).
 EFFICIENTDET_DIFFERENCES = {
     "model.anchors.tf_layout: converted True != shipped False",
+    "model.backbone.tf_endpoints: converted True != shipped False",
     "train.ema_decay: converted None != shipped 0.9998",
     "train.ema_dynamic_decay: converted False != shipped True",
     "eval.use_ema: converted False != shipped True",

@@ -23,7 +23,9 @@ from PIL import Image
 
 from jaxdet import builders
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.interop.tf_import import load_tf_detection_checkpoint
+from jaxdet.interop.tf_checkpoint import TfCheckpoint
+from jaxdet.interop.tf_import import load_tf_detection_checkpoint, plan_tf_import
+from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -123,3 +125,26 @@ def test_preprocessing_equals_tf(imported):
     stride = int(data["stride"])
     np.testing.assert_allclose(sample["image"][::stride, ::stride], data["preprocessed"],
                                rtol=0, atol=1e-5)
+
+
+NAMES_ONLY = sorted(d.name.removeprefix("tf_") for d in (FIXTURES / "tf_names").glob("tf_*"))
+
+
+@pytest.mark.parametrize("name", NAMES_ONLY)
+def test_every_other_zoo_ssd_config_maps_onto_its_tf_checkpoint(name, tmp_path):
+    """The other TF2 zoo SSD/EfficientDet configs: every tensor of TF's checkpoint of that
+    architecture (its index and object graph, written by TensorFlow) has its place in the
+    model jaxdet builds from the config, with the same shape, and nothing is left over."""
+    fixture = FIXTURES / "tf_names" / f"tf_{name}"
+    ckpt = TfCheckpoint(rebuild_data(fixture, tmp_path / "ckpt-0"))
+    config = load_pipeline_config(fixture / "pipeline.config", PLACEHOLDERS)
+    model = nnx.eval_shape(lambda: builders.build_model(config))
+    mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
+    plan = plan_tf_import(model, ckpt, mapping, unapplied=tf_unapplied(model))
+    assert plan.mismatched == []
+    assert plan.unused == []
+    weights = [k for k in ckpt.keys() if k.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+               and not k.startswith("save_counter")]
+    assert len(plan.tensors) + len(plan.unapplied) == len(weights)
+    ours = {"/".join(map(str, p)) for p in variables_of(model)}
+    assert {"/".join(map(str, t.path)) for t in plan.tensors} == ours  # every variable filled

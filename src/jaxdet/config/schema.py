@@ -78,6 +78,11 @@ class BackboneConfig(Strict):
     ``stride_in_1x1`` (bottleneck ResNets): each stage strides in its first block's 1x1
     convolutions, as TF's Keras ResNet v1 (the TF OD API's SSD ResNet-FPN) does, instead of
     in the 3x3 (torchvision's "v1.5").
+
+    ``tf_endpoints`` (EfficientNets): level 5 is the output of the first block of the last
+    stage, as in the TF OD API's EfficientDet (its checkpoints need it; the stage's later
+    blocks are never applied there, so they are not built), instead of the stage's end
+    (automl, effdet). The same network for B0, whose last stage has one block.
     """
 
     name: Literal[
@@ -91,6 +96,7 @@ class BackboneConfig(Strict):
     drop_connect_rate: float = Field(0.2, ge=0.0, lt=1.0)
     padding: Literal["symmetric", "same"] | None = None
     stride_in_1x1: bool = False
+    tf_endpoints: bool = False
 
     @model_validator(mode="after")
     def _efficientnet_scaling(self) -> BackboneConfig:
@@ -102,6 +108,9 @@ class BackboneConfig(Strict):
         if self.stride_in_1x1 and self.name not in ("resnet50", "resnet101", "resnet152"):
             raise ValueError(f"stride_in_1x1 applies to bottleneck ResNets (resnet50/101/152), "
                              f"not {self.name}: set model.backbone.stride_in_1x1: false")
+        if self.tf_endpoints and not self.name.startswith("efficientnet"):
+            raise ValueError(f"tf_endpoints applies to EfficientNets, not {self.name}: set "
+                             "model.backbone.tf_endpoints: false")
         if self.name.startswith("efficientnet") and self.padding == "symmetric":
             raise ValueError(f"padding must be 'same' (or null) for {self.name}: EfficientNets "
                              "use TensorFlow's SAME padding only")

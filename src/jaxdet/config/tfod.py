@@ -232,7 +232,8 @@ def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
             "use_depthwise": True, "pooling": "max"}
     if bifpn.has("input_max_level"):
         m.only(bifpn, "input_max_level", [5], 5)
-    backbone = {"name": f"efficientnet_{variant}", "activation": activation, "batch_norm": bn}
+    backbone = {"name": f"efficientnet_{variant}", "activation": activation, "batch_norm": bn,
+                "tf_endpoints": True}  # level 5 after the last stage's first block
     mean, std = EFFICIENTNET_MEAN_STD
     return backbone, neck, {"mean": list(mean), "std": list(std), "l2": _l2_weight(m, hyper)}
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxdet.config import schema as S
@@ -68,6 +69,77 @@ def _closest(missing: str, available: list[str]) -> str:
     return f" (closest in the checkpoint: {close[0]})" if close else ""
 
 
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One mapped tensor: its TF object path and checkpoint key, the jaxdet variable path and
+    transform, the TF shape, the shape the transform gives, and the jaxdet variable's shape."""
+
+    tf_path: str
+    key: str
+    path: Path
+    transform: str
+    tf_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    our_shape: tuple[int, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.shape == self.our_shape
+
+
+@dataclass
+class ImportPlan:
+    """What an import would do, from names and shapes alone (no tensor is read)."""
+
+    source: str
+    tensors: list[PlannedTensor]
+    unused: list[str]
+    unapplied: list[str]
+
+    @property
+    def mismatched(self) -> list[PlannedTensor]:
+        return [t for t in self.tensors if not t.fits]
+
+
+def plan_tf_import(
+    model: nnx.Module,
+    ckpt: TfCheckpoint,
+    mapping: dict[str, Target],
+    *,
+    unapplied: Callable[[str], bool] = lambda tf_path: False,
+) -> ImportPlan:
+    """Match ``mapping`` against the checkpoint's names and shapes (the values are not read).
+
+    Raises:
+      CheckpointError: mapped names missing from the checkpoint (another architecture), listed
+        with the closest names the checkpoint has.
+    """
+    where = str(ckpt.prefix)
+    paths = ckpt.variables()
+    missing = [p for p in mapping if p not in paths]
+    if missing:
+        shown = "; ".join(f"{m}{_closest(m, list(paths))}" for m in missing[:3])
+        raise CheckpointError(
+            f"{where} is not a checkpoint of this model: {len(missing)} of its {len(mapping)} "
+            f"tensors are missing, e.g. {shown}")
+    tensors = []
+    for tf_path, (path, transform) in mapping.items():
+        key = paths[tf_path]
+        tf_shape = tuple(ckpt.shape(key))
+        our_shape = tuple(_variable_at(model, path).shape)
+        try:
+            shape = to_ours(transform, np.zeros(tf_shape, np.uint8), our_shape).shape
+        except ValueError:  # e.g. no background column to drop: a different class count
+            shape = tf_shape
+        tensors.append(PlannedTensor(tf_path, key, path, transform, tf_shape, tuple(shape),
+                                     our_shape))
+    used = {t.key for t in tensors}
+    skipped = {key for tf_path, key in paths.items() if unapplied(tf_path)}
+    rest = [k for k in ckpt.keys() if k not in used and not _BOOKKEEPING.search(k)]
+    return ImportPlan(where, tensors, sorted(k for k in rest if k not in skipped),
+                      sorted(k for k in rest if k in skipped))
+
+
 def load_tf_checkpoint(
     model: nnx.Module,
     checkpoint: TfCheckpoint | str | os.PathLike,
@@ -79,42 +151,32 @@ def load_tf_checkpoint(
     """Copy the mapped tensors of ``checkpoint`` into ``model`` in place (see the module
     docstring). ``reinitialize(tf_path)`` says whether a tensor whose shape differs keeps
     the model's own (initial) values instead of being an error. Tensors whose object path
-    ``unapplied`` accepts (variables TF holds but never applies) are listed apart.
+    ``unapplied`` accepts (variables TF holds but never applies) are listed apart. Names and
+    shapes are all checked before any value is read or written.
 
     Raises:
       CheckpointError: names missing from the checkpoint (another architecture), a shape
         mismatch, or an unreadable tensor.
     """
     ckpt = checkpoint if isinstance(checkpoint, TfCheckpoint) else TfCheckpoint(checkpoint)
-    where = str(ckpt.prefix)
-    paths = ckpt.variables()
-    missing = [p for p in mapping if p not in paths]
-    if missing:
-        shown = "; ".join(f"{m}{_closest(m, list(paths))}" for m in missing[:3])
+    plan = plan_tf_import(model, ckpt, mapping, unapplied=unapplied)
+    wrong = [t for t in plan.mismatched if not reinitialize(t.tf_path)]
+    if wrong:
+        first = wrong[0]
         raise CheckpointError(
-            f"{where} is not a checkpoint of this model: {len(missing)} of its {len(mapping)} "
-            f"tensors are missing, e.g. {shown}")
-    report = ImportReport(where)
-    used = set()
-    for tf_path, (path, transform) in mapping.items():
-        key = paths[tf_path]
-        used.add(key)
-        variable = _variable_at(model, path)
-        value = to_ours(transform, ckpt.read(key), tuple(variable.shape))
-        name = "/".join(map(str, path))
-        if tuple(value.shape) != tuple(variable.shape):
-            if reinitialize(tf_path):
-                report.reinitialized.append(name)
-                continue
-            raise CheckpointError(
-                f"{where}: {key} has shape {tuple(ckpt.shape(key))} (as jaxdet's "
-                f"{tuple(value.shape)}) but {name} is {tuple(variable.shape)}")
-        variable[...] = jnp.asarray(value, variable.dtype)
+            f"{plan.source}: {len(wrong)} tensors do not fit this model, e.g. {first.key} has "
+            f"shape {first.tf_shape} (as jaxdet's {first.shape}) but "
+            f"{'/'.join(map(str, first.path))} is {first.our_shape}")
+    report = ImportReport(plan.source, unused=plan.unused, unapplied=plan.unapplied)
+    for t in plan.tensors:
+        name = "/".join(map(str, t.path))
+        if not t.fits:
+            report.reinitialized.append(name)
+            continue
+        variable = _variable_at(model, t.path)
+        variable[...] = jnp.asarray(to_ours(t.transform, ckpt.read(t.key), t.our_shape),
+                                    variable.dtype)
         report.restored.append(name)
-    skipped = {key for tf_path, key in paths.items() if unapplied(tf_path)}
-    rest = [k for k in ckpt.keys() if k not in used and not _BOOKKEEPING.search(k)]
-    report.unapplied = sorted(k for k in rest if k in skipped)
-    report.unused = sorted(k for k in rest if k not in skipped)
     return report
 
 
@@ -127,4 +189,5 @@ def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
                               **kwargs)
 
 
-__all__ = ["ImportReport", "load_tf_checkpoint", "load_tf_detection_checkpoint"]
+__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "load_tf_checkpoint",
+           "load_tf_detection_checkpoint", "plan_tf_import"]

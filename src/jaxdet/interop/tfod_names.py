@@ -29,6 +29,7 @@ from jaxdet.models.backbones import efficientnet as effnet
 from jaxdet.models.backbones.mobilenet import (
     DepthwiseSeparable,
     InvertedResidual,
+    MobileNetV1,
     MobileNetV2,
 )
 from jaxdet.models.backbones.resnet import Bottleneck, ResNet
@@ -122,6 +123,17 @@ def mobilenet_v2_layers(net: MobileNetV2, path: Path) -> list[tuple[Path, nnx.Mo
                 raise TypeError(type(block))
             layers += [((*at, n), getattr(block, n)) for n in names]
     layers += [((*path, "conv_head"), net.conv_head), ((*path, "bn2"), net.bn2)]
+    return layers
+
+
+def mobilenet_v1_layers(net: MobileNetV1, path: Path) -> list[tuple[Path, nnx.Module]]:
+    """MobileNetV1's convolutions and batch norms in Keras order: stem, then per block the
+    depthwise conv + BN and the pointwise conv + BN."""
+    layers = [((*path, "conv_stem"), net.conv_stem), ((*path, "bn1"), net.bn1)]
+    for i, stage in enumerate(net.blocks):
+        for j, block in enumerate(stage):
+            at = (*path, "blocks", i, j)
+            layers += [((*at, n), getattr(block, n)) for n in ("conv_dw", "bn1", "conv_pw", "bn2")]
     return layers
 
 
@@ -308,6 +320,8 @@ def ssd_detector_map(model: nnx.Module, *, add_background_class: bool) -> dict[s
     backbone, neck, head = model.backbone, model.neck, model.head
     if isinstance(backbone, MobileNetV2):
         layers = mobilenet_v2_layers(backbone, ("backbone",))
+    elif isinstance(backbone, MobileNetV1):
+        layers = mobilenet_v1_layers(backbone, ("backbone",))
     elif isinstance(backbone, ResNet):
         layers = resnet_layers(backbone, ("backbone",))
     elif isinstance(backbone, effnet.EfficientNet):
@@ -336,8 +350,8 @@ def ssd_detector_map(model: nnx.Module, *, add_background_class: bool) -> dict[s
 
 def tf_unapplied(model: nnx.Module) -> Callable[[str], bool]:
     """Whether a TF object path is a variable the TF detector holds but never applies (so
-    jaxdet has no place for it): the EfficientNet classifier's top conv, BN and dense layer
-    that the TF OD API's Keras EfficientNet keeps after the last block."""
+    jaxdet has no place for it): what the TF OD API's Keras EfficientNet keeps after its
+    level-5 endpoint (the last stage's later blocks, the classifier's top conv and BN)."""
     if not isinstance(model.backbone, effnet.EfficientNet):
         return lambda path: False
     n = len(efficientnet_layers(model.backbone, ()))
@@ -357,5 +371,5 @@ def variables_of(model: nnx.Module) -> Iterator[Path]:
         yield tuple(path)
 
 
-__all__ = ["efficientnet_layers", "mobilenet_v2_layers", "resnet_layers", "ssd_detector_map",
-           "tf_unapplied", "to_ours", "variables_of"]
+__all__ = ["efficientnet_layers", "mobilenet_v1_layers", "mobilenet_v2_layers", "resnet_layers",
+           "ssd_detector_map", "tf_unapplied", "to_ours", "variables_of"]

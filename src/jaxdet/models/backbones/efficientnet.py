@@ -17,6 +17,9 @@ one-to-one: ``conv_stem, bn1, blocks[i][j]`` where stage 0 holds depthwise-separ
 (``conv_dw, bn1, se, conv_pw, bn2``) and the others MBConv blocks (``conv_pw, bn1, conv_dw,
 bn2, se, conv_pwl, bn3``); ``se`` is ``conv_reduce, conv_expand``.
 
+``last_stage_blocks=1`` ends level 5 after the first block of the last stage and builds no
+more of it: the TF OD API's EfficientDet endpoint (its later blocks are never applied).
+
 Compound scaling: channels (stem included) are ``make_divisible(c * width, 8)``, repeats
 ``ceil(r * depth)``. Drop-connect (stochastic depth) on residual branches: block ``b`` of
 ``N`` (counted over all stages from 0) drops with rate ``drop_connect_rate * b / N``, the
@@ -202,6 +205,7 @@ class EfficientNet(nnx.Module):
         batch_norm: BatchNormParams,
         drop_connect_rate: float = 0.2,
         activation_name: ActivationName = "swish",
+        last_stage_blocks: int | None = None,
         dtype=None,
         rngs: nnx.Rngs,
     ):
@@ -210,7 +214,12 @@ class EfficientNet(nnx.Module):
             raise ValueError(f"drop_connect_rate must be in [0, 1), got {drop_connect_rate}")
         ch = lambda c: make_divisible(c * width, 8)  # noqa: E731
         repeats = stage_repeats(variant)
-        total = sum(repeats)
+        total = sum(repeats)  # drop-connect rates count every block of the full network
+        if last_stage_blocks is not None:
+            if not 1 <= last_stage_blocks <= repeats[-1]:
+                raise ValueError(f"last_stage_blocks must be in 1..{repeats[-1]} for {variant}, "
+                                 f"got {last_stage_blocks}")
+            repeats = (*repeats[:-1], last_stage_blocks)
         self.variant = variant
         stem = ch(STEM_CHANNELS)
         self.conv_stem = conv(3, stem, 3, 2, padding="same", kernel_init=_conv_init,
