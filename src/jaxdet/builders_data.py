@@ -152,7 +152,7 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
         _check_configured(cfg, field)
         return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes)
     if isinstance(cfg, S.CocoDataConfig):
-        return CocoSource(cfg.annotation_file, cfg.image_dir)
+        return CocoSource(cfg.annotation_file, cfg.image_dir, class_index=cfg.class_index)
     if isinstance(cfg, S.VocDataConfig):
         names = list(cfg.class_names) if cfg.class_names else None
         return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names)

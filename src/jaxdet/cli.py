@@ -1,5 +1,5 @@
 """Command line: ``jaxdet train | eval | predict | summary | demo | configs | convert-config |
-convert-dataset``.
+convert-dataset | convert-checkpoint``.
 
 Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD API
 ``--pipeline-config FILE``) and any number of ``--set section.field=value`` overrides.
@@ -27,6 +27,15 @@ def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> No
                        help="a TF Object Detection API pipeline.config (instead of --config)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                    help="override a config field (repeatable), e.g. --set train.batch_size=4")
+
+
+def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="weights to use instead of the workdir's: a TF OD API checkpoint "
+                        "(a zoo model's checkpoint/ckpt-0) or another jaxdet workdir, with "
+                        "--pipeline-config or --config describing its model")
+    p.add_argument("--checkpoint-format", default="auto", choices=("auto", "tf", "jaxdet"),
+                   help="the --checkpoint's format (default: recognised from the path)")
 
 
 def _add_distributed_args(p: argparse.ArgumentParser) -> None:
@@ -80,9 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-eval", action="store_true", help="skip evaluation during/after training")
     _add_distributed_args(p)
 
-    p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint")
+    p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint (or a TF zoo model)")
     _add_config_args(p, required=False)
-    p.add_argument("--workdir", required=True)
+    p.add_argument("--workdir", default=None,
+                   help="the trained run (needed unless --checkpoint is given)")
+    _add_checkpoint_args(p)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     p.add_argument("--out", default=None,
                    help="output folder (default: WORKDIR/eval/step_N, or step_N_2, _3 ... "
@@ -90,9 +101,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="write to WORKDIR/eval/step_N even if it holds an evaluation")
 
-    p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint")
+    p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint "
+                       "(or a TF zoo model)")
     _add_config_args(p, required=False)
-    p.add_argument("--workdir", required=True, help="the trained run (checkpoints/, config.yaml)")
+    p.add_argument("--workdir", default=None,
+                   help="the trained run (checkpoints/, config.yaml); not needed with "
+                        "--checkpoint")
+    _add_checkpoint_args(p)
     p.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                    help="image files and/or folders (searched recursively)")
     p.add_argument("--out", required=True, help="output folder: <name>.json + <name>.jpg each")
@@ -130,6 +145,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                    help="override a jaxdet config field in the output (repeatable)")
 
+    p = sub.add_parser("convert-checkpoint",
+                       help="import TF OD API (or jaxdet) weights into a new workdir at step 0")
+    _add_config_args(p)
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a TF OD API checkpoint (checkpoint/ckpt-0) or a jaxdet workdir")
+    p.add_argument("--checkpoint-format", default="auto", choices=("auto", "tf", "jaxdet"))
+    p.add_argument("--restore", default="full", choices=("full", "detection", "classification"),
+                   help="full: every tensor (default); detection: those that fit (a new class "
+                        "count re-initialises the class predictor); classification: the "
+                        "backbone only")
+    p.add_argument("--workdir", required=True, help="the new workdir (must hold no checkpoint)")
+
     sub.add_parser("configs", help="list the shipped configs")
 
     p = sub.add_parser("convert-dataset",
@@ -152,6 +179,9 @@ def _load(args: argparse.Namespace):
 def _config_for_workdir(args: argparse.Namespace):
     if args.config or args.pipeline_config:
         return _load(args)
+    if args.workdir is None:
+        raise ConfigError("give --workdir (a trained run), or --checkpoint with "
+                          "--pipeline-config / --config describing its model")
     saved = Path(args.workdir) / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"--config not given and {saved} does not exist")
@@ -195,10 +225,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
     config = _config_for_workdir(args)
+    _check_checkpoint_args(args)
     metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
-                            overwrite=args.overwrite)
+                            overwrite=args.overwrite, checkpoint=args.checkpoint,
+                            checkpoint_format=args.checkpoint_format)
     out = Path(metrics.pop("out_dir"))
-    default = Path(args.workdir) / "eval" / f"step_{metrics['step']}"
+    default = out.parent / runs.eval_name(metrics["step"])
     if args.out is None and out != default:
         print(f"{default} already holds an evaluation (kept); this one is in {out} "
               "(--overwrite replaces the first)")
@@ -206,11 +238,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_checkpoint_args(args: argparse.Namespace) -> None:
+    if args.workdir is None and args.checkpoint is None:
+        raise ConfigError("give --workdir (a trained run) or --checkpoint (TF OD API or "
+                          "jaxdet weights)")
+    if args.checkpoint is not None and args.step is not None:
+        raise ConfigError("--step picks a checkpoint of --workdir; it does not apply to "
+                          "--checkpoint")
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from jaxdet.predict import predict_images
 
     config = _config_for_workdir(args)
+    _check_checkpoint_args(args)
     summary = predict_images(config, args.workdir, args.inputs, args.out,
+                             checkpoint=args.checkpoint,
+                             checkpoint_format=args.checkpoint_format,
                              score_threshold=args.score_threshold,
                              max_detections=args.max_detections, batch_size=args.batch_size,
                              step=args.step, **({} if args.draw_threshold is None else
@@ -290,6 +334,19 @@ def cmd_convert_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
+    from jaxdet import runs
+
+    config = _load(args)
+    report = runs.import_weights(config, args.workdir, args.checkpoint, restore=args.restore,
+                                 checkpoint_format=args.checkpoint_format)
+    print(report.line())
+    print(f"wrote {Path(args.workdir) / 'config.yaml'} and a checkpoint at step 0: "
+          f"jaxdet eval|predict --workdir {args.workdir} ..., or fine-tune with "
+          f"jaxdet train --config {Path(args.workdir) / 'config.yaml'} --workdir {args.workdir}")
+    return 0
+
+
 def cmd_configs(_: argparse.Namespace) -> int:
     for name in shipped_config_names():
         config = load_config(name)
@@ -305,7 +362,8 @@ def cmd_convert_dataset(args: argparse.Namespace) -> int:
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo": cmd_demo,
             "summary": cmd_summary, "configs": cmd_configs,
-            "convert-config": cmd_convert_config, "convert-dataset": cmd_convert_dataset}
+            "convert-config": cmd_convert_config, "convert-dataset": cmd_convert_dataset,
+            "convert-checkpoint": cmd_convert_checkpoint}
 
 
 def main(argv: list[str] | None = None) -> int:

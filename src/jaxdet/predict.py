@@ -28,8 +28,9 @@ why.
 
 Class names and ids come from the config's dataset (eval, else train): generated shapes and VOC
 with ``class_names`` are read from the config alone; COCO (and VOC without names) by building
-the source, i.e. reading its annotations. When none is available or usable, the classes are
-called ``class_1 .. class_C`` with ids 1..C (and a warning says so).
+the source, i.e. reading its annotations; TFRecord from its label map. When none is available
+or usable, a 90-class model gets COCO's names (ids 1..90, the TF model zoo's label map), any
+other the names ``class_1 .. class_C`` with ids 1..C (and a warning says so).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tqdm.auto import tqdm
 
 from jaxdet import builders, runs
 from jaxdet.config import schema as S
+from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.records import Record, make_record
@@ -183,6 +185,9 @@ def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list
             return ids, names
         log.warning("class names: data.%s has %d classes but the model %d", kind, len(ids),
                     num_classes)
+    if num_classes == len(COCO_CATEGORY_NAMES):
+        log.info("class names: COCO's 90 (no readable dataset or label map in the config)")
+        return list(range(1, num_classes + 1)), list(COCO_CATEGORY_NAMES)
     log.warning("class names unknown: calling them class_1 .. class_%d", num_classes)
     return list(range(1, num_classes + 1)), [f"class_{k}" for k in range(1, num_classes + 1)]
 
@@ -268,6 +273,8 @@ def predict_images(
     step: int | None = None,
     progress: bool = True,
     draw_threshold: float = SAMPLES_SCORE_THRESHOLD,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_format: str = "auto",
 ) -> PredictSummary:
     """Detect objects in image files/folders with ``workdir``'s checkpoint; write the results.
 
@@ -283,6 +290,9 @@ def predict_images(
       batch_size: images per predict call (default ``eval.batch_size``); fixed, the last
         batch is padded.
       step: checkpoint step (default: the latest).
+      checkpoint: instead of ``workdir``'s own checkpoint, a TF OD API checkpoint (a zoo
+        model's ``checkpoint/ckpt-0``) or another workdir, imported in full; ``workdir`` may
+        then be None.
     Returns:
       A :class:`PredictSummary` (its ``images`` holds what predictions.json lists);
       ``num_images`` is 0 when no input could be read.
@@ -305,8 +315,10 @@ def predict_images(
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a folder")
 
-    task, state, step = runs.restore_for_inference(config, workdir, step=step)
-    ids, names = class_labels(config, workdir)
+    task, state, step = runs.load_for_inference(config, workdir, step=step,
+                                                checkpoint=checkpoint,
+                                                checkpoint_format=checkpoint_format)
+    ids, names = class_labels(config, workdir or out_dir)
     predict, (params, batch_stats) = _predictor(
         config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
@@ -355,7 +367,8 @@ def predict_images(
     _write_json(out_dir / "predictions.json", {
         "summary": summary.line(),
         "checkpoint_step": step,
-        "workdir": str(workdir),
+        "workdir": None if workdir is None else str(workdir),
+        "checkpoint": None if checkpoint is None else str(checkpoint),
         "score_threshold": score_threshold,
         "draw_threshold": draw_threshold,
         "max_detections": max_detections,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import builders
+from jaxdet import builders, weights
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
 from jaxdet.eval.runner import (
@@ -180,6 +180,7 @@ def train(
 ) -> LoopResult:
     """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one."""
     builders.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
+    weights.check_init_checkpoint(config)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     task = builders.build_task(config)
@@ -218,11 +219,16 @@ def train(
     batches = builders.build_train_loader(config, source)
 
     if start is None:
+        init = config.train.init_checkpoint
+        if init is not None:
+            weights.log_report(weights.load_weights(task.model, config, init.path,
+                                                    restore=init.restore, format=init.format))
         fresh = init_train_state(task, tx, ema=ema, loss_scale=loss_scale)
         state, start = place(fresh, shardings), 0
     else:
         state, meta = checkpointer.restore(start, with_shardings(abstract, shardings))
-        batches.set_state(meta["data"])
+        if "data" in meta:  # (an imported checkpoint has no data position: start at 0)
+            batches.set_state(meta["data"])
         if not complete:
             log.info("resumed from step %d", start)
     if jax.process_index() == 0:
@@ -275,14 +281,20 @@ def train(
             try_plot_training_curves(workdir)
 
 
-def eval_dir(workdir: str | Path, step: int, *, overwrite: bool = False) -> Path:
+def eval_name(step: int | str) -> str:
+    """``step_<N>`` for a workdir's checkpoint, the checkpoint's own name (``ckpt-0``) else."""
+    return f"step_{step}" if isinstance(step, int) else str(step)
+
+
+def eval_dir(workdir: str | Path, step: int | str, *, overwrite: bool = False) -> Path:
     """Where ``jaxdet eval`` writes the evaluation of checkpoint ``step``.
 
-    ``WORKDIR/eval/step_<step>/`` when that holds no evaluation yet (or with ``overwrite``);
-    otherwise (training evaluated that step, or an earlier ``jaxdet eval`` did) the first free
-    ``WORKDIR/eval/step_<step>_<k>/``, k = 2, 3, ..., so no evaluation is replaced silently.
+    ``WORKDIR/eval/step_<step>/`` (:func:`eval_name`) when that holds no evaluation yet (or
+    with ``overwrite``); otherwise (training evaluated that step, or an earlier ``jaxdet
+    eval`` did) the first free ``WORKDIR/eval/step_<step>_<k>/``, k = 2, 3, ..., so no
+    evaluation is replaced silently.
     """
-    base = Path(workdir) / "eval" / f"step_{step}"
+    base = Path(workdir) / "eval" / eval_name(step)
     if overwrite or not (base / "metrics.json").exists():
         return base
     k = 2
@@ -293,12 +305,14 @@ def eval_dir(workdir: str | Path, step: int, *, overwrite: bool = False) -> Path
 
 def evaluate(
     config: Config,
-    workdir: str | Path,
+    workdir: str | Path | None,
     *,
     step: int | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    checkpoint: str | Path | None = None,
+    checkpoint_format: str = "auto",
 ) -> dict:
     """Evaluate the workdir's checkpoint (latest, or ``step``); writes detections + metrics.
 
@@ -306,10 +320,15 @@ def evaluate(
     same step is kept unless ``overwrite``); the returned metrics carry the folder as
     ``"out_dir"`` (a string) and the checkpoint's ``"step"``. On one process the images are
     split over the config's mesh (``parallel``), as during training; ``eval.batch_size`` must
-    divide over ``parallel.data``."""
+    divide over ``parallel.data``. With ``checkpoint`` (a TF OD API checkpoint or another
+    workdir, see :func:`load_for_inference`) the workdir is optional; the results then go to
+    ``out_dir``, by default ``eval/<checkpoint name>`` beside the checkpoint's folder."""
     builders.check_data_paths(config, splits=("eval",))
+    task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
+                                           checkpoint_format=checkpoint_format)
+    if workdir is None:
+        workdir = Path(str(checkpoint)).absolute().parent.parent
     workdir = Path(workdir)
-    task, state, step = restore_for_inference(config, workdir, step=step)
     mesh = None
     if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
         mesh = builders.build_mesh(config)
@@ -355,6 +374,61 @@ def restore_for_inference(
     finally:
         checkpointer.close()
     return task, state, step
+
+
+def import_weights(
+    config: Config, workdir: str | Path, checkpoint: str | Path, *, restore: str = "full",
+    checkpoint_format: str = "auto",
+):
+    """Make ``workdir`` a jaxdet run at step 0 holding ``checkpoint``'s weights (a TF OD API
+    checkpoint or another workdir; ``restore`` as ``weights.load_weights``): its
+    ``config.yaml`` and an orbax checkpoint with fresh optimizer state. Every workdir command
+    then works on it: eval, predict, and train (which fine-tunes from it). Returns the
+    ``ImportReport``.
+
+    Raises:
+      WorkdirMismatch: ``workdir`` already holds checkpoints (nothing is overwritten).
+    """
+    workdir = Path(workdir)
+    checkpointer = _checkpointer(config, workdir)
+    try:
+        if checkpointer.latest_step() is not None:
+            raise WorkdirMismatch(f"{workdir} already holds checkpoints "
+                                  f"({checkpointer.all_steps()}); import into a new --workdir. "
+                                  "Nothing was overwritten.")
+        task = builders.build_task(config)
+        report = weights.load_weights(task.model, config, checkpoint, restore=restore,
+                                      format=checkpoint_format)
+        tx, _ = builders.build_optimizer(config.train)
+        state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                 loss_scale=builders.build_loss_scale(config))
+        checkpointer.save(0, state, {"fingerprint": config_fingerprint(config),
+                                     "imported_from": str(checkpoint)}, force=True)
+        checkpointer.wait()
+    finally:
+        checkpointer.close()
+    (workdir / "config.yaml").write_text(dump_config(config))
+    return report
+
+
+def load_for_inference(
+    config: Config, workdir: str | Path | None = None, *, step: int | None = None,
+    checkpoint: str | Path | None = None, checkpoint_format: str = "auto",
+) -> tuple[DetectionTask, dict, int | str]:
+    """The task and the state to evaluate or predict with: a workdir's checkpoint
+    (:func:`restore_for_inference`), or with ``checkpoint`` a TF OD API checkpoint or another
+    workdir imported in full (``weights.load_weights``). Returns (task, state with params /
+    batch_stats, the step or the checkpoint's name)."""
+    if checkpoint is None:
+        if workdir is None:
+            raise ValueError("give a workdir or a checkpoint to load")
+        return restore_for_inference(config, workdir, step=step)
+    task = builders.build_task(config)
+    report = weights.load_weights(task.model, config, checkpoint, restore="full",
+                                  format=checkpoint_format)
+    log.info("%s", report.line())
+    params, batch_stats = task.initial_variables()
+    return task, {"params": params, "batch_stats": batch_stats}, Path(str(checkpoint)).name
 
 
 def inference_variables(config: Config, state: dict) -> tuple[dict, dict]:

@@ -179,3 +179,24 @@ def test_voc_custom_classes_and_image_set(tmp_path):
     # names outside the VOC list: the sorted names found
     found = VocSource(tmp_path / "Annotations", tmp_path / "JPEGImages")
     assert found.category_names == ["cat", "dog", "zebra"]
+
+
+def test_coco_class_index_id_minus_one_keeps_the_id_gaps(tmp_path):
+    """TF label-map numbering: class = category id - 1, unused ids become classes id_<n>."""
+    import json as _json
+
+    from PIL import Image as _Image
+
+    from jaxdet.data.coco import CocoSource
+
+    _Image.new("RGB", (20, 10)).save(tmp_path / "a.png")
+    (tmp_path / "ann.json").write_text(_json.dumps({
+        "images": [{"id": 5, "file_name": "a.png", "height": 10, "width": 20}],
+        "categories": [{"id": 3, "name": "cat"}, {"id": 1, "name": "person"}],
+        "annotations": [{"id": 1, "image_id": 5, "category_id": 3, "bbox": [1, 1, 4, 4]}]}))
+    contiguous = CocoSource(tmp_path / "ann.json", tmp_path)
+    assert contiguous.category_ids == [1, 3] and contiguous[0]["classes"].tolist() == [1]
+    by_id = CocoSource(tmp_path / "ann.json", tmp_path, class_index="id_minus_one")
+    assert by_id.category_ids == [1, 2, 3]
+    assert by_id.category_names == ["person", "id_2", "cat"]
+    assert by_id[0]["classes"].tolist() == [2]

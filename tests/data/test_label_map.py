@@ -95,3 +95,22 @@ def test_shipped_tf_label_maps():
     # items with nested keypoints messages
     face = read_label_map(LABEL_MAPS / "face_person_with_keypoints_label_map.pbtxt")
     assert face[1] == "face" and len(face) == 2
+
+
+def test_coco_names_are_the_tf_model_zoo_label_map():
+    """jaxdet's built-in COCO names (for 90-class zoo models) equal the TF OD API's
+    mscoco_label_map.pbtxt, id for id."""
+    from pathlib import Path
+
+    import pytest
+
+    from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
+    from jaxdet.data.label_map import read_label_map
+
+    path = Path(__file__).parents[2].parent / "shared/data/tfod/label_maps/mscoco_label_map.pbtxt"
+    if not path.is_file():
+        pytest.skip("../shared/data is not here")
+    by_id = read_label_map(path)  # id -> display_name (else name)
+    assert len(by_id) == 80
+    for k, name in enumerate(COCO_CATEGORY_NAMES):
+        assert name == by_id.get(k + 1, f"id_{k + 1}"), k + 1

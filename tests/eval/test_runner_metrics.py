@@ -73,3 +73,20 @@ def test_voc_only_and_default(tmp_path):
     assert "AP" in m and MAP not in m
     with pytest.raises(ValueError, match="metrics_set"):
         _evaluate(tmp_path, ("oid_challenge_detection_metrics",))
+
+
+def test_detections_of_classes_the_dataset_lacks_are_left_out():
+    """A 90-class model on a 3-class dataset: classes >= 3 leave each row, the rest stay in
+    order first."""
+    from jaxdet.eval.runner import drop_classes_from
+
+    boxes = np.arange(2 * 4 * 4, dtype=np.float32).reshape(2, 4, 4)
+    scores = np.array([[0.9, 0.8, 0.7, 0.6], [0.5, 0.4, 0.3, 0.2]], np.float32)
+    classes = np.array([[0, 5, 2, 1], [7, 8, 1, 0]], np.int32)
+    num = np.array([4, 3])  # row 1's last slot is padding
+    b, s, c, n, dropped = drop_classes_from(boxes, scores, classes, num, 3)
+    assert dropped == 3 and n.tolist() == [3, 1]
+    np.testing.assert_array_equal(c[0, :3], [0, 2, 1])
+    np.testing.assert_allclose(s[0, :3], [0.9, 0.7, 0.6])
+    np.testing.assert_array_equal(b[0, 1], boxes[0, 2])
+    np.testing.assert_array_equal(c[1, :1], [1])

@@ -354,11 +354,15 @@ class ModelConfig(Strict):
 
 
 class CocoDataConfig(Strict):
-    """A COCO instances JSON file and the folder its ``file_name`` entries are relative to."""
+    """A COCO instances JSON file and the folder its ``file_name`` entries are relative to.
+    ``class_index``: ``contiguous`` (the file's categories in id order are classes 0, 1, ...)
+    or ``id_minus_one`` (class = category id - 1, gaps kept: how TF OD API models number
+    COCO, so a 90-class zoo model evaluates on COCO's own JSON)."""
 
     type: Literal["coco"]
     annotation_file: str
     image_dir: str
+    class_index: Literal["contiguous", "id_minus_one"] = "contiguous"
 
 
 class VocDataConfig(Strict):
@@ -536,6 +540,23 @@ class LossScaleConfig(Strict):
     min_scale: float = Field(1.0, gt=0.0)
 
 
+class InitCheckpointConfig(Strict):
+    """Weights to start training from (used only when the workdir has no checkpoint yet).
+
+    ``path``: a TF OD API checkpoint (``checkpoint/ckpt-0``: its prefix, ``.index`` or
+    folder) or a jaxdet workdir (its latest checkpoint). ``format``: ``auto`` tells them
+    apart. ``restore`` (TF's ``fine_tune_checkpoint_type``): ``full`` (every tensor; the
+    model must be the checkpoint's), ``detection`` (every tensor whose shape fits: a
+    class predictor for another class count keeps its fresh initialization) or
+    ``classification`` (the backbone alone, from a classification checkpoint or the
+    backbone of a detection one). One line at start says what was restored, re-initialised
+    and left unused (each name with ``-v``)."""
+
+    path: str
+    format: Literal["auto", "tf", "jaxdet"] = "auto"
+    restore: Literal["full", "detection", "classification"] = "detection"
+
+
 RematTarget = Literal[
     "backbone", "backbone.level2", "backbone.level3", "backbone.level4", "backbone.level5",
     "neck", "head",
@@ -570,6 +591,7 @@ class TrainConfig(Strict):
     log_every: int = Field(10, ge=1)
     freeze_variables: tuple[str, ...] = ()
     update_trainable_variables: tuple[str, ...] = ()
+    init_checkpoint: InitCheckpointConfig | None = None
 
     @model_validator(mode="before")
     @classmethod

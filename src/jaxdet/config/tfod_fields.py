@@ -86,11 +86,6 @@ DIFFERS: dict[str, str] = {
         "jaxdet uses its own initializers (He-normal convolutions, zero biases)",
     f"{_BP}.conv_hyperparams.initializer":
         "jaxdet uses its own initializers (normal stddev 0.01 for predictor convolutions)",
-    f"{_TRAIN}.fine_tune_checkpoint":
-        "TF checkpoints cannot be loaded yet: training starts from random initialization",
-    f"{_TRAIN}.fine_tune_checkpoint_type": "no checkpoint is loaded (see fine_tune_checkpoint)",
-    f"{_TRAIN}.fine_tune_checkpoint_version": "no checkpoint is loaded (see fine_tune_checkpoint)",
-    f"{_TRAIN}.load_all_detection_checkpoint_vars": "no checkpoint is loaded",
     f"{_TRAIN}.keep_checkpoint_every_n_hours":
         "jaxdet keeps the last train.keep_checkpoints checkpoints",
     f"{_TRAIN}.data_augmentation_options.random_horizontal_flip.keypoint_flip_permutation":

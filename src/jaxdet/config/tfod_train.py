@@ -183,6 +183,9 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
             train[name] = patterns
             m.warn(f"{tc.path}.{name}: the regexes are matched against jaxdet's parameter "
                    "paths (e.g. 'backbone/...'), not TF variable names: check them")
+    init = _fine_tune_checkpoint(m, tc)
+    if init is not None:
+        train["init_checkpoint"] = init
     if tc.take("merge_multiple_label_boxes", False):
         raise m.error(tc, "merge_multiple_label_boxes", "not supported; remove it")
     augment = [_augment_op(m, option) for option in tc.all("data_augmentation_options")]
@@ -190,6 +193,25 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
             "max_number_of_boxes": int(tc.take("max_number_of_boxes", 100)),
             "precision": "bf16" if tc.take("use_bfloat16", False) else "fp32"}
     return train, data
+
+
+FINE_TUNE_TYPES = {"detection": "detection", "classification": "classification",
+                   "full": "full"}
+
+
+def _fine_tune_checkpoint(m: Mapper, tc: Message) -> dict | None:
+    """``fine_tune_checkpoint`` (+ ``_type``, ``_version``) -> ``train.init_checkpoint``."""
+    if not tc.has("fine_tune_checkpoint"):
+        for name in ("fine_tune_checkpoint_type", "fine_tune_checkpoint_version"):
+            tc.take(name, None)
+        return None
+    path = str(tc.take("fine_tune_checkpoint"))
+    kind = m.only(tc, "fine_tune_checkpoint_type", list(FINE_TUNE_TYPES), "detection")
+    m.only(tc, "fine_tune_checkpoint_version", ["V2"], "V2")
+    if tc.take("load_all_detection_checkpoint_vars", False):
+        m.warn(f"{tc.path}.load_all_detection_checkpoint_vars: jaxdet restores the tensors "
+               "that fit (train.init_checkpoint.restore)")
+    return {"path": path, "format": "tf", "restore": FINE_TUNE_TYPES[kind]}
 
 
 def _reader(m: Mapper, root: Message, name: str) -> dict | None:

@@ -1,4 +1,7 @@
-"""COCO JSON detection source: records with pixel yxyx boxes and contiguous class indices.
+"""COCO JSON detection source: records with pixel yxyx boxes and contiguous class indices
+(``class_index="contiguous"``: the file's categories in id order) or TF label-map indices
+(``"id_minus_one"``: index = category id - 1, unused ids kept as classes ``id_<n>``; how TF
+OD API models, e.g. the COCO-trained zoo, number COCO's 90 ids).
 
 Annotations are validated once, when the source is built:
   * boxes with w <= 0 or h <= 0 (or non-finite) are dropped and counted,
@@ -54,7 +57,11 @@ class CocoSource:
         image_dir: str | os.PathLike,
         *,
         skips: SkipCounter | None = None,
+        class_index: str = "contiguous",
     ):
+        if class_index not in ("contiguous", "id_minus_one"):
+            raise ValueError(f"class_index={class_index!r}; allowed: contiguous, id_minus_one")
+        self.class_index = class_index
         self.annotation_file = str(annotation_file)
         self.image_dir = str(image_dir)
         self.skips = skips if skips is not None else SkipCounter()
@@ -87,6 +94,14 @@ class CocoSource:
             raise ValueError(f"{file}: malformed 'categories' entry ({e!r})") from None
         if len(set(self.category_ids)) != len(self.category_ids):
             raise ValueError(f"{file}: duplicate category ids {self.category_ids}")
+        if self.class_index == "id_minus_one":  # TF label-map numbering: ids 1..max, gaps kept
+            if min(self.category_ids, default=1) < 1:
+                raise ValueError(f"{file}: class_index id_minus_one needs category ids >= 1, "
+                                 f"got {min(self.category_ids)}")
+            named = dict(zip(self.category_ids, self.category_names, strict=True))
+            top = max(self.category_ids, default=0)
+            self.category_ids = list(range(1, top + 1))
+            self.category_names = [named.get(i, f"id_{i}") for i in self.category_ids]
         cat_index = {cid: i for i, cid in enumerate(self.category_ids)}
 
         ids, paths, heights, widths = [], [], [], []

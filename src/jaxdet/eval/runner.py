@@ -126,7 +126,7 @@ def evaluate_and_write(
         )
     n = len(source) if max_images is None else min(len(source), max_images)
     shown = [int(source[i]["image_id"]) for i in range(min(n, max(num_visualizations, 0)))]
-    recorder = _KeepDetections(evaluators, shown)
+    recorder = _KeepDetections(evaluators, shown, len(source.category_ids))
     seen = run_detection(
         predict,
         params,
@@ -137,6 +137,10 @@ def evaluate_and_write(
         total_batches=-(-n // batch_size),
         progress=progress,
     )
+    if recorder.dropped:
+        log.warning("%d detections of classes beyond the dataset's %d were left out of the "
+                    "evaluation (the model predicts more classes than the dataset has)",
+                    recorder.dropped, len(source.category_ids))
     metrics = evaluator.evaluate() if "coco_detection_metrics" in metrics_set else {}
     for other in evaluators[1:]:
         metrics.update(other.evaluate())
@@ -150,15 +154,39 @@ def evaluate_and_write(
     return metrics
 
 
-class _KeepDetections:
-    """Passes detections on to the evaluators and keeps those of a few images (for drawing)."""
+def drop_classes_from(boxes, scores, classes, num_detections, num_classes: int):
+    """Leave out detections of class index >= ``num_classes`` (a model with more classes than
+    the dataset, e.g. a 90-class zoo model on a 3-class dataset), keeping the rest first in
+    each row. Arrays ``[n, D, 4]``, ``[n, D]``, ``[n, D]``, ``[n]``; returns the same four and
+    the number left out."""
+    boxes, scores, classes = (np.asarray(a) for a in (boxes, scores, classes))
+    num = np.asarray(num_detections).astype(np.int64)
+    d = classes.shape[1]
+    valid = np.arange(d)[None, :] < np.clip(num, 0, d)[:, None]
+    keep = valid & (np.rint(classes).astype(np.int64) < num_classes)
+    dropped = int((valid & ~keep).sum())
+    if not dropped:
+        return boxes, scores, classes, num, 0
+    order = np.argsort(~keep, axis=1, kind="stable")
+    take = lambda a: np.take_along_axis(a, order if a.ndim == 2 else order[..., None], axis=1)  # noqa: E731
+    return take(boxes), take(scores), take(classes), keep.sum(axis=1), dropped
 
-    def __init__(self, evaluators: Sequence, image_ids: Iterable[int]):
+
+class _KeepDetections:
+    """Passes detections on to the evaluators and keeps those of a few images (for drawing).
+    Detections of a class the dataset does not have are left out (counted in ``dropped``)."""
+
+    def __init__(self, evaluators: Sequence, image_ids: Iterable[int], num_classes: int):
         self.evaluators = list(evaluators)
         self.wanted = set(image_ids)
         self.kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.num_classes = num_classes
+        self.dropped = 0
 
     def add_detections(self, image_ids, boxes, scores, classes, num_detections) -> None:
+        boxes, scores, classes, num_detections, dropped = drop_classes_from(
+            boxes, scores, classes, num_detections, self.num_classes)
+        self.dropped += dropped
         for evaluator in self.evaluators:
             evaluator.add_detections(image_ids, boxes, scores, classes, num_detections)
         for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):

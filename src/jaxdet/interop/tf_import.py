@@ -57,7 +57,8 @@ class ImportReport:
                 f"checkpoint{extra}")
 
 
-def _variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
+def variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
+    """The variable of ``model`` at ``path`` (attribute names and list indices)."""
     obj = model
     for p in path:
         obj = obj[p] if isinstance(p, int) else getattr(obj, p)
@@ -126,7 +127,7 @@ def plan_tf_import(
     for tf_path, (path, transform) in mapping.items():
         key = paths[tf_path]
         tf_shape = tuple(ckpt.shape(key))
-        our_shape = tuple(_variable_at(model, path).shape)
+        our_shape = tuple(variable_at(model, path).shape)
         try:
             shape = to_ours(transform, np.zeros(tf_shape, np.uint8), our_shape).shape
         except ValueError:  # e.g. no background column to drop: a different class count
@@ -173,7 +174,7 @@ def load_tf_checkpoint(
         if not t.fits:
             report.reinitialized.append(name)
             continue
-        variable = _variable_at(model, t.path)
+        variable = variable_at(model, t.path)
         variable[...] = jnp.asarray(to_ours(t.transform, ckpt.read(t.key), t.our_shape),
                                     variable.dtype)
         report.restored.append(name)
@@ -190,4 +191,4 @@ def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
 
 
 __all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "load_tf_checkpoint",
-           "load_tf_detection_checkpoint", "plan_tf_import"]
+           "load_tf_detection_checkpoint", "plan_tf_import", "variable_at"]

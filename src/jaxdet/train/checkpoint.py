@@ -116,6 +116,13 @@ class Checkpointer:
         )
         return restored[_STATE], dict(restored[_METADATA] or {})
 
+    def restore_raw(self, step: int) -> Any:
+        """The state of ``step`` as saved (numpy arrays on the host), without a target tree:
+        for reading the weights of another model's checkpoint."""
+        restored = self._manager.restore(
+            int(step), args=ocp.args.Composite(**{_STATE: ocp.args.StandardRestore()}))
+        return jax.tree.map(lambda x: jax.device_get(x), restored[_STATE])
+
     def wait(self) -> None:
         """Block until background saves have finished."""
         self._manager.wait_until_finished()

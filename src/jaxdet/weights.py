@@ -1,0 +1,200 @@
+"""Weights from elsewhere: TF OD API checkpoints and jaxdet workdirs, into a built detector.
+
+    report = load_weights(model, config, "zoo/checkpoint/ckpt-0", restore="detection")
+    log.info(report.line())
+
+``restore`` (TF's ``fine_tune_checkpoint_type``):
+
+* ``full``: every tensor of the model, each of the same shape (predict / eval a zoo model);
+* ``detection``: every tensor whose shape fits; the rest (a class predictor for another
+  class count) keeps its fresh initialization and is reported re-initialised;
+* ``classification``: the backbone alone, from a classification checkpoint (TF:
+  ``tf.train.Checkpoint(feature_extractor=backbone)``) or a detection one.
+
+``format``: ``tf`` (a tensor bundle: ``PREFIX.index`` + data shards), ``jaxdet`` (a
+workdir: its latest orbax checkpoint) or ``auto`` (whichever ``path`` is).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdet.config import schema as S
+from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
+from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, variable_at
+from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
+
+log = logging.getLogger("jaxdet")
+
+FORMATS = ("tf", "jaxdet")
+RESTORE_MODES = ("full", "detection", "classification")
+_TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
+                 "model/_feature_extractor/_efficientnet/")
+_TF_CLASSIFICATION_ROOT = "feature_extractor/"
+
+
+def check_init_checkpoint(config: S.Config) -> None:
+    """Refuse, before any work, a ``train.init_checkpoint.path`` that is still the TF OD API
+    placeholder (a zoo pipeline.config's ``fine_tune_checkpoint``), naming what to set."""
+    init = config.train.init_checkpoint
+    if init is not None and re.search(r"PATH_TO_BE+_CONFIGURED", init.path):
+        from jaxdet.config.loader import ConfigError
+
+        raise ConfigError(
+            f"train.init_checkpoint.path is still the TF OD API placeholder {init.path!r} (from "
+            "train_config.fine_tune_checkpoint); set it to the checkpoint to start from, e.g. "
+            "--set train.init_checkpoint.path=/models/ssd_mobilenet_v2/checkpoint/ckpt-0, or "
+            "train from scratch with --set train.init_checkpoint=null")
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"jaxdet"`` for a workdir (``checkpoints/`` inside), ``"tf"`` for a TF checkpoint.
+
+    Raises:
+      FileNotFoundError: neither exists at ``path``.
+    """
+    path = Path(path)
+    if (path / "checkpoints").is_dir():
+        return "jaxdet"
+    try:
+        resolve_prefix(path)
+    except (FileNotFoundError, CheckpointError):
+        raise FileNotFoundError(
+            f"{path} is neither a jaxdet workdir (no checkpoints/ inside) nor a TF checkpoint "
+            "(no PREFIX.index, no folder with a 'checkpoint' file)") from None
+    return "tf"
+
+
+def _check_mode(restore: str) -> None:
+    if restore not in RESTORE_MODES:
+        raise ValueError(f"restore={restore!r}; allowed: {', '.join(RESTORE_MODES)}")
+
+
+def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *,
+                 restore: str = "full", format: str = "auto") -> ImportReport:
+    """Copy weights from ``path`` into ``model`` (built from ``config``) in place; see the
+    module docstring. Returns what was restored, re-initialised and left unused.
+
+    Raises:
+      FileNotFoundError / CheckpointError / ValueError: a missing or unreadable checkpoint,
+        one of another architecture, or (``full``) a tensor of another shape; each names the
+        file and the first tensors concerned.
+    """
+    _check_mode(restore)
+    kind = detect_format(path) if format == "auto" else format
+    if kind == "tf":
+        return _load_tf(model, config, path, restore)
+    if kind == "jaxdet":
+        return _load_workdir(model, config, Path(path), restore)
+    raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
+
+
+def _load_tf(model, config, path, restore: str) -> ImportReport:
+    ckpt = TfCheckpoint(path)
+    mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
+    if restore == "classification":
+        mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
+        if any(p.startswith(_TF_CLASSIFICATION_ROOT) for p in ckpt.variables()):
+            # a classification checkpoint: the backbone model is the root's feature_extractor
+            # (else: the backbone part of a detection checkpoint, mapped as it is)
+            renamed = {}
+            for tf_path, target in mapping.items():
+                for prefix in _TF_BACKBONES:
+                    if tf_path.startswith(prefix):
+                        tf_path = _TF_CLASSIFICATION_ROOT + tf_path[len(prefix):]
+                renamed[tf_path] = target
+            mapping = renamed
+    report = load_tf_checkpoint(
+        model, ckpt, mapping, unapplied=tf_unapplied(model),
+        reinitialize=(lambda tf_path: restore == "detection"))
+    if restore == "classification":  # the detector's own tensors are expected to be left
+        report.unused = [k for k in report.unused if not k.startswith("model/")]
+    return report
+
+
+def _workdir_variables(workdir: Path) -> dict[str, np.ndarray]:
+    """``{'/'-joined path: array}`` of the params and batch statistics (EMA ones when the run
+    evaluated with them) of a workdir's latest checkpoint, whatever model it holds."""
+    import yaml
+
+    from jaxdet.train.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(workdir / "checkpoints")
+    try:
+        step = checkpointer.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}")
+        state = checkpointer.restore_raw(step)
+    finally:
+        checkpointer.close()
+    use_ema = True
+    saved_config = workdir / "config.yaml"
+    if saved_config.is_file():
+        use_ema = bool((yaml.safe_load(saved_config.read_text()) or {}).get("eval", {})
+                       .get("use_ema", True))
+    params = state["ema_params"] if use_ema and state.get("ema_params") else state["params"]
+    out = {}
+    for tree in (params, state["batch_stats"]):
+        for key, value in _flatten(tree).items():
+            out[key] = np.asarray(value)
+    return out
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        return out
+    return {prefix.rstrip("/"): tree}
+
+
+def _load_workdir(model, config, workdir: Path, restore: str) -> ImportReport:
+    source = _workdir_variables(workdir)
+    report = ImportReport(str(workdir))
+    used = set()
+    missing = []
+    for path in variables_of(model):
+        variable = variable_at(model, path)
+        name = "/".join(map(str, path))
+        if restore == "classification" and not name.startswith("backbone/"):
+            continue
+        if name not in source:
+            missing.append(name)
+            continue
+        used.add(name)
+        value = source[name]
+        if tuple(value.shape) != tuple(variable.shape):
+            if restore != "detection":
+                raise CheckpointError(f"{workdir}: {name} has shape {tuple(value.shape)} there "
+                                      f"but {tuple(variable.shape)} in this model")
+            report.reinitialized.append(name)
+            continue
+        variable[...] = jnp.asarray(value, variable.dtype)
+        report.restored.append(name)
+    if missing:
+        raise CheckpointError(f"{workdir} holds another architecture: {len(missing)} of this "
+                              f"model's tensors are missing there, e.g. {', '.join(missing[:3])}")
+    report.unused = sorted(k for k in source if k not in used
+                           and (restore != "classification" or k.startswith("backbone/")))
+    return report
+
+
+def log_report(report: ImportReport) -> None:
+    """One INFO line; every name at DEBUG (``-v``)."""
+    log.info("init weights: %s", report.line())
+    for title, names in (("restored", report.restored), ("re-initialised", report.reinitialized),
+                         ("unused", report.unused)):
+        for name in names:
+            log.debug("init weights %s: %s", title, name)
+
+
+__all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint", "detect_format",
+           "load_weights", "log_report"]
