@@ -124,8 +124,15 @@ def pipeline(tmp_path_factory) -> Path:
 
 def test_train_eval_summary_from_a_pipeline_config(pipeline, tmp_path, capsys):
     workdir = tmp_path / "run"
+    # the config's fine_tune_checkpoint is still the placeholder: named, nothing written
     assert main(["train", "--pipeline-config", str(pipeline), "--workdir", str(workdir),
-                 "--set", "parallel.data=1"]) == 0
+                 "--set", "parallel.data=1"]) == 2
+    assert "train.init_checkpoint.path is still the TF OD API placeholder" in (
+        capsys.readouterr().err)
+    assert not workdir.exists()
+    sets = ["parallel.data=1", "train.init_checkpoint=null"]  # train from scratch
+    assert main(["train", "--pipeline-config", str(pipeline), "--workdir", str(workdir),
+                 *[a for s in sets for a in ("--set", s)]]) == 0
     assert "trained 3 steps" in capsys.readouterr().out
     metrics = json.loads((workdir / "eval" / "step_3" / "metrics.json").read_text())
     assert metrics["num_images"] == 6
@@ -133,7 +140,7 @@ def test_train_eval_summary_from_a_pipeline_config(pipeline, tmp_path, capsys):
     assert (workdir / "eval" / "step_3" / "samples.png").is_file()
     # the workdir's config.yaml is the converted config: eval needs no pipeline.config
     saved = load_config(workdir / "config.yaml")
-    assert saved == load_pipeline_config(pipeline, ["parallel.data=1"])
+    assert saved == load_pipeline_config(pipeline, sets)
     assert main(["eval", "--workdir", str(workdir), "--out", str(tmp_path / "again")]) == 0
     again = json.loads((tmp_path / "again" / "metrics.json").read_text())
     assert again["AP"] == pytest.approx(metrics["AP"])
@@ -159,8 +166,9 @@ def test_convert_config_writes_yaml_that_trains_the_same_model(pipeline, tmp_pat
                  "--set", "train.num_steps=7"]) == 0
     printed = capsys.readouterr()
     assert f"wrote {out}" in printed.out
-    assert "train_config.fine_tune_checkpoint: TF checkpoints cannot be loaded" in printed.err
     config = load_config(out)
+    assert config.train.init_checkpoint.path == "PATH_TO_BE_CONFIGURED/mobilenet_v2.ckpt-1"
+    assert config.train.init_checkpoint.restore == "detection"  # TF's default type
     assert config == load_pipeline_config(pipeline, ["train.num_steps=7"])
     text = out.read_text()
     assert "model.ssd.matcher.argmax_matcher.use_matmul_gather" in text  # listed, not dropped
