@@ -1,4 +1,5 @@
-"""``jaxdet convert-dataset``: COCO JSON / Pascal VOC -> TF OD API TFRecord, and TFRecord -> COCO.
+"""``jaxdet convert-dataset``: COCO JSON / Pascal VOC / normalized-boxes JSON -> TF OD API
+TFRecord or COCO, and TFRecord -> COCO.
 
 Any jaxdet source (``CocoSource``, ``VocSource``, ``TfRecordSource``) converts: its records,
 with the source's validation and repairs applied, are written out. Image bytes are copied as
@@ -240,9 +241,14 @@ def draw_dataset_grid(source, out_png: str | os.PathLike, max_images: int = 10, 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``convert-dataset`` options."""
     p.add_argument("--from", dest="source_format", required=True,
-                   choices=("coco", "voc", "tfrecord"))
+                   choices=("coco", "voc", "tfrecord", "boxes-json"),
+                   help="boxes-json: one class given as normalized [ymin, xmin, ymax, xmax] "
+                        "boxes per image file ({\"images\": {\"a.jpg\": [[...]]}}), the TF2 "
+                        "few-shot example's layout")
     p.add_argument("--to", dest="target_format", required=True, choices=("tfrecord", "coco"))
-    p.add_argument("--annotations", help="coco: the JSON file; voc: the folder of XML files")
+    p.add_argument("--annotations", help="coco / boxes-json: the JSON file; voc: the folder "
+                   "of XML files")
+    p.add_argument("--class-name", default="object", help="boxes-json: the class's name")
     p.add_argument("--images", help="coco / voc: the image folder")
     p.add_argument("--input", action="append", default=[], metavar="FILE_OR_GLOB",
                    help="tfrecord: input files or globs (repeatable; quote globs)")
@@ -271,6 +277,10 @@ def open_source(args: argparse.Namespace):
         from jaxdet.data.coco import CocoSource
 
         return CocoSource(args.annotations, args.images)
+    if kind == "boxes-json":
+        from jaxdet.data.boxes_json import BoxesJsonSource
+
+        return BoxesJsonSource(args.annotations, args.images, class_name=args.class_name)
     from jaxdet.data.voc import VocSource
 
     return VocSource(args.annotations, args.images)

@@ -33,7 +33,8 @@ def test_data_source_of_another_type_replaces_the_base_one(tmp_path):
     })
     config = load_config(path)
     assert config.data.train.model_dump() == {
-        "type": "coco", "annotation_file": "/d/train.json", "image_dir": "/d/train"}
+        "type": "coco", "annotation_file": "/d/train.json", "image_dir": "/d/train",
+        "class_index": "contiguous"}
     assert config.data.eval.model_dump() == {
         "type": "voc", "annotation_dir": "/voc/A", "image_dir": "/voc/J", "class_names": None}
     # untagged siblings still merge: the base's resizer, augment ops and model stay
@@ -81,8 +82,8 @@ def test_set_of_a_tag_replaces_the_section_then_fills_it():
     config = load_config("shapes_demo", [
         "data.train.type=coco", "data.train.annotation_file=/a.json", "data.train.image_dir=/img",
         "model.neck.name=bifpn", "train.optimizer.name=sgd"])
-    assert config.data.train.model_dump() == {"type": "coco", "annotation_file": "/a.json",
-                                              "image_dir": "/img"}
+    assert config.data.train.model_dump(exclude_defaults=True) == {
+        "type": "coco", "annotation_file": "/a.json", "image_dir": "/img"}
     assert config.model.neck.name == "bifpn" and config.model.neck.num_filters == 64
     assert config.train.optimizer.weight_decay == 0.0  # shapes_demo's 1e-4 was adamw's
     # an augment op in a list changes kind the same way
