@@ -32,9 +32,11 @@ def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> No
 def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="weights to use instead of the workdir's: a TF OD API checkpoint "
-                        "(a zoo model's checkpoint/ckpt-0) or another jaxdet workdir, with "
+                        "(a zoo model's checkpoint/ckpt-0), another jaxdet workdir or a PyTorch "
+                        "state dict (.safetensors/.pth: effdet), with "
                         "--pipeline-config or --config describing its model")
-    p.add_argument("--checkpoint-format", default="auto", choices=("auto", "tf", "jaxdet"),
+    p.add_argument("--checkpoint-format", default="auto",
+                   choices=("auto", "tf", "jaxdet", "torch"),
                    help="the --checkpoint's format (default: recognised from the path)")
 
 
@@ -149,8 +151,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="import TF OD API (or jaxdet) weights into a new workdir at step 0")
     _add_config_args(p)
     p.add_argument("--checkpoint", required=True, metavar="PATH",
-                   help="a TF OD API checkpoint (checkpoint/ckpt-0) or a jaxdet workdir")
-    p.add_argument("--checkpoint-format", default="auto", choices=("auto", "tf", "jaxdet"))
+                   help="a TF OD API checkpoint (checkpoint/ckpt-0), a jaxdet workdir or a "
+                        "PyTorch state dict (.safetensors or .pth)")
+    p.add_argument("--checkpoint-format", default="auto",
+                   choices=("auto", "tf", "jaxdet", "torch"))
     p.add_argument("--restore", default="full", choices=("full", "detection", "classification"),
                    help="full: every tensor (default); detection: those that fit (a new class "
                         "count re-initialises the class predictor); classification: the "

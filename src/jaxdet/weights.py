@@ -12,7 +12,9 @@
   ``tf.train.Checkpoint(feature_extractor=backbone)``) or a detection one.
 
 ``format``: ``tf`` (a tensor bundle: ``PREFIX.index`` + data shards), ``jaxdet`` (a
-workdir: its latest orbax checkpoint) or ``auto`` (whichever ``path`` is).
+workdir: its latest orbax checkpoint), ``torch`` (a ``.safetensors`` or ``.pth`` state dict:
+an effdet EfficientDet, or a torchvision ResNet / timm MobileNet or EfficientNet backbone;
+``interop.torch_files``) or ``auto`` (whichever ``path`` is).
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from jaxdet.config import schema as S
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
 from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, variable_at
 from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
+from jaxdet.interop.torch_files import PICKLE_SUFFIXES, read_torch_weights
 
 log = logging.getLogger("jaxdet")
 
-FORMATS = ("tf", "jaxdet")
+FORMATS = ("tf", "jaxdet", "torch")
 RESTORE_MODES = ("full", "detection", "classification")
 _TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
                  "model/_feature_extractor/_efficientnet/")
@@ -63,12 +66,15 @@ def detect_format(path: str | os.PathLike) -> str:
     path = Path(path)
     if (path / "checkpoints").is_dir():
         return "jaxdet"
+    if path.is_file() and path.suffix in (".safetensors", *PICKLE_SUFFIXES):
+        return "torch"
     try:
         resolve_prefix(path)
     except (FileNotFoundError, CheckpointError):
         raise FileNotFoundError(
-            f"{path} is neither a jaxdet workdir (no checkpoints/ inside) nor a TF checkpoint "
-            "(no PREFIX.index, no folder with a 'checkpoint' file)") from None
+            f"{path} is neither a jaxdet workdir (no checkpoints/ inside), a TF checkpoint "
+            "(no PREFIX.index, no folder with a 'checkpoint' file) nor a PyTorch weight file "
+            f"(.safetensors, {', '.join(PICKLE_SUFFIXES)})") from None
     return "tf"
 
 
@@ -93,6 +99,8 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
         return _load_tf(model, config, path, restore)
     if kind == "jaxdet":
         return _load_workdir(model, config, Path(path), restore)
+    if kind == "torch":
+        return _load_torch(model, Path(path), restore)
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
 
 
@@ -116,6 +124,51 @@ def _load_tf(model, config, path, restore: str) -> ImportReport:
         reinitialize=(lambda tf_path: restore == "detection"))
     if restore == "classification":  # the detector's own tensors are expected to be left
         report.unused = [k for k in report.unused if not k.startswith("model/")]
+    return report
+
+
+def _load_torch(model, path: Path, restore: str) -> ImportReport:
+    """A PyTorch state dict: an effdet EfficientDet (``fpn.*``, ``class_net.*`` keys) maps onto
+    the whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
+    the backbone (``restore: classification``; its classifier keys are left unused)."""
+    from jaxdet.models.backbones import torch_names
+    from jaxdet.models.effdet_names import effdet_state_dict_map
+
+    state = read_torch_weights(path)
+    whole = any(k.startswith(("fpn.", "class_net.", "box_net.")) for k in state)
+    if whole:
+        mapping = effdet_state_dict_map(model)
+        if restore == "classification":
+            mapping = {k: v for k, v in mapping.items() if k.startswith("backbone.")}
+    else:
+        if restore != "classification":
+            raise CheckpointError(f"{path} holds a backbone (classifier) state dict: restore it "
+                                  "with restore: classification")
+        mapping = {k: (("backbone", *p), t) for k, (p, t) in
+                   torch_names.torch_state_dict_map(model.backbone).items()}
+    missing = [k for k in mapping if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} does not fit this model: {len(missing)} of the "
+                              f"{len(mapping)} tensors it needs are not in the file, e.g. "
+                              f"{', '.join(missing[:3])}")
+    report = ImportReport(str(path))
+    for key, (target, transform) in mapping.items():
+        variable = variable_at(model, target)
+        value = torch_names.to_ours(transform, state[key])
+        name = "/".join(map(str, target))
+        if tuple(value.shape) != tuple(variable.shape):
+            if restore != "detection":
+                raise CheckpointError(f"{path}: {key} has shape {tuple(state[key].shape)} (as "
+                                      f"jaxdet's {tuple(value.shape)}) but {name} is "
+                                      f"{tuple(variable.shape)}")
+            report.reinitialized.append(name)
+            continue
+        variable[...] = jnp.asarray(value, variable.dtype)
+        report.restored.append(name)
+    report.unused = sorted(k for k in state if k not in mapping
+                           and not k.endswith("num_batches_tracked")
+                           and (restore != "classification" or not whole
+                                or k.startswith("backbone.")))
     return report
 
 

@@ -19,6 +19,7 @@ from jaxdet.config.loader import load_config
 from jaxdet.models.backbones.torch_names import torch_shape_to_ours
 from jaxdet.models.effdet_names import effdet_state_dict_map, load_effdet_state_dict
 from jaxdet.models.ssd import concat_levels
+from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights
 
@@ -30,9 +31,9 @@ LEVELS = (3, 4, 5, 6, 7)
 pytestmark = pytest.mark.xdist_group("efficientdet_d0")
 
 
-def _config():
+def _config(extra=()):
     return load_config("efficientdet_d0", [
-        "precision=fp32", f"data.resizer.min_dimension={SIZE}",
+        *extra, "precision=fp32", f"data.resizer.min_dimension={SIZE}",
         f"data.resizer.max_dimension={SIZE}",
         f"data.augment=[{{name: random_scale_crop_and_pad_to_square, output_size: {SIZE}}}]",
     ])
@@ -97,3 +98,62 @@ def test_outputs_equal_effdet(detector):
     # The detector's own forward concatenates exactly these levels.
     all_logits, _ = concat_levels({"class_logits": class_logits, "box_encodings": box_encodings})
     assert all_logits.shape == (1, 9 * sum((SIZE // 2**lvl) ** 2 for lvl in LEVELS), 90)
+
+
+def _flat(module) -> dict[str, np.ndarray]:
+    state = nnx.state(module, (nnx.Param, nnx.BatchStat))
+    return {"/".join(map(str, k)): np.asarray(v) for k, v in nnx.to_flat_state(state)}
+
+
+@pytest.fixture(scope="module")
+def effdet_file(tmp_path_factory) -> Path:
+    """effdet's state dict as a ``.safetensors`` file written by the reference library, with
+    the ``num_batches_tracked`` counters torch keeps beside every BatchNorm."""
+    from safetensors.numpy import save_file
+
+    state = dict(torch_deterministic_weights(FIXTURE["shapes"]))
+    for key in list(state):
+        if key.endswith("running_var"):
+            state[key.replace("running_var", "num_batches_tracked")] = np.array(7, np.int64)
+    path = tmp_path_factory.mktemp("effdet") / "tf_efficientdet_d0.safetensors"
+    save_file(state, str(path))
+    return path
+
+
+def test_effdet_file_loads_as_the_whole_detector(detector, effdet_file, build_fast):
+    config = _config()
+    model = build_fast(lambda: builders.build_model(config), seed=1)
+    report = load_weights(model, config, effdet_file)  # format auto: torch
+    assert len(report.restored) == len(FIXTURE["shapes"])
+    assert report.reinitialized == [] and report.unused == []
+    expected, ours = _flat(detector), _flat(model)
+    assert set(expected) == set(ours)
+    for name, value in expected.items():  # the detector whose outputs equal effdet's
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+def test_effdet_file_restores_detection_for_another_class_count(detector, effdet_file,
+                                                                 build_fast):
+    config = _config(["model.num_classes=3"])
+    model = build_fast(lambda: builders.build_model(config), seed=1)
+    fresh = _flat(model)
+    report = load_weights(model, config, effdet_file, restore="detection")
+    assert sorted(report.reinitialized) == ["head/class_predictor/pointwise/bias",
+                                            "head/class_predictor/pointwise/kernel"]
+    expected, ours = _flat(detector), _flat(model)
+    for name in ours:
+        want = fresh[name] if name in report.reinitialized else expected[name]
+        np.testing.assert_array_equal(ours[name], want, err_msg=name)
+
+
+def test_effdet_file_restores_the_backbone_alone(detector, effdet_file, build_fast):
+    config = _config()
+    model = build_fast(lambda: builders.build_model(config), seed=1)
+    fresh = _flat(model)
+    report = load_weights(model, config, effdet_file, restore="classification")
+    assert all(name.startswith("backbone/") for name in report.restored)
+    expected, ours = _flat(detector), _flat(model)
+    for name in ours:
+        want = expected[name] if name.startswith("backbone/") else fresh[name]
+        np.testing.assert_array_equal(ours[name], want, err_msg=name)
+    assert len(report.restored) == sum(name.startswith("backbone/") for name in ours)

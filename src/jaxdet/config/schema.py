@@ -544,16 +544,19 @@ class InitCheckpointConfig(Strict):
     """Weights to start training from (used only when the workdir has no checkpoint yet).
 
     ``path``: a TF OD API checkpoint (``checkpoint/ckpt-0``: its prefix, ``.index`` or
-    folder) or a jaxdet workdir (its latest checkpoint). ``format``: ``auto`` tells them
-    apart. ``restore`` (TF's ``fine_tune_checkpoint_type``): ``full`` (every tensor; the
-    model must be the checkpoint's), ``detection`` (every tensor whose shape fits: a
-    class predictor for another class count keeps its fresh initialization) or
+    folder), a jaxdet workdir (its latest checkpoint) or a PyTorch state dict
+    (``.safetensors``, or ``.pth`` read by an installed torch with ``weights_only=True``): an
+    effdet EfficientDet, or a torchvision ResNet / timm MobileNet or EfficientNet backbone.
+    ``format``: ``auto`` tells them apart. ``restore`` (TF's ``fine_tune_checkpoint_type``):
+    ``full`` (every tensor; the model must be the checkpoint's), ``detection`` (every tensor
+    whose shape fits: a class predictor for another class count keeps its fresh
+    initialization) or
     ``classification`` (the backbone alone, from a classification checkpoint or the
     backbone of a detection one). One line at start says what was restored, re-initialised
     and left unused (each name with ``-v``)."""
 
     path: str
-    format: Literal["auto", "tf", "jaxdet"] = "auto"
+    format: Literal["auto", "tf", "jaxdet", "torch"] = "auto"
     restore: Literal["full", "detection", "classification"] = "detection"
 
 
