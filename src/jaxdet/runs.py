@@ -326,8 +326,9 @@ def evaluate(
     builders.check_data_paths(config, splits=("eval",))
     task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
                                            checkpoint_format=checkpoint_format)
-    if workdir is None:
-        workdir = Path(str(checkpoint)).absolute().parent.parent
+    if workdir is None:  # a zoo model's folder (.../checkpoint/ckpt-0), or a weight file's
+        source = Path(str(checkpoint)).absolute()
+        workdir = source.parent if source.is_file() else source.parent.parent
     workdir = Path(workdir)
     mesh = None
     if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)

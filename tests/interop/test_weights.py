@@ -18,6 +18,7 @@ from jaxdet import builders, runs
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import CheckpointError
+from jaxdet.interop.tfod_names import UnmappedModelError
 from jaxdet.weights import detect_format, load_weights
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -112,6 +113,15 @@ def test_another_architecture_names_the_missing_tensors(checkpoints):
     assert "is not a checkpoint of this model" in message
     assert "tensors are missing, e.g. model/_feature_extractor/" in message
     assert "closest in the checkpoint" in message
+
+
+def test_a_model_without_tf_names_says_which_part(checkpoints):
+    """shapes_demo's ResNet-18 (basic blocks) has no TF OD API counterpart to take names from:
+    the error names it before any tensor is read."""
+    config = load_config("shapes_demo", ["precision=fp32"])
+    model = nnx.eval_shape(lambda: builders.build_model(config))
+    with pytest.raises(UnmappedModelError, match="TF OD API ResNets are bottleneck ResNets"):
+        load_weights(model, config, checkpoints["detection"])
 
 
 def test_zoo_placeholder_is_refused_before_any_work(tmp_path):

@@ -43,6 +43,10 @@ from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 Path = tuple[str | int, ...]
 Target = tuple[Path, str]
 
+
+class UnmappedModelError(ValueError):
+    """A model part that has no TF OD API checkpoint name map (the message names it): its
+    weights cannot come from a TF checkpoint; train it from scratch or from jaxdet weights."""
 BN_NAMES = (("gamma", "scale"), ("beta", "bias"), ("moving_mean", "mean"),
             ("moving_variance", "var"))
 
@@ -145,7 +149,9 @@ def resnet_layers(net: ResNet, path: Path) -> list[tuple[Path, nnx.Module]]:
     for stage in ("layer1", "layer2", "layer3", "layer4"):
         for j, block in enumerate(getattr(net, stage)):
             if not isinstance(block, Bottleneck):
-                raise NotImplementedError("TF OD API ResNets are bottleneck ResNets (50/101/152)")
+                raise UnmappedModelError(
+                    "no TF checkpoint names for ResNet basic blocks (resnet18/34): TF OD API "
+                    "ResNets are bottleneck ResNets (50/101/152)")
             at = (*path, stage, j)
             layers += [((*at, n), getattr(block, n)) for n in ("conv1", "bn1", "conv2", "bn2")]
             if block.downsample is not None:
@@ -214,7 +220,7 @@ def _bifpn(out: dict, neck: BiFPN, prefix: str) -> None:
             unit = fnode.after_combine.conv
             post = f"{prefix}/node_post_combine_block/{n}"
             if not hasattr(unit, "conv_dw"):
-                raise NotImplementedError("BiFPN with plain (not separable) node convs")
+                raise UnmappedModelError("BiFPN with plain (not separable) node convs")
             conv_at = (*at, "after_combine", "conv")
             out[f"{post}/1/depthwise_kernel"] = ((*conv_at, "conv_dw", "kernel"), "depthwise")
             out[f"{post}/1/pointwise_kernel"] = ((*conv_at, "conv_pw", "kernel"), "identity")
@@ -263,7 +269,7 @@ def _weight_shared_box_predictor(out: dict, head: WeightSharedBoxPredictor, pref
             if norms is None:
                 continue
             if head.share_norm_across_levels:
-                raise NotImplementedError("TF keeps one batch norm per level")
+                raise UnmappedModelError("TF keeps one batch norm per level")
             for level in range(len(head.levels)):
                 _bn(out, f"{prefix}/_base_tower_layers_for_heads/{tf_head}/{level}/{3 * i + 1}",
                     ("head", f"{name}_norms", i, level))
@@ -287,7 +293,7 @@ def _ssd_feature_maps(out: dict, neck: SSDFeatureMaps, prefix: str) -> None:
         at = ("neck", "extra", k)
         tf = f"{prefix}/convolutions/{first + k}"
         if layer.project is not None:
-            raise NotImplementedError("depthwise SSD feature maps (SSDLite) are not mapped yet")
+            raise UnmappedModelError("depthwise SSD feature maps (SSDLite) are not mapped yet")
         _conv(out, f"{tf}/0", (*at, "reduce", "conv"), layer.reduce.conv)
         _bn(out, f"{tf}/1", (*at, "reduce", "norm"))
         _conv(out, f"{tf}/3", (*at, "downsample", "conv"), layer.downsample.conv)
@@ -298,7 +304,7 @@ def _convolutional_box_predictor(out: dict, head: ConvolutionalBoxPredictor, pre
                                  background: bool) -> None:
     for level, predictor in enumerate(head.predictors):
         if len(predictor.tower) or predictor.box_predictor.depthwise is not None:
-            raise NotImplementedError("convolutional box predictor towers are not mapped yet")
+            raise UnmappedModelError("convolutional box predictor towers are not mapped yet")
         at = ("head", "predictors", level)
         box = f"{prefix}/_prediction_heads/box_encodings/{level}/_box_encoder_layers/0"
         _conv(out, box, (*at, "box_predictor", "conv"), predictor.box_predictor.conv)
@@ -314,7 +320,7 @@ def _convolutional_box_predictor(out: dict, head: ConvolutionalBoxPredictor, pre
 
 def ssd_detector_map(model: nnx.Module, *, add_background_class: bool) -> dict[str, Target]:
     """``{tf object path: (jaxdet path, transform)}`` for an SSD-family detector built from a
-    TF OD API pipeline.config. Raises NotImplementedError naming the part that has no map."""
+    TF OD API pipeline.config. Raises UnmappedModelError naming the part that has no map."""
     out: dict[str, Target] = {}
     fe = "model/_feature_extractor"
     backbone, neck, head = model.backbone, model.neck, model.head
@@ -327,7 +333,7 @@ def ssd_detector_map(model: nnx.Module, *, add_background_class: bool) -> dict[s
     elif isinstance(backbone, effnet.EfficientNet):
         layers = efficientnet_layers(backbone, ("backbone",))
     else:
-        raise NotImplementedError(f"no TF checkpoint map yet for {type(backbone).__name__}")
+        raise UnmappedModelError(f"no TF checkpoint map yet for {type(backbone).__name__}")
     keras_model = "_efficientnet" if isinstance(backbone, effnet.EfficientNet) else (
         "classification_backbone")
     _keras_numbered(out, f"{fe}/{keras_model}", layers)
@@ -338,13 +344,13 @@ def ssd_detector_map(model: nnx.Module, *, add_background_class: bool) -> dict[s
     elif isinstance(neck, BiFPN):
         _bifpn(out, neck, f"{fe}/_bifpn_stage")
     else:
-        raise NotImplementedError(f"no TF checkpoint map yet for {type(neck).__name__}")
+        raise UnmappedModelError(f"no TF checkpoint map yet for {type(neck).__name__}")
     if isinstance(head, ConvolutionalBoxPredictor):
         _convolutional_box_predictor(out, head, "model/_box_predictor", add_background_class)
     elif isinstance(head, WeightSharedBoxPredictor):
         _weight_shared_box_predictor(out, head, "model/_box_predictor", add_background_class)
     else:
-        raise NotImplementedError(f"no TF checkpoint map yet for {type(head).__name__}")
+        raise UnmappedModelError(f"no TF checkpoint map yet for {type(head).__name__}")
     return out
 
 
@@ -372,4 +378,4 @@ def variables_of(model: nnx.Module) -> Iterator[Path]:
 
 
 __all__ = ["efficientnet_layers", "mobilenet_v1_layers", "mobilenet_v2_layers", "resnet_layers",
-           "ssd_detector_map", "tf_unapplied", "to_ours", "variables_of"]
+           "UnmappedModelError", "ssd_detector_map", "tf_unapplied", "to_ours", "variables_of"]
