@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -30,9 +31,11 @@ from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
-from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, variable_at
+from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint
 from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
 from jaxdet.interop.torch_files import PICKLE_SUFFIXES, read_torch_weights
+from jaxdet.models.backbones import torch_names
+from jaxdet.models.backbones.torch_names import variable_at
 
 log = logging.getLogger("jaxdet")
 
@@ -131,7 +134,6 @@ def _load_torch(model, path: Path, restore: str) -> ImportReport:
     """A PyTorch state dict: an effdet EfficientDet (``fpn.*``, ``class_net.*`` keys) maps onto
     the whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
     the backbone (``restore: classification``; its classifier keys are left unused)."""
-    from jaxdet.models.backbones import torch_names
     from jaxdet.models.effdet_names import effdet_state_dict_map
 
     state = read_torch_weights(path)
@@ -146,29 +148,45 @@ def _load_torch(model, path: Path, restore: str) -> ImportReport:
                                   "with restore: classification")
         mapping = {k: (("backbone", *p), t) for k, (p, t) in
                    torch_names.torch_state_dict_map(model.backbone).items()}
-    missing = [k for k in mapping if k not in state]
+    return _copy_arrays(
+        model, str(path), state, mapping, restore, where="in the file",
+        expected_unused=lambda k: k.endswith("num_batches_tracked") or (
+            restore == "classification" and whole and not k.startswith("backbone.")))
+
+
+def _copy_arrays(model: nnx.Module, source: str, arrays: dict[str, np.ndarray],
+                 mapping: dict[str, tuple[tuple, str]], restore: str, *, where: str,
+                 expected_unused: Callable[[str], bool]) -> ImportReport:
+    """Copy ``arrays[key]``, in jaxdet's layout by the mapping's transform (see
+    ``torch_names.to_ours``), into the variable at the path ``mapping[key]`` names, for every
+    key of ``mapping``. Every name and shape is checked before anything is written: a key
+    missing from ``arrays`` is an error, a shape that differs is re-initialised with ``restore:
+    detection`` and an error otherwise. Keys of ``arrays`` outside ``mapping`` are reported
+    unused unless ``expected_unused(key)``."""
+    missing = [k for k in mapping if k not in arrays]
     if missing:
-        raise CheckpointError(f"{path} does not fit this model: {len(missing)} of the "
-                              f"{len(mapping)} tensors it needs are not in the file, e.g. "
+        raise CheckpointError(f"{source} does not fit this model: {len(missing)} of the "
+                              f"{len(mapping)} tensors it needs are not {where}, e.g. "
                               f"{', '.join(missing[:3])}")
-    report = ImportReport(str(path))
+    planned = []  # (key, variable name, variable, value in our layout)
     for key, (target, transform) in mapping.items():
-        variable = variable_at(model, target)
-        value = torch_names.to_ours(transform, state[key])
-        name = "/".join(map(str, target))
+        planned.append((key, "/".join(map(str, target)), variable_at(model, target),
+                        torch_names.to_ours(transform, arrays[key])))
+    wrong = [p for p in planned if tuple(p[3].shape) != tuple(p[2].shape)]
+    if wrong and restore != "detection":
+        key, name, variable, value = wrong[0]
+        more = f" ({len(wrong)} tensors do not fit)" if len(wrong) > 1 else ""
+        raise CheckpointError(f"{source}: {key} has shape {tuple(arrays[key].shape)} (as "
+                              f"jaxdet's {tuple(value.shape)}) but {name} is "
+                              f"{tuple(variable.shape)}{more}")
+    report = ImportReport(source)
+    for _, name, variable, value in planned:
         if tuple(value.shape) != tuple(variable.shape):
-            if restore != "detection":
-                raise CheckpointError(f"{path}: {key} has shape {tuple(state[key].shape)} (as "
-                                      f"jaxdet's {tuple(value.shape)}) but {name} is "
-                                      f"{tuple(variable.shape)}")
             report.reinitialized.append(name)
             continue
         variable[...] = jnp.asarray(value, variable.dtype)
         report.restored.append(name)
-    report.unused = sorted(k for k in state if k not in mapping
-                           and not k.endswith("num_batches_tracked")
-                           and (restore != "classification" or not whole
-                                or k.startswith("backbone.")))
+    report.unused = sorted(k for k in arrays if k not in mapping and not expected_unused(k))
     return report
 
 
@@ -210,34 +228,14 @@ def _flatten(tree, prefix: str = "") -> dict:
 
 
 def _load_workdir(model, config, workdir: Path, restore: str) -> ImportReport:
-    source = _workdir_variables(workdir)
-    report = ImportReport(str(workdir))
-    used = set()
-    missing = []
-    for path in variables_of(model):
-        variable = variable_at(model, path)
-        name = "/".join(map(str, path))
-        if restore == "classification" and not name.startswith("backbone/"):
-            continue
-        if name not in source:
-            missing.append(name)
-            continue
-        used.add(name)
-        value = source[name]
-        if tuple(value.shape) != tuple(variable.shape):
-            if restore != "detection":
-                raise CheckpointError(f"{workdir}: {name} has shape {tuple(value.shape)} there "
-                                      f"but {tuple(variable.shape)} in this model")
-            report.reinitialized.append(name)
-            continue
-        variable[...] = jnp.asarray(value, variable.dtype)
-        report.restored.append(name)
-    if missing:
-        raise CheckpointError(f"{workdir} holds another architecture: {len(missing)} of this "
-                              f"model's tensors are missing there, e.g. {', '.join(missing[:3])}")
-    report.unused = sorted(k for k in source if k not in used
-                           and (restore != "classification" or k.startswith("backbone/")))
-    return report
+    """A jaxdet workdir's latest checkpoint, by variable path (no transform)."""
+    mapping = {"/".join(map(str, path)): (path, "identity") for path in variables_of(model)}
+    if restore == "classification":
+        mapping = {k: v for k, v in mapping.items() if k.startswith("backbone/")}
+    return _copy_arrays(
+        model, str(workdir), _workdir_variables(workdir), mapping, restore,
+        where="in its checkpoint",
+        expected_unused=lambda k: restore == "classification" and not k.startswith("backbone/"))
 
 
 def log_report(report: ImportReport) -> None:

@@ -31,6 +31,7 @@ from jaxdet.interop.tfod_names import (
     tf_unapplied,
     to_ours,
 )
+from jaxdet.models.backbones.torch_names import variable_at
 
 # Not model weights: the save counter, the object graph, optimizer slots and step counters.
 _BOOKKEEPING = re.compile(r"^(save_counter|_CHECKPOINTABLE_OBJECT_GRAPH)|\.OPTIMIZER_SLOT/"
@@ -55,14 +56,6 @@ class ImportReport:
         return (f"{self.source}: restored {len(self.restored)} tensors, "
                 f"{len(self.reinitialized)} re-initialised, {len(self.unused)} unused in the "
                 f"checkpoint{extra}")
-
-
-def variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
-    """The variable of ``model`` at ``path`` (attribute names and list indices)."""
-    obj = model
-    for p in path:
-        obj = obj[p] if isinstance(p, int) else getattr(obj, p)
-    return obj
 
 
 def _closest(missing: str, available: list[str]) -> str:

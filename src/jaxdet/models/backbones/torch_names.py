@@ -97,7 +97,8 @@ def torch_state_dict_map(model: nnx.Module) -> dict[str, tuple[Path, str]]:
     return mapping
 
 
-def _variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
+def variable_at(model: nnx.Module, path: Path) -> nnx.Variable:
+    """The variable of ``model`` at ``path`` (attribute names and list indices)."""
     obj = model
     for p in path:
         obj = obj[p] if isinstance(p, int) else getattr(obj, p)
@@ -129,7 +130,7 @@ def load_state_dict(
             continue
         path, transform = mapping[key]
         array = to_ours(transform, value)
-        variable = _variable_at(model, path)
+        variable = variable_at(model, path)
         if array.shape != variable.shape:
             raise ValueError(
                 f"{key}: shape {np.shape(value)} -> {array.shape} does not fit "
