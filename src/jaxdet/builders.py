@@ -403,7 +403,12 @@ def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
     return optim.constant(lr.learning_rate)
 
 
-def build_optimizer(cfg: S.TrainConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def build_optimizer(
+    cfg: S.TrainConfig, variable_names: dict[str, list[str]] | None = None,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """The optimizer and learning-rate schedule of ``train``. ``variable_names``: other names
+    of the parameters (``{path: [name, ...]}``, e.g. TF variable names from
+    ``weights.tf_variable_names``) that ``freeze_variables`` regexes may match."""
     o = cfg.optimizer
     schedule = build_schedule(cfg)
     tx = optim.make_optimizer(
@@ -419,6 +424,7 @@ def build_optimizer(cfg: S.TrainConfig) -> tuple[optax.GradientTransformation, o
         clip_gradient_norm=o.clip_gradient_norm,
         freeze_variables=tuple(cfg.freeze_variables),
         update_trainable_variables=tuple(cfg.update_trainable_variables),
+        variable_names=variable_names,
     )
     return tx, schedule
 

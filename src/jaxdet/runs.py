@@ -82,6 +82,34 @@ def _checkpointer(config: Config, workdir: Path) -> Checkpointer:
     )
 
 
+VARIABLE_NAMES_FILE = "tf_variable_names.json"
+
+
+def _variable_names(config: Config, task: DetectionTask, workdir: Path, *,
+                    tf_checkpoint: str | Path | None = None) -> dict[str, list[str]] | None:
+    """Other names of the parameters that ``train.freeze_variables`` /
+    ``update_trainable_variables`` regexes may match: the TF variable names of the TF
+    checkpoint the run started from. Once found they are kept in the workdir
+    (``tf_variable_names.json``), so a resumed run and eval / predict rebuild the same
+    optimizer even when the TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a
+    run that starts now (names are read from it only if it is a TF one). None when no regex
+    is set or there are no such names."""
+    t = config.train
+    if not (t.freeze_variables or t.update_trainable_variables):
+        return None
+    saved = workdir / VARIABLE_NAMES_FILE
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    if tf_checkpoint is None or weights.detect_format(tf_checkpoint) != "tf":
+        return None
+    restore = t.init_checkpoint.restore if t.init_checkpoint is not None else "full"
+    names = weights.tf_variable_names(task.model, config, tf_checkpoint, restore=restore)
+    if jax.process_index() == 0:
+        workdir.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(names, indent=0, sort_keys=True))
+    return names
+
+
 def _check_fingerprint(checkpointer: Checkpointer, step: int, expected: str, workdir) -> None:
     found = checkpointer.read_metadata(step).get("fingerprint")
     if found != expected:
@@ -184,7 +212,12 @@ def train(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    checkpointer = _checkpointer(config, workdir)
+    start = checkpointer.latest_step()
+    init = config.train.init_checkpoint
+    variable_names = _variable_names(
+        config, task, workdir, tf_checkpoint=init.path if init and start is None else None)
+    tx, schedule = builders.build_optimizer(config.train, variable_names)
     ema = config.train.ema_decay is not None
     evaluating = evaluate and config.data.eval is not None
     mesh = builders.build_mesh(config)
@@ -195,12 +228,10 @@ def train(
     shardings = state_sharding(mesh, abstract,
                                shard_optimizer_state=config.parallel.shard_optimizer_state)
     batch_shardings = batch_sharding(mesh)
-    checkpointer = _checkpointer(config, workdir)
     fingerprint = config_fingerprint(config)
 
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
-    start = checkpointer.latest_step()
     if start is not None:
         _check_fingerprint(checkpointer, start, fingerprint, workdir)
     complete = start is not None and start >= config.train.num_steps
@@ -219,7 +250,6 @@ def train(
     batches = builders.build_train_loader(config, source)
 
     if start is None:
-        init = config.train.init_checkpoint
         if init is not None:
             weights.log_report(weights.load_weights(task.model, config, init.path,
                                                     restore=init.restore, format=init.format))
@@ -357,7 +387,7 @@ def restore_for_inference(
     """
     workdir = Path(workdir)
     task = builders.build_task(config)
-    tx, _ = builders.build_optimizer(config.train)
+    tx, _ = builders.build_optimizer(config.train, _variable_names(config, task, workdir))
     checkpointer = _checkpointer(config, workdir)
     try:
         if step is None:
@@ -400,7 +430,8 @@ def import_weights(
         task = builders.build_task(config)
         report = weights.load_weights(task.model, config, checkpoint, restore=restore,
                                       format=checkpoint_format)
-        tx, _ = builders.build_optimizer(config.train)
+        names = _variable_names(config, task, workdir, tf_checkpoint=checkpoint)
+        tx, _ = builders.build_optimizer(config.train, names)
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
                                  loss_scale=builders.build_loss_scale(config))
         checkpointer.save(0, state, {"fingerprint": config_fingerprint(config),

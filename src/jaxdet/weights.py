@@ -107,8 +107,8 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
 
 
-def _load_tf(model, config, path, restore: str) -> ImportReport:
-    ckpt = TfCheckpoint(path)
+def _tf_mapping(model, config, ckpt: TfCheckpoint, restore: str) -> dict:
+    """``{tf object path: (jaxdet path, transform)}`` for ``restore`` from ``ckpt``."""
     mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
     if restore == "classification":
         mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
@@ -122,12 +122,41 @@ def _load_tf(model, config, path, restore: str) -> ImportReport:
                         tf_path = _TF_CLASSIFICATION_ROOT + tf_path[len(prefix):]
                 renamed[tf_path] = target
             mapping = renamed
+    return mapping
+
+
+def _load_tf(model, config, path, restore: str) -> ImportReport:
+    ckpt = TfCheckpoint(path)
+    mapping = _tf_mapping(model, config, ckpt, restore)
     report = load_tf_checkpoint(
         model, ckpt, mapping, unapplied=tf_unapplied(model),
         reinitialize=(lambda tf_path: restore == "detection"))
     if restore == "classification":  # the detector's own tensors are expected to be left
         report.unused = [k for k in report.unused if not k.startswith("model/")]
     return report
+
+
+def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLike, *,
+                      restore: str = "full") -> dict[str, list[str]]:
+    """The TF names of ``model``'s variables, from the TF checkpoint at ``path``: per jaxdet
+    path (``backbone/layers/0/conv/kernel``, as ``train.freeze_variables`` sees it) the TF
+    variable name the checkpoint recorded (``conv1_conv/kernel``,
+    ``WeightSharedConvolutionalBoxPredictor/ClassPredictor/kernel``) and the object path
+    (``model/_feature_extractor/...``). A checkpoint that holds part of the model (``restore:
+    classification``) names that part only. Lets ``freeze_variables`` /
+    ``update_trainable_variables`` regexes written for the TF OD API work unchanged."""
+    ckpt = TfCheckpoint(path)
+    keys, full_names = ckpt.variables(), ckpt.full_names()
+    out: dict[str, list[str]] = {}
+    for tf_path, (target, _) in _tf_mapping(model, config, ckpt, restore).items():
+        key = keys.get(tf_path)
+        if key is None:
+            continue
+        names = out.setdefault("/".join(map(str, target)), [])
+        for name in (full_names.get(key), tf_path):
+            if name and name not in names:
+                names.append(name)
+    return out
 
 
 def _load_torch(model, path: Path, restore: str) -> ImportReport:
@@ -248,4 +277,4 @@ def log_report(report: ImportReport) -> None:
 
 
 __all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint", "detect_format",
-           "load_weights", "log_report"]
+           "load_weights", "log_report", "tf_variable_names"]

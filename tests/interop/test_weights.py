@@ -19,7 +19,8 @@ from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tfod_names import UnmappedModelError
-from jaxdet.weights import detect_format, load_weights
+from jaxdet.train import optim
+from jaxdet.weights import detect_format, load_weights, tf_variable_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -162,3 +163,82 @@ def test_training_starts_from_a_workdir_for_another_class_count(tiny_overrides, 
         name = "/".join(str(getattr(k, "key", k)) for k in path)
         if "class_predictor" not in name:
             np.testing.assert_array_equal(got[name], np.asarray(value), err_msg=name)
+
+
+def _mask(config, model, names):
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    mask = optim.trainable_mask(params, config.train.freeze_variables,
+                                config.train.update_trainable_variables, names)
+    return {optim.param_path(p) for p, trained in
+            jax.tree_util.tree_flatten_with_path(mask)[0] if trained}
+
+
+def test_freeze_regexes_may_be_written_against_tensorflow_variable_names(checkpoints):
+    """A TF checkpoint's object graph records each variable's TF name (its ``var.name``; those
+    below are what TF 2.21 named this model's variables); ``freeze_variables`` /
+    ``update_trainable_variables`` regexes match them, or the object paths, or jaxdet's paths."""
+    config, model = _model([
+        r"train.update_trainable_variables=['^BoxPredictor/ConvolutionalClassHead_\d/']",
+        "train.freeze_variables=['ClassHead_5', '^head/predictors/4/']"])
+    names = tf_variable_names(model, config, checkpoints["detection"])
+    assert len(names) == 324
+    assert names["backbone/conv_stem/kernel"] == [
+        "Conv1/kernel", "model/_feature_extractor/classification_backbone/layer_with_weights-0/"
+        "kernel"]
+    assert names["backbone/bn1/scale"][0] == "bn_Conv1/gamma"
+    assert names["neck/extra/0/reduce/norm/bias"][0] == (
+        "ssd_mobile_net_v2_keras_feature_extractor/FeatureMaps/"
+        "layer_19_1_Conv2d_2_1x1_256_batchnorm/beta")
+    assert names["head/predictors/0/box_predictor/conv/bias"][0] == (
+        "BoxPredictor/ConvolutionalBoxHead_0/BoxEncodingPredictor/bias")
+    trained = _mask(config, model, names)
+    assert trained == {f"head/predictors/{level}/class_predictor/conv/{leaf}"
+                       for level in range(4) for leaf in ("kernel", "bias")}
+    # the object path works too; the backbone alone from a classification checkpoint
+    config, model = _model(["train.freeze_variables=['^model/_feature_extractor/']"])
+    trained = _mask(config, model, tf_variable_names(model, config, checkpoints["detection"]))
+    assert trained and all(p.startswith("head/") for p in trained)
+    cls = tf_variable_names(model, config, checkpoints["classification"],
+                            restore="classification")
+    assert len(cls) == 260 and all(k.startswith("backbone/") for k in cls)
+    assert cls["backbone/conv_stem/kernel"][0] == "Conv1/kernel"
+
+
+def test_fine_tuning_trains_what_the_tf_names_select_and_resumes_without_the_checkpoint(
+        checkpoints, tmp_path):
+    """A zoo config fine-tuned from its TF checkpoint with ``update_trainable_variables``
+    written as a TF user writes it: after two steps only the class predictors moved; the TF
+    names are kept in the workdir, so the run resumes after the checkpoint is gone."""
+    source = tmp_path / "tf" / "ckpt-0"
+    source.parent.mkdir()
+    for f in checkpoints["detection"].parent.glob("ckpt-0*"):
+        (source.parent / f.name).write_bytes(f.read_bytes())
+    config = load_pipeline_config(MOBILENET / "pipeline.config", [
+        "precision=fp32", "model.num_classes=3", "data.resizer.height=64",
+        "data.resizer.width=64", "data.eval=null", "train.batch_size=2", "train.num_steps=2",
+        "train.ema_decay=null", "train.checkpoint_every=1", "parallel.data=1",
+        "data.train={type: shapes, output_dir: data/train, num_images: 4, "
+        "image_size: [64, 64], num_classes: 3}",
+        f"train.init_checkpoint={{path: {source}, restore: detection}}",
+        r"train.update_trainable_variables=['^BoxPredictor/ConvolutionalClassHead_\d/']"])
+    workdir = tmp_path / "run"
+    runs.train(config, workdir, progress=False, evaluate=False)
+    assert (workdir / runs.VARIABLE_NAMES_FILE).is_file()
+    _, state, step = runs.restore_for_inference(config, workdir)
+    assert step == 2
+    reference = builders.build_model(config, seed=0)
+    load_weights(reference, config, source, restore="detection")
+    before = _flat(reference)
+    moved = set()
+    for path, value in jax.tree_util.tree_flatten_with_path(state["params"])[0]:
+        name = optim.param_path(path)
+        if not np.array_equal(np.asarray(value), before[name]):
+            moved.add(name)
+    selected = {f"head/predictors/{level}/class_predictor/conv/{leaf}"
+                for level in range(6) for leaf in ("kernel", "bias")}
+    assert moved <= selected and len(moved) >= 10  # (a 1x1 level's bias may not move)
+    for f in source.parent.iterdir():
+        f.unlink()
+    longer = config.model_copy(update={"train": config.train.model_copy(
+        update={"num_steps": 3})})
+    assert runs.train(longer, workdir, progress=False, evaluate=False).step == 3

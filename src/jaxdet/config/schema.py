@@ -355,7 +355,9 @@ class TrainConfig(Strict):
     @field_validator("freeze_variables", "update_trainable_variables")
     @classmethod
     def _regexes_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        """Regexes (``re.search``) over '/'-joined parameter paths, e.g. ``^backbone/``:
+        """Regexes (``re.search``) over '/'-joined parameter paths, e.g. ``^backbone/``, and,
+        when ``init_checkpoint`` is a TF checkpoint, over the TF variable names it recorded
+        (``^BoxPredictor/ConvolutionalClassHead_``, ``conv1_bn/``) and object paths:
         ``freeze_variables`` are not updated; when ``update_trainable_variables`` is set,
         only the parameters it matches are (TF OD API train_config fields)."""
         for pattern in patterns:

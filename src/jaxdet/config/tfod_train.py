@@ -181,8 +181,6 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
         patterns = [str(v) for v in tc.all(name)]
         if patterns:
             train[name] = patterns
-            m.warn(f"{tc.path}.{name}: the regexes are matched against jaxdet's parameter "
-                   "paths (e.g. 'backbone/...'), not TF variable names: check them")
     init = _fine_tune_checkpoint(m, tc)
     if init is not None:
         train["init_checkpoint"] = init

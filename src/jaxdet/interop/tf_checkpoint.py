@@ -272,6 +272,22 @@ class TfCheckpoint:
             nodes.append({"children": children, "attributes": attributes})
         return nodes
 
+    def full_names(self) -> dict[str, str]:
+        """``{checkpoint key: TF variable name}``: the name each variable had when saved (its
+        ``var.name`` without ``:0``, e.g. ``conv1_bn/gamma`` or
+        ``WeightSharedConvolutionalBoxPredictor/ClassPredictor/kernel``), as the object graph
+        records it; tensors saved without one are left out."""
+        out = {}
+        if OBJECT_GRAPH_KEY not in self.entries:
+            return out
+        graph = pw.parse(self.read(OBJECT_GRAPH_KEY).reshape(-1)[0])
+        for node in pw.submessages(graph, 1):
+            for attribute in pw.submessages(node, 2):
+                full_name = pw.first_bytes(attribute, 2).decode()
+                if full_name:
+                    out[pw.first_bytes(attribute, 3).decode()] = full_name
+        return out
+
     def variables(self) -> dict[str, str]:
         """``{object path: checkpoint key}`` of every variable, each path by which the object
         graph reaches it (breadth first from the root; a variable shared by two objects, e.g. a

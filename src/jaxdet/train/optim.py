@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
@@ -184,34 +184,43 @@ def trainable_mask(
     params: Any,
     freeze_variables: Sequence[str] = (),
     update_trainable_variables: Sequence[str] = (),
+    variable_names: Mapping[str, Sequence[str]] | None = None,
 ) -> Any:
     """Pytree of bools over ``params``: True where the parameter is trained.
 
     As TF OD API's ``train_config`` (slim ``filter_variables``): with
     ``update_trainable_variables`` only the parameters one of its regexes ``re.search``-es
-    (on :func:`param_path`) are candidates; any that a ``freeze_variables`` regex matches is
-    then left out. A regex that matches no parameter at all is an error (a typo, or a TF
-    variable name such as ``FeatureExtractor``, would otherwise silently train everything).
+    are candidates; any that a ``freeze_variables`` regex matches is then left out. A regex
+    sees a parameter's path (:func:`param_path`) and the other names ``variable_names`` gives
+    it (``{path: [name, ...]}``: e.g. its TF variable name, from a TF checkpoint); it matches
+    the parameter if it matches any of them. A regex that matches no parameter at all is an
+    error (a typo would otherwise silently train everything).
     """
+    variable_names = variable_names or {}
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     paths = [param_path(path) for path, _ in flat]
+
+    def names(path: str) -> tuple[str, ...]:
+        return (path, *variable_names.get(path, ()))
+
+    def matches(patterns: Sequence[str], path: str) -> bool:
+        return any(re.search(p, name) for p in patterns for name in names(path))
+
     for field, patterns in (("freeze_variables", freeze_variables),
                             ("update_trainable_variables", update_trainable_variables)):
         for pattern in patterns:
-            if not any(re.search(pattern, p) for p in paths):
+            if not any(matches((pattern,), p) for p in paths):
                 examples = ", ".join(paths[:3] + paths[-2:])
+                other = [n for p in paths[:2] for n in variable_names.get(p, ())[:1]]
                 raise ValueError(
                     f"train.{field}: {pattern!r} matches no parameter; paths look like "
-                    f"{examples}"
-                )
+                    f"{examples}" + (f" (TF names like {', '.join(other)})" if other else ""))
 
     def trained(path, _):
         name = param_path(path)
-        if update_trainable_variables and not any(
-            re.search(p, name) for p in update_trainable_variables
-        ):
+        if update_trainable_variables and not matches(update_trainable_variables, name):
             return False
-        return not any(re.search(p, name) for p in freeze_variables)
+        return not matches(freeze_variables, name)
 
     return jax.tree_util.tree_map_with_path(trained, params)
 
@@ -231,6 +240,7 @@ def make_optimizer(
     decay_mask: Callable[[Any], Any] | None = None,
     freeze_variables: Sequence[str] = (),
     update_trainable_variables: Sequence[str] = (),
+    variable_names: Mapping[str, Sequence[str]] | None = None,
 ) -> optax.GradientTransformation:
     """Build the optimizer: clipping by global norm, then weight decay, then the update.
 
@@ -244,11 +254,11 @@ def make_optimizer(
     ``rmsprop`` follows Keras' RMSprop (used by the TF2 OD API): epsilon outside the
     square root, accumulator initialised to zero, momentum when ``momentum > 0``.
 
-    ``freeze_variables`` / ``update_trainable_variables`` (regexes, see
-    :func:`trainable_mask`): the whole chain above runs on the trained parameters only
-    (``optax.multi_transform``; clipping sees their gradients only, as TF clips the
-    trainable variables' gradients); the others get a zero update, so they keep their exact
-    values and carry no optimizer state.
+    ``freeze_variables`` / ``update_trainable_variables`` (regexes over parameter paths and
+    ``variable_names``, see :func:`trainable_mask`): the whole chain above runs on the
+    trained parameters only (``optax.multi_transform``; clipping sees their gradients only,
+    as TF clips the trainable variables' gradients); the others get a zero update, so they
+    keep their exact values and carry no optimizer state.
     """
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer name {name!r} is not one of {list(OPTIMIZER_NAMES)}.")
@@ -293,7 +303,7 @@ def make_optimizer(
     freeze, update = tuple(freeze_variables), tuple(update_trainable_variables)
 
     def labels(params):
-        mask = trainable_mask(params, freeze, update)
+        mask = trainable_mask(params, freeze, update, variable_names)
         return jax.tree.map(lambda t: "trained" if t else "frozen", mask)
 
     return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
