@@ -5,8 +5,8 @@ classification``). effdet whole-detector files: tests/models/test_effdet_equival
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import jax
@@ -78,14 +78,62 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
-                    reason="PyTorch is installed: pickles are read with it")
-def test_pickle_without_torch_says_what_to_do(tmp_path):
+def test_pickle_without_torch_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if PyTorch were not installed
     path = _write(tmp_path / "resnet50.pth", b"\x80\x02}q\x00.")
     with pytest.raises(TorchFileError, match=r"resnet50\.pth is a pickle, which jaxdet never "
                                              r"unpickles itself; install PyTorch .* or convert "
                                              r"it to \.safetensors"):
         read_torch_weights(path)
+
+
+class _Payload:
+    """What a malicious pickle does on load: here, create a file (``__reduce__`` makes the
+    unpickler call ``Path.touch``)."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.touch, (self.target,))
+
+
+def test_pth_written_by_torch_reads_like_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    state = {"conv1.weight": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+             "bn1.num_batches_tracked": np.array(5, np.int64)}
+    path = tmp_path / "w.pth"
+    torch.save({k: torch.from_numpy(v) for k, v in state.items()}, path)
+    wrapped = tmp_path / "wrapped.pth"  # a training script's {"state_dict": ...}
+    torch.save({"state_dict": {k: torch.from_numpy(v) for k, v in state.items()}}, wrapped)
+    for file in (path, wrapped):
+        got = read_torch_weights(file)
+        assert got.keys() == state.keys()
+        for k, v in state.items():
+            np.testing.assert_array_equal(got[k], v)
+
+
+def test_pth_that_needs_arbitrary_unpickling_is_refused_and_runs_nothing(tmp_path):
+    """torch.load(weights_only=True) refuses any global outside tensors and containers: the
+    payload never runs, the error names the file, the model is untouched."""
+    torch = pytest.importorskip("torch")
+    marker = tmp_path / "payload_ran"
+    path = tmp_path / "resnet50.pth"
+    torch.save({"conv1.weight": torch.zeros(64, 3, 7, 7), "evil": _Payload(marker)}, path)
+    assert not marker.exists()
+    config = load_config("retinanet_resnet50_fpn_640", ["model.backbone.padding=symmetric"])
+    model = _zeros(config)
+    with pytest.raises(TorchFileError) as info:
+        load_weights(model, config, path, restore="classification")
+    message = str(info.value)
+    assert message.startswith(f"{path}: torch.load(weights_only=True) refused it (it needs "
+                              "the Python object ")
+    assert "does not load pickles that need arbitrary code" in message
+    assert "\n" not in message and "\x1b" not in message  # one line, no terminal colours
+    assert not marker.exists()
+    params = nnx.state(model, nnx.Param)
+    assert all(not np.any(np.asarray(v)) for _, v in nnx.to_flat_state(params))
 
 
 def _zeros(config) -> nnx.Module:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -75,6 +76,16 @@ def _unwrap(state: dict) -> dict:
     return state
 
 
+def _why(error: Exception) -> str:
+    """The reason in torch's (long, multi-line, ANSI-coloured) refusal: the global it would
+    have had to import, or the message's first line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if match:
+        return f"it needs the Python object {match.group(1)}"
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
 def read_torch_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """``{key: array}`` of a PyTorch weight file (see the module docstring).
 
@@ -100,8 +111,10 @@ def read_torch_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; name the file and why
-        raise TorchFileError(f"{path}: torch.load(weights_only=True) refused it ({e}); jaxdet "
-                             "does not load pickles that need arbitrary code") from None
+        raise TorchFileError(f"{path}: torch.load(weights_only=True) refused it ({_why(e)}); "
+                             "jaxdet does not load pickles that need arbitrary code. If you "
+                             "trust the file, save its state dict alone (torch.save("
+                             "model.state_dict(), ...)) or as .safetensors") from None
     if not isinstance(state, dict):
         raise TorchFileError(f"{path}: holds a {type(state).__name__}, not a state dict")
     return {k: v.detach().cpu().numpy() for k, v in _unwrap(state).items()
