@@ -21,7 +21,9 @@ against jaxdet. Each figure is the median of ``--calls`` timed calls after warm-
   ``no_grad`` in eval mode (its transform, head, decode and NMS included). Two warm-up calls
   are not timed.
 - ``--match-torchvision-head`` sets ours to 9 anchors per location and 91 classes as well,
-  so both do the same convolutions.
+  so both do the same convolutions. ``--config retinanet_resnet50_fpn_torchvision --set
+  'data.resizer={name: fixed_shape, height: 640, width: 640}'`` runs torchvision's network
+  itself in jaxdet (its FPN without norms, its head, anchors and 91 classes).
 - On a GPU (jax backend ``gpu`` and torch CUDA available) ours runs in bf16 unless
   ``--set precision=...`` says otherwise, and torchvision runs under bf16 autocast with
   ``channels_last``.

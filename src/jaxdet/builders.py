@@ -132,10 +132,13 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
             n.min_level,
             n.max_level,
             n.depth,
-            batch_norm=bn,
+            batch_norm=bn if n.norm == "batch_norm" else None,
             activation=n.activation,
             use_depthwise=n.use_depthwise,
             top_down=n.top_down,
+            smooth_top=n.smooth_top,
+            extra_input_activation=n.extra_input_activation,
+            padding=n.padding,
             dtype=dtype,
             rngs=rngs,
         )
@@ -161,6 +164,7 @@ def build_anchor_generator(cfg: S.ModelConfig):
             scales_per_octave=a.scales_per_octave,
             aspect_ratios=tuple(a.aspect_ratios),
             tf_layout=a.tf_layout,
+            torchvision_layout=a.torchvision_layout,
         )
     return anchor_lib.SSDAnchorGenerator(
         num_layers=a.num_layers,
@@ -282,7 +286,8 @@ def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:
 def build_box_coder(cfg: S.ModelConfig):
     c = cfg.box_coder
     if c.name == "faster_rcnn":
-        return box_coders.FasterRcnnBoxCoder(scales=tuple(c.scales))
+        return box_coders.FasterRcnnBoxCoder(scales=tuple(c.scales),
+                                             max_log_scale=c.max_log_scale)
     return box_coders.MeanStddevBoxCoder(stddev=c.stddev)
 
 

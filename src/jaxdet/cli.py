@@ -33,7 +33,7 @@ def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="weights to use instead of the workdir's: a TF OD API checkpoint "
                         "(a zoo model's checkpoint/ckpt-0), another jaxdet workdir or a PyTorch "
-                        "state dict (.safetensors/.pth: effdet), with "
+                        "state dict (.safetensors/.pth: effdet, torchvision RetinaNet), with "
                         "--pipeline-config or --config describing its model")
     p.add_argument("--checkpoint-format", default="auto",
                    choices=("auto", "tf", "jaxdet", "torch"),

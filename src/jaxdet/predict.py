@@ -29,8 +29,9 @@ why.
 Class names and ids come from the config's dataset (eval, else train): generated shapes and VOC
 with ``class_names`` are read from the config alone; COCO (and VOC without names) by building
 the source, i.e. reading its annotations; TFRecord from its label map. When none is available
-or usable, a 90-class model gets COCO's names (ids 1..90, the TF model zoo's label map), any
-other the names ``class_1 .. class_C`` with ids 1..C (and a warning says so).
+or usable, a 90-class model gets COCO's names (ids 1..90, the TF model zoo's label map), a
+91-class one the same names as torchvision numbers them (class = id, 0..90), any other the
+names ``class_1 .. class_C`` with ids 1..C (and a warning says so).
 """
 
 from __future__ import annotations
@@ -188,6 +189,10 @@ def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list
     if num_classes == len(COCO_CATEGORY_NAMES):
         log.info("class names: COCO's 90 (no readable dataset or label map in the config)")
         return list(range(1, num_classes + 1)), list(COCO_CATEGORY_NAMES)
+    if num_classes == len(COCO_CATEGORY_NAMES) + 1:  # torchvision's numbering: class = id
+        log.info("class names: COCO's ids 0..90 (no readable dataset or label map in the "
+                 "config)")
+        return list(range(num_classes)), ["id_0", *COCO_CATEGORY_NAMES]
     log.warning("class names unknown: calling them class_1 .. class_%d", num_classes)
     return list(range(1, num_classes + 1)), [f"class_{k}" for k in range(1, num_classes + 1)]
 

@@ -160,12 +160,28 @@ def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLi
 
 
 def _load_torch(model, path: Path, restore: str) -> ImportReport:
-    """A PyTorch state dict: an effdet EfficientDet (``fpn.*``, ``class_net.*`` keys) maps onto
-    the whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
+    """A PyTorch state dict: an effdet EfficientDet (``fpn.*``, ``class_net.*`` keys) or a
+    torchvision RetinaNet (``backbone.body.*``, ``head.classification_head.*``) maps onto the
+    whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
     the backbone (``restore: classification``; its classifier keys are left unused)."""
+    from jaxdet.models import torchvision_retinanet_names as tv
     from jaxdet.models.effdet_names import effdet_state_dict_map
 
     state = read_torch_weights(path)
+    if tv.is_torchvision_detector(state):
+        # torchvision RetinaNet (current or pre-0.13 names) onto the whole detector, or the
+        # ResNet of any torchvision detector onto the backbone (restore: classification)
+        state = tv.current_names(state)
+        backbone_only = restore == "classification"
+        mapping = tv.torchvision_retinanet_state_dict_map(model, backbone_only=backbone_only)
+        extra = [k for k in state if k not in mapping and not k.endswith("num_batches_tracked")]
+        if extra and not backbone_only:
+            raise CheckpointError(f"{path} holds {len(extra)} tensors this model has no place "
+                                  f"for, e.g. {', '.join(extra[:3])}; {tv.CONFIG_HINT}")
+        return _copy_arrays(
+            model, str(path), state, mapping, restore, where="in the file",
+            expected_unused=lambda k: k.endswith("num_batches_tracked") or (
+                backbone_only and not k.startswith(tv.BACKBONE_PREFIX)))
     whole = any(k.startswith(("fpn.", "class_net.", "box_net.")) for k in state)
     if whole:
         mapping = effdet_state_dict_map(model)

@@ -34,6 +34,19 @@ def test_broadcast_over_batch(run):
     np.testing.assert_allclose(run(coder.decode, codes, ANCHORS), batch, atol=1e-5)
 
 
+def test_decode_clamps_the_log_scales_as_torchvision(run):
+    # anchor 1x1 at (0.5, 0.5); th = 10 (after scale 2: 5) is clamped to log(1000 / 16)
+    clip = math.log(1000.0 / 16)
+    coder = FasterRcnnBoxCoder(scales=(1.0, 1.0, 2.0, 1.0), max_log_scale=clip)
+    boxes = run(coder.decode, np.array([[0.5, 0.0, 10.0, -1.0]], np.float32), ANCHORS[:1])
+    h, w = 1000.0 / 16, math.exp(-1.0)  # only the upper bound is clamped
+    np.testing.assert_allclose(boxes, [[1.0 - h / 2, 0.5 - w / 2, 1.0 + h / 2, 0.5 + w / 2]],
+                               rtol=1e-5)
+    # the clamp leaves codes below it alone (the round trip of the default coder holds)
+    codes = run(coder.encode, BOXES, ANCHORS)
+    np.testing.assert_allclose(run(coder.decode, codes, ANCHORS), BOXES, atol=1e-5)
+
+
 def test_mean_stddev_hand_computed(run):
     codes = run(MeanStddevBoxCoder(stddev=0.1).encode, BOXES[1:], ANCHORS[1:])
     np.testing.assert_allclose(codes, [[-1.0, -1.0, 1.0, 4.0]], rtol=1e-5)

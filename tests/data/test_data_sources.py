@@ -200,3 +200,8 @@ def test_coco_class_index_id_minus_one_keeps_the_id_gaps(tmp_path):
     assert by_id.category_ids == [1, 2, 3]
     assert by_id.category_names == ["person", "id_2", "cat"]
     assert by_id[0]["classes"].tolist() == [2]
+    # torchvision's numbering (91-class COCO detectors): class = category id, from 0
+    torchvision = CocoSource(tmp_path / "ann.json", tmp_path, class_index="id")
+    assert torchvision.category_ids == [0, 1, 2, 3]
+    assert torchvision.category_names == ["id_0", "person", "id_2", "cat"]
+    assert torchvision[0]["classes"].tolist() == [3]

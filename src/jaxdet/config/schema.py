@@ -65,14 +65,15 @@ log = logging.getLogger("jaxdet.config")
 
 class CocoDataConfig(Strict):
     """A COCO instances JSON file and the folder its ``file_name`` entries are relative to.
-    ``class_index``: ``contiguous`` (the file's categories in id order are classes 0, 1, ...)
-    or ``id_minus_one`` (class = category id - 1, gaps kept: how TF OD API models number
-    COCO, so a 90-class zoo model evaluates on COCO's own JSON)."""
+    ``class_index``: ``contiguous`` (the file's categories in id order are classes 0, 1, ...),
+    ``id_minus_one`` (class = category id - 1, gaps kept: how TF OD API models number
+    COCO, so a 90-class zoo model evaluates on COCO's own JSON) or ``id`` (class = category
+    id, gaps and 0 kept: torchvision's 91-class COCO detectors)."""
 
     type: Literal["coco"]
     annotation_file: str
     image_dir: str
-    class_index: Literal["contiguous", "id_minus_one"] = "contiguous"
+    class_index: Literal["contiguous", "id_minus_one", "id"] = "contiguous"
 
 
 class VocDataConfig(Strict):
@@ -256,7 +257,8 @@ class InitCheckpointConfig(Strict):
     ``path``: a TF OD API checkpoint (``checkpoint/ckpt-0``: its prefix, ``.index`` or
     folder), a jaxdet workdir (its latest checkpoint) or a PyTorch state dict
     (``.safetensors``, or ``.pth`` read by an installed torch with ``weights_only=True``): an
-    effdet EfficientDet, or a torchvision ResNet / timm MobileNet or EfficientNet backbone.
+    effdet EfficientDet, a torchvision RetinaNet (``retinanet_resnet50_fpn``), or a
+    torchvision ResNet / timm MobileNet or EfficientNet backbone.
     ``format``: ``auto`` tells them apart. ``restore`` (TF's ``fine_tune_checkpoint_type``):
     ``full`` (every tensor; the model must be the checkpoint's), ``detection`` (every tensor
     whose shape fits: a class predictor for another class count keeps its fresh

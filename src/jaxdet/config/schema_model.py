@@ -11,10 +11,12 @@ from jaxdet.config.schema_base import Strict
 
 
 class BatchNormConfig(Strict):
-    """BatchNorm hyper-parameters (TF OD API: decay, epsilon, train)."""
+    """BatchNorm hyper-parameters (TF OD API: decay, epsilon, train). ``epsilon`` 0 is
+    torchvision's frozen backbone norms with its COCO RetinaNet / Faster R-CNN weights
+    (``overwrite_eps(model, 0.0)``); only sensible with ``frozen: true``."""
 
     decay: float = Field(0.997, gt=0.0, lt=1.0)
-    epsilon: float = Field(1e-3, gt=0.0)
+    epsilon: float = Field(1e-3, ge=0.0)
     frozen: bool = False
 
 
@@ -92,7 +94,20 @@ class FPNConfig(Strict):
     ``top_down``: what each level passes down: ``merged`` (its 1x1 projection plus the
     upsampled map above, before the 3x3 smoothing: the FPN paper, torchvision, TF1 slim) or
     ``smoothed`` (its smoothed output: the TF2 Keras FPN of the TF OD API, whose checkpoints
-    need it)."""
+    need it).
+
+    The other fields default to the TF OD API's FPN; torchvision's (``retinanet_resnet50_fpn``)
+    is ``norm: none``, ``activation: none``, ``smooth_top: true``, ``extra_input_activation:
+    relu``, ``padding: symmetric``. ``norm``: ``batch_norm`` after every 3x3 conv (smoothing
+    and extra levels), or ``none`` (those convs get a bias instead). ``smooth_top``: the top
+    backbone level's 1x1 projection goes through a 3x3 conv too, as every other level's
+    (torchvision; TF outputs the projection as it is). ``extra_input_activation``: applied to
+    each extra level before the next extra level's stride-2 conv takes it, not to the level's
+    own output (torchvision: P7 = conv(relu(P6)), P6 output without activation); the first
+    extra level takes the top FPN output as it is. ``padding`` of the stride-2 extra convs:
+    ``same`` (TF: bottom/right only, on an even input) or ``symmetric`` (PyTorch: one row and
+    column on every side).
+    """
 
     name: Literal["fpn"]
     min_level: int = Field(3, ge=2, le=9)
@@ -101,6 +116,10 @@ class FPNConfig(Strict):
     activation: Activation = "relu6"
     use_depthwise: bool = False
     top_down: Literal["merged", "smoothed"] = "merged"
+    norm: Literal["batch_norm", "none"] = "batch_norm"
+    smooth_top: bool = False
+    extra_input_activation: Activation = "none"
+    padding: Literal["same", "symmetric"] = "same"
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> FPNConfig:
@@ -151,10 +170,16 @@ NeckConfig = Annotated[
 class MultiscaleAnchorsConfig(Strict):
     """RetinaNet anchors: per level, size anchor_scale * 2**level, scales per octave x ratios.
 
-    Within a location the anchors go scale outer, aspect ratio inner, centred at
-    ``(i + 0.5) * stride`` (as effdet/torchvision weights expect). ``tf_layout: true`` is the
-    TF OD API's layout, which its checkpoints need: aspect ratio outer, scale inner, and
-    centres at ``i * stride`` on an axis whose image size the level's stride does not divide."""
+    ``aspect_ratios`` are width / height. Within a location the anchors go scale outer,
+    aspect ratio inner, centred at ``(i + 0.5) * stride`` (as effdet weights expect).
+    ``tf_layout: true`` is the TF OD API's layout, which its checkpoints need: aspect ratio
+    outer, scale inner, and centres at ``i * stride`` on an axis whose image size the level's
+    stride does not divide. ``torchvision_layout: true`` is torchvision's ``AnchorGenerator``
+    (``retinanet_resnet50_fpn`` weights need it): aspect ratio outer, scale inner; sizes
+    truncated to whole pixels (``int(anchor_scale * 2**level * 2**(i / scales_per_octave))``)
+    and half widths / heights rounded to whole pixels; centres at ``i * stride`` with the
+    stride ``image size // feature map size`` (not ``2**level`` where the image size does
+    not divide by it: P6/P7 of most inputs)."""
 
     name: Literal["multiscale"]
     min_level: int = Field(3, ge=2, le=9)
@@ -163,6 +188,14 @@ class MultiscaleAnchorsConfig(Strict):
     scales_per_octave: int = Field(2, ge=1)
     aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
     tf_layout: bool = False
+    torchvision_layout: bool = False
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> MultiscaleAnchorsConfig:
+        if self.tf_layout and self.torchvision_layout:
+            raise ValueError("tf_layout and torchvision_layout exclude each other: set one of "
+                             "model.anchors.tf_layout / torchvision_layout to false")
+        return self
 
 
 class SSDAnchorsConfig(Strict):
@@ -224,11 +257,15 @@ HeadConfig = Annotated[
 
 
 class BoxCoderConfig(Strict):
-    """How box regression targets are encoded relative to anchors."""
+    """How box regression targets are encoded relative to anchors. ``max_log_scale``
+    (``faster_rcnn``): decoding clamps the log height and width ratios (after ``scales``) to
+    at most this before ``exp``, as torchvision does with ``log(1000 / 16)`` = 4.1352;
+    null: no clamp (TF)."""
 
     name: Literal["faster_rcnn", "mean_stddev"] = "faster_rcnn"
     scales: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
     stddev: float = Field(0.01, gt=0.0)
+    max_log_scale: float | None = None
 
 
 class MatcherConfig(Strict):

@@ -6,8 +6,9 @@ location. Within a location:
 
 * ``MultiscaleAnchorGenerator``: scale outer, aspect ratio inner
   (``k = scale_index * len(aspect_ratios) + aspect_index``). Note: the TF OD API's
-  ``GridAnchorGenerator`` meshgrid puts the aspect ratio outer; the order only matters when
-  loading head weights trained elsewhere.
+  ``GridAnchorGenerator`` meshgrid and torchvision's ``AnchorGenerator`` put the aspect ratio
+  outer (``tf_layout`` / ``torchvision_layout``); the order only matters when loading head
+  weights trained elsewhere.
 * ``SSDAnchorGenerator``: the box-spec list order of TF OD API ``create_ssd_anchors``.
 """
 
@@ -54,6 +55,13 @@ class MultiscaleAnchorGenerator:
     ``tf_layout`` reproduces the TF OD API exactly (its checkpoints' head channels follow
     it): aspect ratio outer, scale inner within a location, and centres at ``i * stride``
     along an axis whose image size the stride does not divide.
+
+    ``torchvision_layout`` reproduces torchvision's ``AnchorGenerator`` with RetinaNet's sizes
+    (``retinanet._default_anchorgen``): per level the sizes ``int(anchor_scale * 2**l *
+    2**(i / scales_per_octave))`` (truncated), aspect ratio outer and scale inner, half widths
+    and heights rounded to whole pixels (in float32, half to even, as ``Tensor.round``),
+    centres at ``(i * sy, j * sx)`` with the integer strides ``sy = H // h``, ``sx = W // w``
+    (``2**l`` only where the image size divides by it).
     """
 
     min_level: int
@@ -63,9 +71,12 @@ class MultiscaleAnchorGenerator:
     aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
     normalize_coordinates: bool = True
     tf_layout: bool = False
+    torchvision_layout: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "aspect_ratios", tuple(float(a) for a in self.aspect_ratios))
+        if self.tf_layout and self.torchvision_layout:
+            raise ValueError("tf_layout and torchvision_layout exclude each other")
         if self.max_level < self.min_level:
             raise ValueError(
                 f"max_level ({self.max_level}) must be >= min_level ({self.min_level})"
@@ -94,6 +105,11 @@ class MultiscaleAnchorGenerator:
             specs = [(s, a) for s in scales for a in self.aspect_ratios]
         per_level = []
         for lvl, (fh, fw) in zip(self.levels, self.feature_map_shapes(image_size), strict=True):
+            if self.torchvision_layout:
+                half_h, half_w = self._torchvision_half_sizes(lvl)
+                strides = (height // fh, width // fw)
+                per_level.append(_tile(fh, fw, 2 * half_h, 2 * half_w, strides, (0.0, 0.0)))
+                continue
             stride = float(2**lvl)
             size = self.anchor_scale * stride
             heights = [size * s / math.sqrt(a) for s, a in specs]
@@ -101,11 +117,24 @@ class MultiscaleAnchorGenerator:
             offset = [stride / 2, stride / 2]
             if self.tf_layout:  # TF: offset 0 along an axis that the stride does not divide
                 offset = [stride / 2 if n % stride == 0 else 0.0 for n in (height, width)]
-            boxes = _tile(fh, fw, heights, widths, (stride, stride), offset)
-            if self.normalize_coordinates:
-                boxes = boxes / np.array([height, width, height, width], np.float64)
-            per_level.append(boxes)
+            per_level.append(_tile(fh, fw, heights, widths, (stride, stride), offset))
+        if self.normalize_coordinates:
+            scale = np.array([height, width, height, width], np.float64)
+            per_level = [boxes / scale for boxes in per_level]
         return _concat(per_level)
+
+    def _torchvision_half_sizes(self, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """Half heights and widths of one level's anchors at a location, torchvision's
+        ``AnchorGenerator.generate_anchors`` (its aspect ratio is height / width, ours width /
+        height), in its order: aspect ratio outer, scale inner."""
+        base = self.anchor_scale * 2**level
+        sizes = np.array([int(base * 2.0 ** (i / self.scales_per_octave))
+                          for i in range(self.scales_per_octave)], np.float32)
+        h_ratios = np.sqrt(np.array([1.0 / a for a in self.aspect_ratios], np.float32))
+        w_ratios = np.float32(1.0) / h_ratios
+        half_w = np.round((w_ratios[:, None] * sizes[None, :]).reshape(-1) / np.float32(2))
+        half_h = np.round((h_ratios[:, None] * sizes[None, :]).reshape(-1) / np.float32(2))
+        return half_h.astype(np.float64), half_w.astype(np.float64)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,14 @@ class FasterRcnnBoxCoder:
     ``ty = (yc - yca) / ha * sy``, ``tx = (xc - xca) / wa * sx``,
     ``th = log(h / ha) * sh``, ``tw = log(w / wa) * sw``, with ``EPSILON`` added to the
     heights and widths of boxes and anchors before encoding. ``scales=None`` means no
-    scaling. ``decode`` is the exact inverse (no epsilon, no clamping, as in TF).
+    scaling. ``decode`` is the exact inverse (no epsilon, no clamping, as in TF), unless
+    ``max_log_scale`` clamps ``th`` and ``tw`` (after the scales) to at most that before
+    ``exp`` (torchvision's ``BoxCoder``: ``log(1000 / 16)``).
     """
 
     scales: tuple[float, float, float, float] | None = (10.0, 10.0, 5.0, 5.0)
     code_size: int = 4
+    max_log_scale: float | None = None
 
     def encode(self, boxes: jnp.ndarray, anchors: jnp.ndarray) -> jnp.ndarray:
         yca, xca, ha, wa = box_ops.to_center_size(anchors)
@@ -52,6 +55,9 @@ class FasterRcnnBoxCoder:
         if self.scales is not None:
             sy, sx, sh, sw = self.scales
             ty, tx, th, tw = ty / sy, tx / sx, th / sh, tw / sw
+        if self.max_log_scale is not None:
+            th = jnp.minimum(th, self.max_log_scale)
+            tw = jnp.minimum(tw, self.max_log_scale)
         h = jnp.exp(th) * ha
         w = jnp.exp(tw) * wa
         yc = ty * ha + yca

@@ -1,7 +1,8 @@
 """COCO JSON detection source: records with pixel yxyx boxes and contiguous class indices
 (``class_index="contiguous"``: the file's categories in id order) or TF label-map indices
 (``"id_minus_one"``: index = category id - 1, unused ids kept as classes ``id_<n>``; how TF
-OD API models, e.g. the COCO-trained zoo, number COCO's 90 ids).
+OD API models, e.g. the COCO-trained zoo, number COCO's 90 ids) or torchvision's (``"id"``:
+index = category id, ids 0 .. max, unused ones kept as ``id_<n>``).
 
 Annotations are validated once, when the source is built:
   * boxes with w <= 0 or h <= 0 (or non-finite) are dropped and counted,
@@ -59,8 +60,8 @@ class CocoSource:
         skips: SkipCounter | None = None,
         class_index: str = "contiguous",
     ):
-        if class_index not in ("contiguous", "id_minus_one"):
-            raise ValueError(f"class_index={class_index!r}; allowed: contiguous, id_minus_one")
+        if class_index not in ("contiguous", "id_minus_one", "id"):
+            raise ValueError(f"class_index={class_index!r}; allowed: contiguous, id_minus_one, id")
         self.class_index = class_index
         self.annotation_file = str(annotation_file)
         self.image_dir = str(image_dir)
@@ -94,13 +95,14 @@ class CocoSource:
             raise ValueError(f"{file}: malformed 'categories' entry ({e!r})") from None
         if len(set(self.category_ids)) != len(self.category_ids):
             raise ValueError(f"{file}: duplicate category ids {self.category_ids}")
-        if self.class_index == "id_minus_one":  # TF label-map numbering: ids 1..max, gaps kept
-            if min(self.category_ids, default=1) < 1:
-                raise ValueError(f"{file}: class_index id_minus_one needs category ids >= 1, "
-                                 f"got {min(self.category_ids)}")
+        if self.class_index != "contiguous":  # ids first..max, gaps kept (TF: 1, torchvision: 0)
+            first = 1 if self.class_index == "id_minus_one" else 0
+            if min(self.category_ids, default=first) < first:
+                raise ValueError(f"{file}: class_index {self.class_index} needs category ids >= "
+                                 f"{first}, got {min(self.category_ids)}")
             named = dict(zip(self.category_ids, self.category_names, strict=True))
             top = max(self.category_ids, default=0)
-            self.category_ids = list(range(1, top + 1))
+            self.category_ids = list(range(first, top + 1))
             self.category_names = [named.get(i, f"id_{i}") for i in self.category_ids]
         cat_index = {cid: i for i, cid in enumerate(self.category_ids)}
 

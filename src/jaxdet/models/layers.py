@@ -322,7 +322,8 @@ class SeparableConv(nnx.Module):
 
 class ConvNormAct(nnx.Module):
     """conv (plain or separable) -> BatchNorm -> activation: the TF OD API ``conv_hyperparams``
-    unit used by necks. Attributes: ``conv``, ``norm``."""
+    unit used by necks. Attributes: ``conv``, ``norm``. ``batch_norm_params=None``: no norm,
+    the conv has a bias instead (``norm`` is None; torchvision's FPN convs)."""
 
     def __init__(
         self,
@@ -331,7 +332,7 @@ class ConvNormAct(nnx.Module):
         kernel_size: int,
         stride: int = 1,
         *,
-        batch_norm_params: BatchNormParams,
+        batch_norm_params: BatchNormParams | None,
         activation_name: ActivationName = "relu",
         separable: bool = False,
         padding: Padding = "same",
@@ -339,21 +340,24 @@ class ConvNormAct(nnx.Module):
         dtype=None,
         rngs: nnx.Rngs,
     ):
+        use_bias = batch_norm_params is None
         if separable:
             self.conv = SeparableConv(
-                in_features, out_features, kernel_size, stride, padding=padding,
-                kernel_init=kernel_init, dtype=dtype, rngs=rngs,
+                in_features, out_features, kernel_size, stride, use_bias=use_bias,
+                padding=padding, kernel_init=kernel_init, dtype=dtype, rngs=rngs,
             )
         else:
             self.conv = conv(
-                in_features, out_features, kernel_size, stride, padding=padding,
-                kernel_init=kernel_init, dtype=dtype, rngs=rngs,
+                in_features, out_features, kernel_size, stride, use_bias=use_bias,
+                padding=padding, kernel_init=kernel_init, dtype=dtype, rngs=rngs,
             )
-        self.norm = batch_norm(out_features, batch_norm_params, dtype, rngs)
+        self.norm = (None if batch_norm_params is None
+                     else batch_norm(out_features, batch_norm_params, dtype, rngs))
         self.act = activation(activation_name)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.act(self.norm(self.conv(x)))
+        x = self.conv(x)
+        return self.act(x if self.norm is None else self.norm(x))
 
 
 class DepthwiseNormAct(nnx.Module):

@@ -17,6 +17,9 @@ Transforms (apply with :func:`to_ours`):
 * ``identity``: biases, norm scales and running statistics, and bare parameters: an
   ``nnx.Param`` attribute ``attr`` of any other module maps to ``<module path>.<attr>``
   (a PyTorch ``nn.Parameter`` attribute, e.g. effdet's BiFPN ``edge_weights``).
+* ``box_conv_xywh`` / ``box_bias_xywh``: a box-regression conv's kernel / bias whose output
+  channels hold, per anchor, torchvision's ``(dx, dy, dw, dh)``: ``conv`` / ``identity``, then
+  each group of 4 output channels reordered to jaxdet's ``(ty, tx, th, tw)``.
 
 ``num_batches_tracked`` has no counterpart and is skipped by :func:`load_state_dict`.
 """
@@ -36,14 +39,21 @@ _PERMUTATIONS: dict[str, tuple[int, ...] | None] = {
     "dwconv": (2, 3, 1, 0),
     "linear": (1, 0),
     "identity": None,
+    "box_conv_xywh": (2, 3, 1, 0),
+    "box_bias_xywh": None,
 }
+_XY_SWAPPED = ("box_conv_xywh", "box_bias_xywh")
 
 
 def to_ours(transform: str, array) -> np.ndarray:
     """Convert one PyTorch tensor (as a numpy array) to our layout."""
     perm = _PERMUTATIONS[transform]
     array = np.asarray(array)
-    return array if perm is None else np.transpose(array, perm)
+    out = array if perm is None else np.transpose(array, perm)
+    if transform in _XY_SWAPPED:  # output channels last: (x, y, w, h) -> (y, x, h, w)
+        shape = out.shape
+        out = out.reshape(*shape[:-1], shape[-1] // 4, 4)[..., [1, 0, 3, 2]].reshape(shape)
+    return out
 
 
 def torch_shape_to_ours(transform: str, shape: tuple[int, ...]) -> tuple[int, ...]:
