@@ -21,6 +21,7 @@ import jax
 from jaxdet import builders, weights
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
+from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.eval.runner import (
     evaluate_and_write,
     headline_metrics,
@@ -57,11 +58,10 @@ def config_fingerprint(config: Config) -> str:
     may be evaluated with another score threshold, or fine-tuned with another loss.
     """
     m = config.model
+    dumped = fingerprint_dump(m)
     keyed = {
-        "model": m.model_dump(
-            mode="json", include={"type", "num_classes", "add_background_class", "backbone",
-                                  "neck", "anchors", "head"}
-        ),
+        "model": {k: dumped[k] for k in ("type", "num_classes", "add_background_class",
+                                         "backbone", "neck", "anchors", "head") if k in dumped},
         "input_size": list(builders.input_size(config.data)),
         "ema": config.train.ema_decay is not None,
         "optimizer": config.train.optimizer.name,

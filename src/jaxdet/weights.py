@@ -30,12 +30,12 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.config import schema as S
+from jaxdet.interop import torch_names
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
 from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint
 from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
 from jaxdet.interop.torch_files import PICKLE_SUFFIXES, read_torch_weights
-from jaxdet.models.backbones import torch_names
-from jaxdet.models.backbones.torch_names import variable_at
+from jaxdet.interop.torch_names import variable_at
 
 log = logging.getLogger("jaxdet")
 
@@ -164,8 +164,8 @@ def _load_torch(model, path: Path, restore: str) -> ImportReport:
     torchvision RetinaNet (``backbone.body.*``, ``head.classification_head.*``) maps onto the
     whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
     the backbone (``restore: classification``; its classifier keys are left unused)."""
-    from jaxdet.models import torchvision_retinanet_names as tv
-    from jaxdet.models.effdet_names import effdet_state_dict_map
+    from jaxdet.interop import torchvision_retinanet_names as tv
+    from jaxdet.interop.effdet_names import effdet_state_dict_map
 
     state = read_torch_weights(path)
     if tv.is_torchvision_detector(state):

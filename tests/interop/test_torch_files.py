@@ -20,7 +20,7 @@ from jaxdet import builders
 from jaxdet.config.loader import load_config
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.torch_files import TorchFileError, read_safetensors, read_torch_weights
-from jaxdet.models.backbones.torch_names import to_ours
+from jaxdet.interop.torch_names import to_ours
 from jaxdet.weights import detect_format, load_weights
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.models.backbones.torch_names import (
+from jaxdet.interop.torch_names import (
     load_state_dict,
     torch_shape_to_ours,
     torch_state_dict_map,

@@ -16,8 +16,8 @@ from flax import nnx
 
 from jaxdet import builders
 from jaxdet.config.loader import load_config
-from jaxdet.models.backbones.torch_names import torch_shape_to_ours
-from jaxdet.models.effdet_names import effdet_state_dict_map, load_effdet_state_dict
+from jaxdet.interop.effdet_names import effdet_state_dict_map, load_effdet_state_dict
+from jaxdet.interop.torch_names import torch_shape_to_ours
 from jaxdet.models.ssd import concat_levels
 from jaxdet.weights import load_weights
 

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxdet.interop.torch_names import (
+    load_state_dict,
+    torch_shape_to_ours,
+    torch_state_dict_map,
+)
 from jaxdet.models.backbones.efficientnet import (
     VARIANTS,
     EfficientNet,
     MBConv,
     drop_connect,
     stage_repeats,
-)
-from jaxdet.models.backbones.torch_names import (
-    load_state_dict,
-    torch_shape_to_ours,
-    torch_state_dict_map,
 )
 from jaxdet.models.layers import BatchNormParams
 

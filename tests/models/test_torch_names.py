@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
-from jaxdet.models.backbones.resnet import ResNet
-from jaxdet.models.backbones.torch_names import (
+from jaxdet.interop.torch_names import (
     load_state_dict,
     to_ours,
     torch_shape_to_ours,
     torch_state_dict_map,
 )
+from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
+from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import BatchNormParams
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -22,12 +22,12 @@ from jaxdet import builders
 from jaxdet.config.loader import load_config
 from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError
-from jaxdet.models.backbones.torch_names import torch_shape_to_ours
-from jaxdet.models.ssd import concat_levels
-from jaxdet.models.torchvision_retinanet_names import (
+from jaxdet.interop.torch_names import torch_shape_to_ours
+from jaxdet.interop.torchvision_retinanet_names import (
     current_names,
     torchvision_retinanet_state_dict_map,
 )
+from jaxdet.models.ssd import concat_levels
 from jaxdet.predict import class_labels
 from jaxdet.weights import load_weights
 

@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A field added after workdirs were written, whose default builds the network as before: the
+# checkpoint fingerprint leaves it out while it has its default, so those workdirs still resume.
+_LATER = {"fingerprint": "when_set"}
+
+
+def later_field(default: Any, **kwargs: Any) -> Any:
+    """A field with ``default`` that the checkpoint fingerprint ignores while it is at its
+    default (see :func:`fingerprint_dump`); every field added to a section the fingerprint
+    covers should be one."""
+    return Field(default, json_schema_extra=_LATER, **kwargs)
 
 
 class Strict(BaseModel):
     """Base for all config sections: unknown fields are rejected, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def fingerprint_dump(section: BaseModel) -> dict:
+    """``section.model_dump(mode="json")`` without the :func:`later_field` fields that hold their
+    default, at any depth (what the checkpoint fingerprint hashes)."""
+    out = section.model_dump(mode="json")
+    _drop_later_defaults(section, out)
+    return out
+
+
+def _drop_later_defaults(section: BaseModel, dumped: dict) -> None:
+    for name, info in type(section).model_fields.items():
+        value = getattr(section, name)
+        if info.json_schema_extra == _LATER and value == info.default:
+            dumped.pop(name, None)
+        elif isinstance(value, BaseModel) and isinstance(dumped.get(name), dict):
+            _drop_later_defaults(value, dumped[name])

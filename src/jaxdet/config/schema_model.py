@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from jaxdet.config.schema_base import Strict
+from jaxdet.config.schema_base import Strict, later_field
 
 
 class BatchNormConfig(Strict):
@@ -116,10 +116,10 @@ class FPNConfig(Strict):
     activation: Activation = "relu6"
     use_depthwise: bool = False
     top_down: Literal["merged", "smoothed"] = "merged"
-    norm: Literal["batch_norm", "none"] = "batch_norm"
-    smooth_top: bool = False
-    extra_input_activation: Activation = "none"
-    padding: Literal["same", "symmetric"] = "same"
+    norm: Literal["batch_norm", "none"] = later_field("batch_norm")
+    smooth_top: bool = later_field(False)
+    extra_input_activation: Activation = later_field("none")
+    padding: Literal["same", "symmetric"] = later_field("same")
 
     @model_validator(mode="after")
     def _levels_ordered(self) -> FPNConfig:
@@ -188,7 +188,7 @@ class MultiscaleAnchorsConfig(Strict):
     scales_per_octave: int = Field(2, ge=1)
     aspect_ratios: tuple[float, ...] = (1.0, 2.0, 0.5)
     tf_layout: bool = False
-    torchvision_layout: bool = False
+    torchvision_layout: bool = later_field(False)
 
     @model_validator(mode="after")
     def _one_layout(self) -> MultiscaleAnchorsConfig:

@@ -31,7 +31,7 @@ from jaxdet.interop.tfod_names import (
     tf_unapplied,
     to_ours,
 )
-from jaxdet.models.backbones.torch_names import variable_at
+from jaxdet.interop.torch_names import variable_at
 
 # Not model weights: the save counter, the object graph, optimizer slots and step counters.
 _BOOKKEEPING = re.compile(r"^(save_counter|_CHECKPOINTABLE_OBJECT_GRAPH)|\.OPTIMIZER_SLOT/"

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdet.core.coordinates import to_original_coordinates
 from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
 from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
-from jaxdet.eval.postprocess import to_original_coordinates
 from jaxdet.models.ssd import concat_levels
 
 PyTree = Any

@@ -14,7 +14,7 @@ For levels ``min_level .. max_level`` (e.g. P3..P7 from a backbone's P3..P5):
   swish -> separable 3x3 conv (depthwise without bias, pointwise with bias) -> BatchNorm.
 
 Module and attribute names mirror effdet's ``BiFpn`` so that
-:func:`jaxdet.models.backbones.torch_names.torch_state_dict_map` maps its ``fpn.*``
+:func:`jaxdet.interop.torch_names.torch_state_dict_map` maps its ``fpn.*``
 state_dict keys one-to-one onto our parameters, e.g.
 ``resample.3.conv.conv.weight``, ``cell.0.fnode.3.combine.resample.0.conv.bn.running_var``,
 ``cell.2.fnode.7.combine.edge_weights``, ``cell.1.fnode.0.after_combine.conv.conv_pw.bias``.

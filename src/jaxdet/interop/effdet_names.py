@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 from flax import nnx
 
-from jaxdet.models.backbones import torch_names
+from jaxdet.interop import torch_names
 
 _RENAMES = (
     (r"^neck\.", "fpn."),

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 from flax import nnx
 
-from jaxdet.models.backbones import torch_names
+from jaxdet.interop import torch_names
 from jaxdet.models.necks.fpn import FPN
 
 Path = torch_names.Path

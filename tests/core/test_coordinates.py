@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet.eval.postprocess import to_original_coordinates
+from jaxdet.core.coordinates import to_original_coordinates
 
 INPUT_SIZE = (128, 128)
 # image 0: fixed-shape resize of a 64 x 32 (h x w) image: content fills the 128 x 128 input.
