@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
             ])
             task = builders.build_task(config)
             params, stats = jax.eval_shape(task.initial_variables)
-            batch = abstract_train_batch(args.batch_size, (size, size), args.max_boxes)
+            batch = abstract_train_batch(task, args.batch_size)
 
             def loss(params, stats, batch, task=task):
                 return task.loss(params, stats, batch)[0]

@@ -69,16 +69,16 @@ def main(argv: list[str] | None = None) -> dict:
         abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
                                         loss_scale=loss_scale)
         b = args.batch_size
-        batch = abstract_train_batch(b, (size, size), args.max_boxes)
+        batch = abstract_train_batch(task, b)
         base_temp = None
         for spatial in args.spatial:
             mesh = make_mesh(1, spatial)
             check_batch_layout(mesh, batch_size=b, image_size=(size, size),
-                               max_stride=builders.max_feature_stride(task.model))
+                               max_stride=task.max_stride())
             step = builders.build_train_step(
                 config, task, tx, schedule,
                 state_sharding=state_sharding(mesh, abstract),
-                batch_sharding=batch_sharding(mesh))
+                batch_sharding=batch_sharding(mesh, task.batch_layout()))
             t0 = time.perf_counter()
             compiled = step.lower(abstract, batch).compile()
             seconds = time.perf_counter() - t0

@@ -43,10 +43,11 @@ from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.models.remat import set_remat
 from jaxdet.models.ssd import SSDDetector
 from jaxdet.parallel.mesh import check_batch_layout, make_mesh
+from jaxdet.tasks.base import Task
+from jaxdet.tasks.ssd.task import MatchingParams, PostProcessParams
 from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
-from jaxdet.train.task import DetectionTask, MatchingParams, PostProcessParams
 
 COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -334,21 +335,11 @@ def build_post_process_params(cfg: S.ModelConfig) -> PostProcessParams:
     return PostProcessParams(**cfg.post_processing.model_dump())
 
 
-def build_task(config: S.Config, *, seed: int | None = None) -> DetectionTask:
-    """Model, anchors, targets, loss and post-processing for ``config``."""
-    model = build_model(config, seed=config.train.seed if seed is None else seed)
-    return DetectionTask(
-        model=model,
-        anchors=build_anchors(config, model),
-        box_coder=build_box_coder(config.model),
-        loss_params=build_loss_params(config.model),
-        matching=build_matching_params(config.model),
-        post=build_post_process_params(config.model),
-        input_size=input_size(config.data),
-        num_classes=config.model.num_classes,
-        compute_dtype=COMPUTE_DTYPES[config.precision],
-        seed=config.train.seed if seed is None else seed,
-    )
+def build_task(config: S.Config, *, seed: int | None = None) -> Task:
+    """The task of ``config``, by its ``model.type`` (see ``jaxdet.tasks``)."""
+    from jaxdet import tasks
+
+    return tasks.build_task(config, seed=seed)
 
 
 # --------------------------------------------------------------------------- devices
@@ -359,16 +350,11 @@ def build_mesh(config: S.Config) -> Mesh:
     return make_mesh(config.parallel.data, config.parallel.spatial)
 
 
-def max_feature_stride(model: SSDDetector) -> int:
-    """The stride of the backbone's deepest feature map (2 ** its level, e.g. 32 for C5)."""
-    return 2 ** max(model.backbone.out_channels)
-
-
-def check_mesh_layout(config: S.Config, mesh: Mesh, task: DetectionTask, *,
+def check_mesh_layout(config: S.Config, mesh: Mesh, task: Task, *,
                       splits: tuple[str, ...] = ("train", "eval")) -> None:
     """Check that train (micro-)batches and eval batches split over ``mesh`` (clear errors
     naming the field, see ``parallel.mesh.check_batch_layout``)."""
-    stride = max_feature_stride(task.model)
+    stride = task.max_stride()
     t = config.train
     if "train" in splits:
         what = "train.batch_size" if t.accumulate_steps == 1 else (
@@ -444,7 +430,7 @@ def build_loss_scale(config: S.Config) -> LossScaleParams | None:
 
 def build_train_step(
     config: S.Config,
-    task: DetectionTask,
+    task: Task,
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
     *,

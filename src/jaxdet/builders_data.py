@@ -185,8 +185,10 @@ def check_class_count(config: S.Config, source) -> None:
 
 
 def build_train_loader(config: S.Config, source, *, seed: int | None = None,
-                       shard_index: int | None = None, shard_count: int | None = None):
-    """Infinite, deterministic, resumable training batches (see ``data.loader``).
+                       shard_index: int | None = None, shard_count: int | None = None,
+                       layout=None):
+    """Infinite, deterministic, resumable training batches (see ``data.loader``); ``layout``:
+    the task's batch layout, which the first batch is checked against.
 
     ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
     (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
@@ -206,6 +208,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
         shard_index=shard_index,
         shard_count=shard_count,
         gather=gather_ints if shard_count == jax.process_count() > 1 else None,
+        layout=layout,
     )
 
 

@@ -255,7 +255,7 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
         if mesh.size == 1:
             return single
         check_batch_layout(mesh, batch_size=batch_size, image_size=task.input_size,
-                           max_stride=builders.max_feature_stride(task.model),
+                           max_stride=task.max_stride(),
                            what="the predict batch size (--batch-size)")
     except ValueError as e:  # MeshLayoutError included
         log.info("predict runs on one device: %s", e)

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import builders, weights
+from jaxdet import builders, tasks, weights
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
-from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.eval.runner import (
     evaluate_and_write,
     headline_metrics,
@@ -38,11 +37,11 @@ from jaxdet.parallel.sharding import (
     state_sharding,
     with_shardings,
 )
+from jaxdet.tasks.base import Task
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.step import abstract_train_state, init_train_state
-from jaxdet.train.task import DetectionTask
 
 log = logging.getLogger("jaxdet")
 
@@ -52,17 +51,11 @@ class WorkdirMismatch(RuntimeError):
 
 
 def config_fingerprint(config: Config) -> str:
-    """Hash of what fixes the checkpoint's tensors: the network, classes, anchors, input size.
-
-    Loss, matcher and post-processing settings are left out on purpose: a trained checkpoint
-    may be evaluated with another score threshold, or fine-tuned with another loss.
-    """
-    m = config.model
-    dumped = fingerprint_dump(m)
+    """Hash of what fixes the checkpoint's tensors: what the task family names (for the SSD
+    family the network, classes, anchors and input size, see ``tasks.fingerprint_fields``),
+    the optimizer's state layout and the moving average."""
     keyed = {
-        "model": {k: dumped[k] for k in ("type", "num_classes", "add_background_class",
-                                         "backbone", "neck", "anchors", "head") if k in dumped},
-        "input_size": list(builders.input_size(config.data)),
+        **tasks.fingerprint_fields(config),
         "ema": config.train.ema_decay is not None,
         "optimizer": config.train.optimizer.name,
     }
@@ -85,13 +78,13 @@ def _checkpointer(config: Config, workdir: Path) -> Checkpointer:
 VARIABLE_NAMES_FILE = "tf_variable_names.json"
 
 
-def _variable_names(config: Config, task: DetectionTask, workdir: Path, *,
+def _variable_names(config: Config, task: Task, workdir: Path, *,
                     tf_checkpoint: str | Path | None = None) -> dict[str, list[str]] | None:
     """Other names of the parameters that ``train.freeze_variables`` /
     ``update_trainable_variables`` regexes may match: the TF variable names of the TF
     checkpoint the run started from. Once found they are kept in the workdir
-    (``tf_variable_names.json``), so a resumed run and eval / predict rebuild the same
-    optimizer even when the TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a
+    (``tf_variable_names.json``), so a resumed run rebuilds the same optimizer even when the
+    TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a
     run that starts now (names are read from it only if it is a TF one). None when no regex
     is set or there are no such names."""
     t = config.train
@@ -227,7 +220,7 @@ def train(
     abstract = abstract_train_state(task, tx, ema=ema, loss_scale=loss_scale)
     shardings = state_sharding(mesh, abstract,
                                shard_optimizer_state=config.parallel.shard_optimizer_state)
-    batch_shardings = batch_sharding(mesh)
+    batch_shardings = batch_sharding(mesh, task.batch_layout())
     fingerprint = config_fingerprint(config)
 
     if config.data.train is None:
@@ -247,7 +240,7 @@ def train(
     source = _build_source(config, workdir, "train")
     if not complete:
         _log_dataset(source, "data.train")
-    batches = builders.build_train_loader(config, source)
+    batches = builders.build_train_loader(config, source, layout=task.batch_layout())
 
     if start is None:
         if init is not None:
@@ -373,21 +366,21 @@ def evaluate(
 
 def restore_for_inference(
     config: Config, workdir: str | Path, step: int | None = None
-) -> tuple[DetectionTask, dict, int]:
-    """Build the task and restore a checkpoint of ``workdir`` (latest, or ``step``).
+) -> tuple[Task, dict, int]:
+    """Build the task and restore the weights of a checkpoint of ``workdir`` (latest, or
+    ``step``): no optimizer is built and its state is not kept.
 
     The checkpoint's config fingerprint must match ``config``. Pass the state to
     :func:`inference_variables` for the (params, batch_stats) that eval and predict use.
 
     Returns:
-      (task, state dict with params / batch_stats / opt_state [/ ema_params], step).
+      (task, state dict with params / batch_stats [/ ema_params], step).
     Raises:
       FileNotFoundError: no checkpoint, or none for ``step``.
       WorkdirMismatch: the checkpoint belongs to another model/input configuration.
     """
     workdir = Path(workdir)
     task = builders.build_task(config)
-    tx, _ = builders.build_optimizer(config.train, _variable_names(config, task, workdir))
     checkpointer = _checkpointer(config, workdir)
     try:
         if step is None:
@@ -399,9 +392,11 @@ def restore_for_inference(
                                     f" (available: {checkpointer.all_steps()})")
         step = int(step)
         _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
-        abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
-                                        loss_scale=builders.build_loss_scale(config))
-        state, _ = checkpointer.restore(step, abstract)
+        params, batch_stats = task.abstract_variables()
+        parts = {"params": params, "batch_stats": batch_stats}
+        if config.train.ema_decay is not None:
+            parts["ema_params"] = params
+        state = checkpointer.restore_parts(step, parts)
     finally:
         checkpointer.close()
     return task, state, step
@@ -446,7 +441,7 @@ def import_weights(
 def load_for_inference(
     config: Config, workdir: str | Path | None = None, *, step: int | None = None,
     checkpoint: str | Path | None = None, checkpoint_format: str = "auto",
-) -> tuple[DetectionTask, dict, int | str]:
+) -> tuple[Task, dict, int | str]:
     """The task and the state to evaluate or predict with: a workdir's checkpoint
     (:func:`restore_for_inference`), or with ``checkpoint`` a TF OD API checkpoint or another
     workdir imported in full (``weights.load_weights``). Returns (task, state with params /

@@ -205,3 +205,22 @@ def test_sharded_eval_covers_every_image_once(source):
         for batch in loader:
             seen += list(batch["image_id"][batch["mask"]])
     assert sorted(seen) == sorted(source.image_ids)
+
+
+def test_first_batch_is_checked_against_the_task_layout(source):
+    """The train step reads the task's batch layout; a loader whose batches do not fit it (here
+    5 boxes per image where the task pads to 8) stops at the first batch naming the field."""
+    from jaxdet.tasks.base import BatchField
+
+    layout = {"images": BatchField((32, 32, 3), np.float32, spatial_axis=0),
+              "boxes": BatchField((8, 4), np.float32)}
+    it = make_train_loader(source, TRAIN_OPS, batch_size=4, max_boxes=8, seed=0, layout=layout)
+    assert next(it)["boxes"].shape == (4, 8, 4)
+    it = make_train_loader(source, TRAIN_OPS, batch_size=4, max_boxes=5, seed=0, layout=layout)
+    with pytest.raises(ValueError, match=r"batch field 'boxes' is float32\[5, 4\] per example; "
+                                         r"the task expects float32\[8, 4\]"):
+        next(it)
+    missing = {**layout, "keypoints": BatchField((8, 17, 3), np.float32)}
+    it = make_train_loader(source, TRAIN_OPS, batch_size=4, max_boxes=8, seed=0, layout=missing)
+    with pytest.raises(ValueError, match="the batch has no 'keypoints'"):
+        next(it)

@@ -17,7 +17,7 @@ from jaxdet.config.loader import load_config
 from jaxdet.models.layers import BatchNorm, BatchNormParams, batch_norm, set_batch_norm_groups
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding
-from jaxdet.train.step import TRAIN_BATCH_KEYS, init_train_state, make_train_step
+from jaxdet.train.step import init_train_state, make_train_step
 
 BATCH = 8
 # Height 128 = largest stride 32 x spatial 4, so the (2, 4) mesh is a legal layout. SGD with
@@ -200,12 +200,12 @@ def _one_step(config, mesh_shape: tuple[int, int] | None):
     state = init_train_state(task, tx, ema=False)
     before = jax.device_get(state)
     batch = _batch(task.input_size)
-    batch = {k: batch[k] for k in TRAIN_BATCH_KEYS}
+    batch = {k: batch[k] for k in task.batch_layout()}
     if mesh_shape is None:
         step = make_train_step(task, tx, schedule)
     else:
         mesh = make_mesh(*mesh_shape)
-        s_shard, b_shard = state_sharding(mesh, state), batch_sharding(mesh)
+        s_shard, b_shard = state_sharding(mesh, state), batch_sharding(mesh, task.batch_layout())
         state, batch = place(state, s_shard), place_batch(batch, b_shard)
         step = make_train_step(task, tx, schedule, state_sharding=s_shard,
                                batch_sharding=b_shard)

@@ -122,7 +122,7 @@ def _assert_trees_close(actual, expected, *, rtol: float, atol: float, what: str
 def test_train_step_on_mesh_equals_single_device(reference: _Reference, shape) -> None:
     mesh = make_mesh(*shape)
     shardings = state_sharding(mesh, reference.state0)
-    batch_shardings = batch_sharding(mesh)
+    batch_shardings = batch_sharding(mesh, reference.task.batch_layout())
     step = make_train_step(reference.task, reference.tx, reference.schedule,
                            state_sharding=shardings, batch_sharding=batch_shardings)
     state, metrics = step(place(reference.state0, shardings),
@@ -152,9 +152,11 @@ def test_remat_step_on_spatial_mesh_equals_single_device() -> None:
     mesh = make_mesh(2, 4)
     shardings = state_sharding(mesh, reference.state0)
     step = make_train_step(task, reference.tx, reference.schedule,
-                           state_sharding=shardings, batch_sharding=batch_sharding(mesh))
-    state, metrics = jax.device_get(step(place(reference.state0, shardings),
-                                         place_batch(reference.batch, batch_sharding(mesh))))
+                           state_sharding=shardings,
+                           batch_sharding=batch_sharding(mesh, task.batch_layout()))
+    state, metrics = jax.device_get(step(
+        place(reference.state0, shardings),
+        place_batch(reference.batch, batch_sharding(mesh, task.batch_layout()))))
     np.testing.assert_allclose(metrics["loss"], reference.metrics["loss"], rtol=2e-6)
     _assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=2e-7,
                         what="params")
@@ -197,7 +199,7 @@ def test_spatial_convolutions_exchange_halos_not_activations() -> None:
     params, stats = task.initial_variables()
     graphdef = nnx.graphdef(task.model)
     mesh = make_mesh(2, 4)
-    images = place_batch(_batch(), batch_sharding(mesh))["images"]
+    images = place_batch(_batch(), batch_sharding(mesh, task.batch_layout()))["images"]
     assert images.sharding.shard_shape(images.shape) == (BATCH // 2, HEIGHT // 4, WIDTH, 3)
 
     def forward(params, stats, images):

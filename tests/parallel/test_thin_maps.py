@@ -75,7 +75,8 @@ def test_train_step_on_64px_images_equals_single_device(tiny_overrides, shape) -
         make_train_step(task, tx, schedule)(jax.tree.map(np.copy, state0), batch))
 
     mesh = make_mesh(*shape)
-    shardings, batch_shardings = state_sharding(mesh, state0), batch_sharding(mesh)
+    shardings = state_sharding(mesh, state0)
+    batch_shardings = batch_sharding(mesh, task.batch_layout())
     step = make_train_step(task, tx, schedule, state_sharding=shardings,
                            batch_sharding=batch_shardings)
     actual, _ = jax.device_get(step(place(state0, shardings), place_batch(batch, batch_shardings)))

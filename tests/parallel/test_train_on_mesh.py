@@ -103,8 +103,9 @@ def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
     for split in (False, True):
         shardings = state_sharding(mesh, state0, shard_optimizer_state=split)
         step = make_train_step(task, tx, schedule, state_sharding=shardings,
-                               batch_sharding=batch_sharding(mesh))
-        state, _ = step(place(state0, shardings), place_batch(batch, batch_sharding(mesh)))
+                               batch_sharding=batch_sharding(mesh, task.batch_layout()))
+        state, _ = step(place(state0, shardings),
+                        place_batch(batch, batch_sharding(mesh, task.batch_layout())))
         results[split] = state
     # every momentum buffer with a dimension that divides by 8 is split in eighths over the devices
     moments = [x for x in jax.tree.leaves(results[True]["opt_state"])

@@ -63,6 +63,7 @@ from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
 from jaxdet.data.records import EpochTally, Record, SkipCounter
+from jaxdet.tasks.base import BatchLayout, check_batch
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -346,7 +347,8 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
 
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int, seed: int,
                  worker_count: int, shuffle: bool, shard_index: int, shard_count: int,
-                 gather: Callable[[int], Sequence[int]] | None = None):
+                 gather: Callable[[int], Sequence[int]] | None = None,
+                 layout: BatchLayout | None = None):
         self._map = _TrainMap(_Pipeline(source, tuple(transforms), max_boxes), len(source),
                               seed, shuffle)
         self._name = _describe(source)
@@ -363,6 +365,7 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
         self._next_index = self._rows.stream(0)  # stream index of this process's next sample
         self._tally = EpochTally(len(source))
         self._it: Any = None
+        self._layout = layout  # checked on the first batch, then trusted
 
     @property
     def stats(self) -> dict[str, int]:
@@ -397,6 +400,9 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
         batch.pop("_skips")
         if self._tally.done(self._next_index):
             self._summarize()
+        if self._layout is not None:
+            check_batch(self._layout, batch, where=f"train batches of {self._name}")
+            self._layout = None
         return batch
 
     def _summarize(self) -> None:
@@ -491,13 +497,16 @@ def make_train_loader(
     shard_index: int = 0,
     shard_count: int = 1,
     gather: Callable[[int], Sequence[int]] | None = None,
+    layout: BatchLayout | None = None,
 ) -> TrainIterator:
     """Endless training batches, reshuffled each epoch, deterministic in ``seed``.
 
     ``batch_size`` is the global batch. ``shard_index`` / ``shard_count`` (a JAX process's
     index and the process count) make this loader yield only its ``batch_size // shard_count``
     rows of every global batch. ``gather(my_next_index) -> every process's`` collects the
-    positions for ``get_state`` (e.g. ``parallel.distributed.gather_ints``).
+    positions for ``get_state`` (e.g. ``parallel.distributed.gather_ints``). ``layout`` (the
+    task's ``batch_layout``): the first batch is checked against it (a field the task reads
+    missing, or of another shape or dtype, is an error naming it).
     """
     _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
     if batch_size % shard_count:
@@ -509,7 +518,8 @@ def make_train_loader(
         raise ValueError(f"seed must be a non-negative integer, got {seed}")
     return TrainIterator(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
                          seed=seed, worker_count=worker_count, shuffle=shuffle,
-                         shard_index=shard_index, shard_count=shard_count, gather=gather)
+                         shard_index=shard_index, shard_count=shard_count, gather=gather,
+                         layout=layout)
 
 
 __all__ = ["BATCH_KEYS", "SHARDED_STATE_FORMAT", "STATE_FORMAT", "TrainIterator",

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
-from jaxdet.train.task import DetectionTask
+from jaxdet.tasks.base import Task
 from jaxdet.visualize import draw_detections, image_grid
 
 PyTree = Any
@@ -28,7 +28,7 @@ SAMPLES_CELL_SIZE = 320
 METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics")
 
 
-def predict_callable(task: DetectionTask, *, allow_tf32: bool = True) -> Callable:
+def predict_callable(task: Task, *, allow_tf32: bool = True) -> Callable:
     """``task.predict``, or with ``allow_tf32=False`` a wrapper that traces it under
     ``jax.default_matmul_precision("highest")`` (full float32 convolutions and matmuls on GPUs
     that would use TensorFloat-32). Not jitted: for ``jax.jit`` / ``parallel.mesh_predict``."""
@@ -42,7 +42,7 @@ def predict_callable(task: DetectionTask, *, allow_tf32: bool = True) -> Callabl
     return predict
 
 
-def make_predict_fn(task: DetectionTask, *, allow_tf32: bool = True) -> Callable:
+def make_predict_fn(task: Task, *, allow_tf32: bool = True) -> Callable:
     """``predict(params, batch_stats, images, image_info) -> detections``, jitted once
     (``allow_tf32``: see :func:`predict_callable`)."""
     return jax.jit(predict_callable(task, allow_tf32=allow_tf32))
@@ -83,7 +83,7 @@ def run_detection(
 
 
 def evaluate_and_write(
-    task: DetectionTask,
+    task: Task,
     predict: Callable,
     params: PyTree,
     batch_stats: PyTree,

@@ -1,7 +1,7 @@
 """Sharding rules: how the train state and a batch lie on a ``(data, spatial)`` mesh.
 
-* batch images [B, H, W, C]: B over ``data``, H over ``spatial``;
-* every other batch field [B, ...]: B over ``data``;
+* a batch field [B, ...] (the task's ``batch_layout``): B over ``data``, and the axis the
+  layout names (images: H) over ``spatial``;
 * parameters, batch statistics, moving averages, the step: replicated;
 * optimizer state: replicated, or (``shard_optimizer_state``) each moment split over ``data``
   along its first dimension that divides evenly (a ZeRO-1 layout: XLA reduce-scatters the
@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxdet.parallel.mesh import DATA, SPATIAL
 from jaxdet.parallel.thin_maps import mesh_scope
+from jaxdet.tasks.base import BatchField, BatchLayout
 
 PyTree = Any
 
@@ -30,22 +31,16 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def batch_spec(name: str, ndim: int) -> P:
-    """The partition spec of batch field ``name`` with ``ndim`` dimensions."""
-    if name == "images" and ndim == 4:
-        return P(DATA, SPATIAL, None, None)
-    return P(DATA, *([None] * (ndim - 1)))
+def field_spec(field: BatchField) -> P:
+    """The partition spec of a batch field: its batch dimension over ``data``, its
+    ``spatial_axis`` (if any) over ``spatial``."""
+    return P(DATA, *(SPATIAL if i == field.spatial_axis else None
+                     for i in range(len(field.shape))))
 
 
-# The dimensions of the fields a train step reads (see data.loader for their meaning).
-TRAIN_BATCH_NDIMS = {"images": 4, "boxes": 3, "classes": 2, "valid": 2, "ignore": 2}
-
-
-def batch_sharding(mesh: Mesh, ndims: dict[str, int] | None = None) -> dict:
-    """Shardings of batch fields, given their number of dimensions (default: the train step's
-    fields, ``TRAIN_BATCH_NDIMS``)."""
-    ndims = TRAIN_BATCH_NDIMS if ndims is None else ndims
-    return {k: NamedSharding(mesh, batch_spec(k, n)) for k, n in ndims.items()}
+def batch_sharding(mesh: Mesh, layout: BatchLayout) -> dict:
+    """Shardings of the fields of a task's batch layout (``task.batch_layout()``)."""
+    return {k: NamedSharding(mesh, field_spec(f)) for k, f in layout.items()}
 
 
 def _split_over_data(mesh: Mesh, leaf) -> NamedSharding:
@@ -108,8 +103,9 @@ def mesh_predict(predict_fn, mesh: Mesh):
             return predict_fn(*args)
 
     return jax.jit(predict_in_mesh, in_shardings=(
-        rep, rep, NamedSharding(mesh, batch_spec("images", 4)),
-        NamedSharding(mesh, batch_spec("image_info", 2)),
+        # images [B, H, W, C] as a train batch's: B over data, H over spatial
+        rep, rep, NamedSharding(mesh, P(DATA, SPATIAL, None, None)),
+        NamedSharding(mesh, P(DATA, None)),
     ), out_shardings=rep)
 
 

@@ -5,10 +5,10 @@ micro-batches of B/k and runs the forward/backward pass over them one after anot
 ``lax.scan`` (one compiled body), so a step needs the activation memory of B/k images only. The
 gradients are summed so that the result equals the step on the whole batch:
 
-* the detection loss is divided by the normalizer of the WHOLE batch (its number of positives,
-  ``core.detection_loss.loss_normalizer``): targets are assigned for the whole batch first, and
-  every micro-batch loss is divided by that one normalizer, so the micro-batch losses (and their
-  gradients) add up to the whole-batch ones;
+* the loss is divided by the normalizer of the WHOLE batch (``task.loss_normalizer``; for
+  detection its number of positives): the task prepares its targets for the whole batch first
+  (``task.prepare``), and every micro-batch loss is divided by that one normalizer, so the
+  micro-batch losses (and their gradients) add up to the whole-batch ones;
 * micro-batch ``m`` takes the rows ``m, m+k, m+2k, ...`` (``[B] -> [B/k, k]``, scan over the k
   axis), so each micro-batch keeps the batch dimension sharded over the mesh's ``data`` axis;
 * stochastic layers draw from ``fold_in(step_key, m)``.
@@ -26,8 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdet.core.detection_loss import loss_normalizer
-from jaxdet.train.task import DetectionTask
+from jaxdet.tasks.base import Task
 
 PyTree = Any
 
@@ -39,12 +38,12 @@ def split_micro_batches(x: jax.Array, k: int) -> jax.Array:
     return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
 
 
-def _value_and_grad(task: DetectionTask, scale: jax.Array | None):
+def _value_and_grad(task: Task, scale: jax.Array | None):
     """value_and_grad of ``loss * scale`` w.r.t. params; the aux carries the unscaled loss."""
 
-    def scaled_loss(params, batch_stats, batch, rng, targets, normalizer):
+    def scaled_loss(params, batch_stats, batch, rng, prepared, normalizer):
         total, (parts, new_stats) = task.loss(
-            params, batch_stats, batch, rng, targets=targets, normalizer=normalizer
+            params, batch_stats, batch, rng, prepared=prepared, normalizer=normalizer
         )
         scaled = total if scale is None else total * scale
         return scaled, (total, parts, new_stats)
@@ -53,7 +52,7 @@ def _value_and_grad(task: DetectionTask, scale: jax.Array | None):
 
 
 def loss_and_grads(
-    task: DetectionTask,
+    task: Task,
     params: PyTree,
     batch_stats: PyTree,
     batch: dict,
@@ -65,7 +64,7 @@ def loss_and_grads(
     """Loss, loss parts, new batch_stats and parameter gradients of one batch.
 
     Args:
-      batch: images [B, H, W, 3], boxes [B, N, 4], classes / valid / ignore [B, N].
+      batch: the fields of ``task.batch_layout()``, [B, ...] each.
       rng: the step's key (micro-batch ``m`` uses ``fold_in(rng, m)`` when accumulating).
       accumulate_steps: k micro-batches of B/k (k must divide B); 1: one pass over the batch.
       scale: f32[] loss scale (fp16): gradients are those of ``loss * scale``, NOT unscaled
@@ -81,15 +80,15 @@ def loss_and_grads(
         return loss, parts, new_stats, grads
 
     k = accumulate_steps
-    targets = task.targets(batch)  # [B, A, ...], the whole batch at once
-    normalizer = loss_normalizer(targets["box_weights"], task.loss_params)
-    micro_batches = jax.tree.map(lambda x: split_micro_batches(x, k), (batch, targets))
+    prepared = task.prepare(batch)  # [B, ...] leaves, the whole batch at once
+    normalizer = task.loss_normalizer(prepared)
+    micro_batches = jax.tree.map(lambda x: split_micro_batches(x, k), (batch, prepared))
 
     def body(carry, xs):
         stats, grads_sum = carry
-        m, (micro_batch, micro_targets) = xs
+        m, (micro_batch, micro_prepared) = xs
         (_, (loss, parts, stats)), grads = grad_fn(
-            params, stats, micro_batch, jax.random.fold_in(rng, m), micro_targets, normalizer
+            params, stats, micro_batch, jax.random.fold_in(rng, m), micro_prepared, normalizer
         )
         grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
         return (stats, grads_sum), (loss, parts)

@@ -58,8 +58,12 @@ class Checkpointer:
             cleanup_tmp_directories=True,
             enable_async_checkpointing=async_save,
         )
+        # handlers named up front (not only item names), so a fresh manager can read a
+        # step's metadata before restoring anything (``restore_parts``)
         self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=(_STATE, _METADATA)
+            self.directory, options=options,
+            item_handlers={_STATE: ocp.StandardCheckpointHandler(),
+                           _METADATA: ocp.JsonCheckpointHandler()},
         )
 
     def save(self, step: int, state: Any, metadata: dict | None = None, *,
@@ -115,6 +119,25 @@ class Checkpointer:
             }),
         )
         return restored[_STATE], dict(restored[_METADATA] or {})
+
+    def restore_parts(self, step: int, parts: dict[str, Any]) -> dict[str, Any]:
+        """Restore some top-level entries of the state of ``step`` (e.g. ``params`` and
+        ``batch_stats`` for inference), each to its abstract tree in ``parts``, without knowing
+        how the others (the optimizer's state) are laid out: they are read as their metadata
+        describes them and dropped. Returns ``{name: restored tree}`` for the names in
+        ``parts``."""
+        saved = self._manager.item_metadata(int(step))[_STATE].tree
+        missing = [name for name in parts if name not in saved]
+        if missing:
+            raise KeyError(f"{self.directory}: the checkpoint of step {step} has no "
+                           f"{', '.join(missing)} (it has {', '.join(saved)})")
+        target = {name: parts[name] if name in parts else jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree)
+            for name, tree in saved.items()}
+        restored = self._manager.restore(
+            int(step), args=ocp.args.Composite(**{
+                _STATE: ocp.args.StandardRestore(_with_default_sharding(target))}))
+        return {name: restored[_STATE][name] for name in parts}
 
     def restore_raw(self, step: int) -> Any:
         """The state of ``step`` as saved (numpy arrays on the host), without a target tree:

@@ -17,18 +17,16 @@ import jax.numpy as jnp
 import optax
 
 from jaxdet.parallel.thin_maps import mesh_scope
+from jaxdet.tasks.base import Task, abstract_batch
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.accumulate import loss_and_grads
-from jaxdet.train.task import DetectionTask
 
 PyTree = Any
 TrainState = dict
-# The batch fields a train step reads (the loader's other fields stay on the host).
-TRAIN_BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore")
 
 
 def init_train_state(
-    task: DetectionTask,
+    task: Task,
     tx: optax.GradientTransformation,
     *,
     ema: bool,
@@ -50,7 +48,7 @@ def init_train_state(
 
 
 def abstract_train_state(
-    task: DetectionTask,
+    task: Task,
     tx: optax.GradientTransformation,
     *,
     ema: bool,
@@ -60,19 +58,11 @@ def abstract_train_state(
     return jax.eval_shape(lambda: init_train_state(task, tx, ema=ema, loss_scale=loss_scale))
 
 
-def abstract_train_batch(
-    batch_size: int, image_size: tuple[int, int], max_boxes: int
-) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of a train batch (the :data:`TRAIN_BATCH_KEYS`): images
-    f32[B, H, W, 3], boxes f32[B, N, 4], classes i32[B, N], valid and ignore bool[B, N]."""
-    b, n = batch_size, max_boxes
-    return {
-        "images": jax.ShapeDtypeStruct((b, *image_size, 3), jnp.float32),
-        "boxes": jax.ShapeDtypeStruct((b, n, 4), jnp.float32),
-        "classes": jax.ShapeDtypeStruct((b, n), jnp.int32),
-        "valid": jax.ShapeDtypeStruct((b, n), jnp.bool_),
-        "ignore": jax.ShapeDtypeStruct((b, n), jnp.bool_),
-    }
+def abstract_train_batch(task: Task, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of a train batch of ``batch_size``: the task's batch layout (for the
+    SSD family images f32[B, H, W, 3], boxes f32[B, N, 4], classes i32[B, N], valid and
+    ignore bool[B, N])."""
+    return abstract_batch(task.batch_layout(), batch_size)
 
 
 def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool) -> PyTree:
@@ -85,7 +75,7 @@ def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool) 
 
 
 def make_train_step(
-    task: DetectionTask,
+    task: Task,
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
     *,
@@ -103,11 +93,12 @@ def make_train_step(
     state and the batch, see ``jaxdet.parallel.sharding``) pin the layout over a device mesh;
     None lets jit follow its arguments (one device).
 
-    ``batch`` holds images [B,H,W,3], boxes [B,N,4], classes [B,N], valid [B,N], ignore [B,N]
-    (other keys are ignored). Metrics: loss, classification_loss, localization_loss,
-    num_positives, grad_norm, learning_rate (the rate used for this update); with
-    ``loss_scale`` also ``loss_scale`` (the scale this step used) and ``skipped`` (1 when its
-    gradients were not finite and the update was skipped).
+    ``batch`` holds the fields of ``task.batch_layout()`` (other keys are ignored; for the
+    SSD family images [B,H,W,3], boxes [B,N,4], classes / valid / ignore [B,N]). Metrics:
+    loss, classification_loss, localization_loss, num_positives, grad_norm, learning_rate
+    (the rate used for this update); with ``loss_scale`` also ``loss_scale`` (the scale this
+    step used) and ``skipped`` (1 when its gradients were not finite and the update was
+    skipped).
 
     ``ema_dynamic_decay`` warms the moving average up as TF's ``num_updates`` /
     tfa's ``dynamic_decay`` do: update ``t`` (0-based) uses ``min(ema_decay, (1 + t) / (10 + t))``,
@@ -122,8 +113,10 @@ def make_train_step(
     (full float32 convolutions and matmuls on GPUs that would use TensorFloat-32).
     """
 
+    fields = tuple(task.batch_layout())
+
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        inputs = {k: batch[k] for k in TRAIN_BATCH_KEYS}
+        inputs = {k: batch[k] for k in fields}
         scale_state = state.get("loss_scale") if loss_scale is not None else None
         if loss_scale is not None and scale_state is None:
             raise ValueError("loss_scale is set but the train state has no 'loss_scale' entry "

@@ -16,10 +16,12 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core.coordinates import to_original_coordinates
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
+from jaxdet.core.detection_loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
+from jaxdet.models.remat import REMAT_TARGETS
 from jaxdet.models.ssd import concat_levels
+from jaxdet.tasks.base import BatchField, BatchLayout
 
 PyTree = Any
 
@@ -51,7 +53,7 @@ class MatchingParams:
 
 
 @dataclass
-class DetectionTask:
+class SSDTask:
     """Model + anchors + targets + loss + post-processing for a single-stage detector.
 
     Attributes:
@@ -60,6 +62,7 @@ class DetectionTask:
       input_size: (H, W) of every batch image.
       num_classes: foreground classes (contiguous 0-based ids).
       seed: base of the per-step random keys of stochastic layers (``step_key``).
+      max_boxes: N, the ground-truth boxes of an image padded to a static count.
     """
 
     model: nnx.Module
@@ -72,6 +75,8 @@ class DetectionTask:
     num_classes: int
     compute_dtype: Any = jnp.float32
     seed: int = 0
+    max_boxes: int = 100
+    remat_targets: tuple[str, ...] = REMAT_TARGETS
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +85,24 @@ class DetectionTask:
         self.model.eval()
         self._graphdefs["eval"] = nnx.graphdef(self.model)
         self.model.train()
+
+    # ----------------------------------------------------------------- layout
+
+    def batch_layout(self) -> BatchLayout:
+        """images f32[H, W, 3] (height split over the mesh's ``spatial`` axis), boxes
+        f32[N, 4] (normalized yxyx), classes i32[N], valid and ignore bool[N]."""
+        n = self.max_boxes
+        return {
+            "images": BatchField((*self.input_size, 3), jnp.float32, spatial_axis=0),
+            "boxes": BatchField((n, 4), jnp.float32),
+            "classes": BatchField((n,), jnp.int32),
+            "valid": BatchField((n,), jnp.bool_),
+            "ignore": BatchField((n,), jnp.bool_),
+        }
+
+    def max_stride(self) -> int:
+        """The stride of the backbone's deepest feature map (2 ** its level, e.g. 32 for C5)."""
+        return 2 ** max(self.model.backbone.out_channels)
 
     # ----------------------------------------------------------------- variables
 
@@ -121,7 +144,7 @@ class DetectionTask:
 
     # ----------------------------------------------------------------- targets and loss
 
-    def targets(self, batch: dict) -> dict:
+    def prepare(self, batch: dict) -> dict:
         """Per-anchor targets [B, A, ...] for a batch (see ``core.target_assigner``)."""
         m = self.matching
 
@@ -143,19 +166,22 @@ class DetectionTask:
 
         return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])
 
+    def loss_normalizer(self, prepared: dict) -> jax.Array:
+        """The batch's number of positives (see ``core.detection_loss.loss_normalizer``)."""
+        return loss_normalizer(prepared["box_weights"], self.loss_params)
+
     def loss(
         self, params: PyTree, batch_stats: PyTree, batch: dict, rng: jax.Array | None = None,
-        *, targets: dict | None = None, normalizer: jax.Array | None = None,
+        *, prepared: dict | None = None, normalizer: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[dict, PyTree]]:
         """Training loss of a batch: (total, (components, new batch_stats)); ``rng`` drives
         stochastic layers (see :meth:`step_key`).
 
-        ``targets`` (:meth:`targets` of this batch) skips the target assignment when the caller
-        already has them; ``normalizer`` (f32[]) replaces the batch's own loss normalizer — a
-        micro-batch of gradient accumulation is divided by the normalizer of the whole batch
-        (see ``core.detection_loss.loss_normalizer``)."""
-        if targets is None:
-            targets = self.targets(batch)
+        ``prepared`` (:meth:`prepare` of this batch: its targets) skips the target assignment
+        when the caller already has them; ``normalizer`` (f32[]) replaces the batch's own loss
+        normalizer — a micro-batch of gradient accumulation is divided by the normalizer of
+        the whole batch (:meth:`loss_normalizer`)."""
+        targets = self.prepare(batch) if prepared is None else prepared
         (logits, encodings), new_stats = self.apply(
             params, batch_stats, batch["images"], train=True, rng=rng
         )

@@ -1,0 +1,56 @@
+"""Tasks: one folder per meta-architecture, one registry line each (see ``tasks.base``).
+
+``build_task(config)`` dispatches on ``config.model.type``; ``fingerprint_fields(config)``
+gives what fixes a checkpoint's tensors for that family. Nothing else in jaxdet branches on the
+model type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jaxdet.config import schema as S
+from jaxdet.tasks.base import BatchField, BatchLayout, Task
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """How a ``model.type`` is built: ``build(config, seed=...) -> Task`` and
+    ``fingerprint_fields(config) -> dict`` (JSON-able; hashed into the checkpoint
+    fingerprint)."""
+
+    build: Callable[..., Task]
+    fingerprint_fields: Callable[[S.Config], dict[str, Any]]
+
+
+def _families() -> dict[str, TaskFamily]:
+    from jaxdet.tasks import ssd
+
+    return {
+        "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields),
+    }
+
+
+def family(config: S.Config) -> TaskFamily:
+    """The :class:`TaskFamily` of ``config.model.type``."""
+    families = _families()
+    kind = config.model.type
+    if kind not in families:
+        raise ValueError(f"model.type={kind!r} has no task; allowed: {', '.join(families)}")
+    return families[kind]
+
+
+def build_task(config: S.Config, *, seed: int | None = None) -> Task:
+    """The task of ``config`` (``seed``: default ``train.seed``)."""
+    return family(config).build(config, seed=config.train.seed if seed is None else seed)
+
+
+def fingerprint_fields(config: S.Config) -> dict[str, Any]:
+    """What fixes the checkpoint's tensors for ``config``'s family."""
+    return family(config).fingerprint_fields(config)
+
+
+__all__ = ["BatchField", "BatchLayout", "Task", "TaskFamily", "build_task", "family",
+           "fingerprint_fields"]

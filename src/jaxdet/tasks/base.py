@@ -1,0 +1,107 @@
+"""What every task (meta-architecture) gives the rest of jaxdet: the seam.
+
+A task is built from a config by its family's builder (``tasks.build_task`` dispatches on
+``model.type``) and holds constructed objects only; its methods are pure functions of
+(params, batch_stats, arrays), safe inside ``jax.jit``. The training loop, the train step,
+gradient accumulation, the sharding rules, checkpoints, eval and predict talk to a task through
+this interface alone, so a new family (CenterNet, a two-stage detector, a 3D segmentation
+model) lives in its own folder under ``tasks/`` and adds one registry line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+from flax import nnx
+
+PyTree = Any
+
+
+@dataclass(frozen=True)
+class BatchField:
+    """One field of a train batch, per example: its ``shape`` (without the batch dimension),
+    ``dtype``, and ``spatial_axis``, the axis of ``shape`` split over the mesh's ``spatial``
+    axis (None: not split; the batch dimension always goes over ``data``)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    spatial_axis: int | None = None
+
+
+BatchLayout = dict[str, BatchField]
+
+
+def abstract_batch(layout: BatchLayout, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of a batch of ``batch_size`` examples with ``layout``."""
+    return {name: jax.ShapeDtypeStruct((batch_size, *f.shape), f.dtype)
+            for name, f in layout.items()}
+
+
+def check_batch(layout: BatchLayout, batch: dict, *, where: str) -> None:
+    """Raise ValueError naming the first field of ``layout`` that ``batch`` lacks or holds with
+    another per-example shape or dtype."""
+    for name, f in layout.items():
+        if name not in batch:
+            raise ValueError(f"{where}: the batch has no {name!r} (the task reads "
+                             f"{', '.join(layout)})")
+        value = np.asarray(batch[name]) if not hasattr(batch[name], "shape") else batch[name]
+        if tuple(value.shape[1:]) != tuple(f.shape) or np.dtype(value.dtype) != np.dtype(f.dtype):
+            raise ValueError(f"{where}: batch field {name!r} is {np.dtype(value.dtype)}"
+                             f"{list(value.shape[1:])} per example; the task expects "
+                             f"{np.dtype(f.dtype)}{list(f.shape)}")
+
+
+class Task(Protocol):
+    """The interface every meta-architecture implements (see the module docstring).
+
+    Attributes:
+      model: the network (its graph definitions and initial variables).
+      input_size: (H, W) of every input image (or the spatial size of a volume patch).
+      seed: base of the per-step random keys of stochastic layers.
+      remat_targets: the part names ``train.remat`` may name for this family.
+    """
+
+    model: nnx.Module
+    input_size: tuple[int, ...]
+    seed: int
+    remat_targets: tuple[str, ...]
+
+    def batch_layout(self) -> BatchLayout:
+        """The fields a train step reads; the loader's batches, the train step and the
+        sharding rules all follow it."""
+
+    def initial_variables(self) -> tuple[PyTree, PyTree]:
+        """(params, batch_stats) of the freshly built model, as pure dicts of arrays."""
+
+    def abstract_variables(self) -> tuple[PyTree, PyTree]:
+        """Shapes and dtypes of :meth:`initial_variables` without computing them."""
+
+    def step_key(self, step: jax.Array) -> jax.Array:
+        """The random key of train step ``step`` (a pure function of seed and step)."""
+
+    def prepare(self, batch: dict) -> PyTree:
+        """Per-example training targets of a whole batch ([B, ...] leaves), computed once
+        before a batch is split into micro-batches."""
+
+    def loss_normalizer(self, prepared: PyTree) -> jax.Array:
+        """f32[]: what the whole batch's loss is divided by (every micro-batch of an
+        accumulated step is divided by the same one)."""
+
+    def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
+             rng: jax.Array | None = None, *, prepared: PyTree | None = None,
+             normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
+        """(total loss, (loss parts, new batch_stats)) of a batch."""
+
+    def predict(self, params: PyTree, batch_stats: PyTree, images: jax.Array,
+                image_info: jax.Array) -> dict:
+        """Static-shape predictions in original-image coordinates."""
+
+    def max_stride(self) -> int:
+        """The largest downsampling of the input inside the model (input sizes split over a
+        mesh must stay divisible by it)."""
+
+
+__all__ = ["BatchField", "BatchLayout", "Task", "abstract_batch", "check_batch"]
