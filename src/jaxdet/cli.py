@@ -304,19 +304,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_summary(args: argparse.Namespace) -> int:
     import tempfile
 
+    from jaxdet import tasks
     from jaxdet.config.schema import ShapesDataConfig
-    from jaxdet.summary import format_summary, model_summary
 
     config = _load(args)
+    family = tasks.family(config)
     split = None if args.no_data else args.data
     automatic = split is None and not args.no_data
     if automatic and config.data.train is not None and not isinstance(
             config.data.train, ShapesDataConfig):
         split = "train"
     with tempfile.TemporaryDirectory(prefix="jaxdet-summary-") as tmp:  # generated shapes
-        summary = model_summary(config, flops=not args.no_flops, data=split, workdir=tmp,
-                                data_required=not automatic)
-    print(json.dumps(summary) if args.json else format_summary(summary))
+        summary = family.summary(config, flops=not args.no_flops, data=split, workdir=tmp,
+                                 data_required=not automatic)
+    print(json.dumps(summary) if args.json else family.format_summary(summary))
     return 0
 
 

@@ -22,7 +22,6 @@ from jaxdet import builders, tasks, weights
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
 from jaxdet.eval.runner import (
-    evaluate_and_write,
     headline_metrics,
     make_predict_fn,
     predict_callable,
@@ -175,8 +174,7 @@ class EvalContext:
             variables = jax.device_put(variables, self.variables_sharding)
         elif jax.process_count() > 1:
             variables = local_copy(variables)
-        return evaluate_and_write(
-            self.task,
+        return self.task.evaluate(
             self.predict,
             *variables,
             self.source,

@@ -17,19 +17,24 @@ from jaxdet.tasks.base import BatchField, BatchLayout, Task
 
 @dataclass(frozen=True)
 class TaskFamily:
-    """How a ``model.type`` is built: ``build(config, seed=...) -> Task`` and
+    """How a ``model.type`` is built: ``build(config, seed=...) -> Task``;
     ``fingerprint_fields(config) -> dict`` (JSON-able; hashed into the checkpoint
-    fingerprint)."""
+    fingerprint); ``summary(config, **options) -> dict`` and ``format_summary(dict) -> str``
+    (``jaxdet summary``: parameters, FLOPs, the family's own rows)."""
 
     build: Callable[..., Task]
     fingerprint_fields: Callable[[S.Config], dict[str, Any]]
+    summary: Callable[..., dict]
+    format_summary: Callable[[dict], str]
 
 
 def _families() -> dict[str, TaskFamily]:
+    from jaxdet import summary
     from jaxdet.tasks import ssd
 
     return {
-        "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields),
+        "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
+                          summary.model_summary, summary.format_summary),
     }
 
 

@@ -99,6 +99,12 @@ class Task(Protocol):
                 image_info: jax.Array) -> dict:
         """Static-shape predictions in original-image coordinates."""
 
+    def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
+                 loader_factory: Any, out_dir: Any, **options: Any) -> dict:
+        """Predict over an eval source with ``predict`` (a compiled :meth:`predict`), score
+        it with the family's evaluators (``eval.metrics_set``), write the results and
+        pictures to ``out_dir``; returns the metrics."""
+
     def max_stride(self) -> int:
         """The largest downsampling of the input inside the model (input sizes split over a
         mesh must stay divisible by it)."""

@@ -196,6 +196,18 @@ class SSDTask:
         )
         return total, (parts, new_stats)
 
+    # ----------------------------------------------------------------- evaluation
+
+    def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
+                 loader_factory: Any, out_dir: Any, **options: Any) -> dict:
+        """Detect over an eval source and score the boxes (COCO and / or Pascal VOC metrics,
+        ``eval.runner.evaluate_and_write``; ``options`` as it takes them); writes
+        detections.json, metrics.json and the sample grid to ``out_dir``."""
+        from jaxdet.eval.runner import evaluate_and_write
+
+        return evaluate_and_write(self, predict, params, batch_stats, source, loader_factory,
+                                  out_dir, **options)
+
     # ----------------------------------------------------------------- inference
 
     def predict(
