@@ -54,6 +54,52 @@ def check_batch(layout: BatchLayout, batch: dict, *, where: str) -> None:
                              f"{np.dtype(f.dtype)}{list(f.shape)}")
 
 
+def model_graphdefs(model: nnx.Module) -> dict[str, Any]:
+    """``{"train": graphdef, "eval": graphdef}`` of a module (its train and eval modes: e.g.
+    BatchNorm with batch or moving statistics); leaves ``model`` in train mode."""
+    model.train()
+    train = nnx.graphdef(model)
+    model.eval()
+    graphdefs = {"train": train, "eval": nnx.graphdef(model)}
+    model.train()
+    return graphdefs
+
+
+def model_variables(model: nnx.Module) -> tuple[PyTree, PyTree]:
+    """(params, batch_stats) of a module, as pure dicts of arrays."""
+    _, params, batch_stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+    return nnx.to_pure_dict(params), nnx.to_pure_dict(batch_stats)
+
+
+def run_model(graphdefs: dict, params: PyTree, batch_stats: PyTree, inputs: jax.Array, *,
+              train: bool, rng: jax.Array | None = None) -> tuple[Any, PyTree]:
+    """Call the module that ``graphdefs`` (:func:`model_graphdefs`) and the variables make on
+    ``inputs``: ``(outputs, new batch_stats)`` (in eval mode the statistics are returned as
+    given). ``rng`` feeds stochastic layers in training (``nnx.Rngs(dropout=rng)``)."""
+    model = nnx.merge(graphdefs["train" if train else "eval"], params, batch_stats)
+    rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
+    outputs = model(inputs, rngs=rngs)
+    new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
+    return outputs, new_stats
+
+
+def step_key(seed: int, step: jax.Array) -> jax.Array:
+    """The random key of train step ``step``: a pure function of (seed, step), so a resumed
+    run draws the same random masks as an uninterrupted one."""
+    return jax.random.fold_in(jax.random.key(seed), step)
+
+
+def evaluate_boxes(task: Task, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
+                   loader_factory: Any, out_dir: Any, **options: Any) -> dict:
+    """The detection evaluators (COCO and / or Pascal VOC box metrics, the sample grid;
+    ``eval.runner.evaluate_and_write``, ``options`` as it takes them) for a task whose
+    predict returns boxes, scores, classes and num_detections."""
+    from jaxdet.eval.runner import evaluate_and_write
+
+    return evaluate_and_write(task, predict, params, batch_stats, source, loader_factory,
+                              out_dir, **options)
+
+
 class Task(Protocol):
     """The interface every meta-architecture implements (see the module docstring).
 
@@ -110,4 +156,5 @@ class Task(Protocol):
         mesh must stay divisible by it)."""
 
 
-__all__ = ["BatchField", "BatchLayout", "Task", "abstract_batch", "check_batch"]
+__all__ = ["BatchField", "BatchLayout", "Task", "abstract_batch", "check_batch", "evaluate_boxes",
+           "model_graphdefs", "model_variables", "run_model", "step_key"]

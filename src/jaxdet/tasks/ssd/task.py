@@ -21,7 +21,15 @@ from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
 from jaxdet.models.remat import REMAT_TARGETS
 from jaxdet.models.ssd import concat_levels
-from jaxdet.tasks.base import BatchField, BatchLayout
+from jaxdet.tasks.base import (
+    BatchField,
+    BatchLayout,
+    evaluate_boxes,
+    model_graphdefs,
+    model_variables,
+    run_model,
+    step_key,
+)
 
 PyTree = Any
 
@@ -80,11 +88,7 @@ class SSDTask:
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.model.train()
-        self._graphdefs["train"] = nnx.graphdef(self.model)
-        self.model.eval()
-        self._graphdefs["eval"] = nnx.graphdef(self.model)
-        self.model.train()
+        self._graphdefs.update(model_graphdefs(self.model))
 
     # ----------------------------------------------------------------- layout
 
@@ -108,8 +112,7 @@ class SSDTask:
 
     def initial_variables(self) -> tuple[PyTree, PyTree]:
         """(params, batch_stats) of the freshly built model, as pure dicts of arrays."""
-        _, params, batch_stats = nnx.split(self.model, nnx.Param, nnx.BatchStat)
-        return nnx.to_pure_dict(params), nnx.to_pure_dict(batch_stats)
+        return model_variables(self.model)
 
     def abstract_variables(self) -> tuple[PyTree, PyTree]:
         """Shapes/dtypes of (params, batch_stats) without allocating them."""
@@ -120,7 +123,7 @@ class SSDTask:
     def step_key(self, step: jax.Array) -> jax.Array:
         """The random key of train step ``step``: a pure function of (seed, step), so a resumed
         run draws the same drop-connect masks as an uninterrupted one."""
-        return jax.random.fold_in(jax.random.key(self.seed), step)
+        return step_key(self.seed, step)
 
     def apply(
         self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
@@ -134,12 +137,9 @@ class SSDTask:
         Returns:
           ((class_logits [B, A, K] f32, box_encodings [B, A, 4] f32), new batch_stats).
         """
-        graphdef = self._graphdefs["train" if train else "eval"]
-        model = nnx.merge(graphdef, params, batch_stats)
-        rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
-        outputs = model(images.astype(self.compute_dtype), rngs=rngs)
+        outputs, new_stats = run_model(self._graphdefs, params, batch_stats,
+                                       images.astype(self.compute_dtype), train=train, rng=rng)
         logits, encodings = concat_levels(outputs)
-        new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
         return (logits.astype(jnp.float32), encodings.astype(jnp.float32)), new_stats
 
     # ----------------------------------------------------------------- targets and loss
@@ -200,13 +200,9 @@ class SSDTask:
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """Detect over an eval source and score the boxes (COCO and / or Pascal VOC metrics,
-        ``eval.runner.evaluate_and_write``; ``options`` as it takes them); writes
-        detections.json, metrics.json and the sample grid to ``out_dir``."""
-        from jaxdet.eval.runner import evaluate_and_write
-
-        return evaluate_and_write(self, predict, params, batch_stats, source, loader_factory,
-                                  out_dir, **options)
+        """Detect over an eval source and score the boxes (:func:`tasks.base.evaluate_boxes`)."""
+        return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
+                              out_dir, **options)
 
     # ----------------------------------------------------------------- inference
 
