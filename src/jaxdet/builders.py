@@ -262,15 +262,21 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
     neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     head = build_head(config.model, dict(neck.out_channels), dtype=dtype, rngs=rngs)
     model = SSDDetector(backbone, neck, head)
+    apply_batch_norm_statistics(model, config)
+    if config.train.remat:
+        set_remat(model, config.train.remat)
+    return model
+
+
+def apply_batch_norm_statistics(model: nnx.Module, config: S.Config) -> None:
+    """``parallel.batch_norm_statistics=per_device``: every BatchNorm of ``model`` takes its
+    training statistics per group of ``parallel.data`` rows (per data shard)."""
     p = config.parallel
     if p.batch_norm_statistics == "per_device":
         # the mesh's data axis size; not checked against the devices here (a model built for
         # predict or export elsewhere never uses it), build_mesh checks it for training
         groups = p.data if p.data > 0 else max(1, jax.device_count() // p.spatial)
         set_batch_norm_groups(model, groups)
-    if config.train.remat:
-        set_remat(model, config.train.remat)
-    return model
 
 
 def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:

@@ -52,14 +52,16 @@ def resolve_config_path(name_or_path: str | Path, relative_to: Path | None = Non
 
 def _model_of(annotation: Any, tag_value: Any = None) -> type[BaseModel] | None:
     """The schema model a mapping at a field of this annotation validates against: the union
-    member whose tag equals ``tag_value`` for a tagged union (None when no member matches)."""
+    member whose tag equals ``tag_value`` for a tagged union, or with no tag value the member
+    whose tag has a default (``model`` without ``type`` is an SSD); None when none matches."""
     members = [m for m in _union_members(annotation)
                if isinstance(m, type) and issubclass(m, BaseModel)]
     if len(members) == 1:
         return members[0]
     for m in members:
         tag = _tag_of(m)
-        if tag and tag_value in tag[1]:
+        if tag and (tag_value in tag[1] if tag_value is not None
+                    else not m.model_fields[tag[0]].is_required()):
             return m
     return None
 
@@ -105,10 +107,11 @@ def _deep_merge(base: dict, update: Mapping, model: type[BaseModel] | None = Con
         if isinstance(value, Mapping) and isinstance(old, Mapping):
             field = _field(model, key)
             tag = tag_key(field)
-            if tag is not None and tag in value and tag in old and value[tag] != old[tag]:
+            old_tag = old.get(tag, _default_tag(_annotation(field), tag)) if tag else None
+            if tag is not None and tag in value and old_tag is not None and value[tag] != old_tag:
                 out[key] = dict(value)
                 continue
-            sub = _model_of(_annotation(field), value.get(tag, old.get(tag)) if tag else None)
+            sub = _model_of(_annotation(field), value.get(tag, old_tag) if tag else None)
             out[key] = _deep_merge(dict(old), value, sub)
         else:
             out[key] = value
@@ -242,6 +245,17 @@ def _union_members(annotation: Any) -> list[Any]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return [a for a in typing.get_args(annotation) if a is not type(None)]
     return [annotation]
+
+
+def _default_tag(annotation: Any, tag: str) -> Any:
+    """The tag a section of this tagged union has when it names none: the default of the one
+    member whose tag field has one (``model.type``: ``ssd``), else None."""
+    for member in _union_members(annotation):
+        field = member.model_fields.get(tag) if isinstance(member, type) and issubclass(
+            member, BaseModel) else None
+        if field is not None and not field.is_required():
+            return field.default
+    return None
 
 
 def _tag_of(model: type[BaseModel]) -> tuple[str, Any] | None:

@@ -120,10 +120,13 @@ def shipped_configs_table() -> str:
         width = (f" d{n.depth}" if n.name == "fpn" else
                  f" d{n.num_filters} x{n.num_iterations}" if n.name == "bifpn" else "")
         neck = n.name + levels + width + (" (depthwise)" if n.use_depthwise else "")
-        head = m.head.name + (
-            f" d{m.head.depth} x{m.head.num_layers_before_predictor}"
-            if m.head.name == "weight_shared" else f" k{m.head.kernel_size}"
-        )
+        if m.type == "center_net":
+            head = f"center_net P{m.feature_level} d{m.head_depth}"
+        else:
+            head = m.head.name + (
+                f" d{m.head.depth} x{m.head.num_layers_before_predictor}"
+                if m.head.name == "weight_shared" else f" k{m.head.kernel_size}"
+            )
         rows.append(
             f"| `{name}` | {c.description} | {h}x{w} | {backbone} | {neck} | {head} | "
             f"{c.train.batch_size} x {c.train.num_steps} |"

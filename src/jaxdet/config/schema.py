@@ -39,10 +39,14 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     EFFICIENTNETS,
     Activation,
     AnchorsConfig,
+    AnyModelConfig,
     BackboneConfig,
     BatchNormConfig,
     BiFPNConfig,
     BoxCoderConfig,
+    CenterNetLossConfig,
+    CenterNetModelConfig,
+    CenterNetPostProcessingConfig,
     ConvolutionalHeadConfig,
     FPNConfig,
     HardExampleMinerConfig,
@@ -412,10 +416,20 @@ class Config(Strict):
 
     name: str = ""
     description: str = ""
-    model: ModelConfig
+    model: AnyModelConfig
     data: DataConfig
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     allow_tf32: bool = True
     parallel: ParallelConfig = ParallelConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_type_defaults_to_ssd(cls, data: Any) -> Any:
+        """``model.type`` picks the meta-architecture; a model section without one is an SSD
+        (every config written before CenterNet)."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict) and (
+                "type" not in data["model"]):
+            data = {**data, "model": {"type": "ssd", **data["model"]}}
+        return data

@@ -354,3 +354,56 @@ class ModelConfig(Strict):
     loss: LossConfig = LossConfig()
     hard_example_miner: HardExampleMinerConfig | None = None
     post_processing: PostProcessingConfig = PostProcessingConfig()
+
+
+class CenterNetLossConfig(Strict):
+    """CenterNet's loss (TF OD API ``object_center_params`` / ``object_detection_task``): the
+    penalty-reduced focal loss on the center heatmap (``alpha``, ``beta``), L1 on box sizes and
+    center offsets, weighted and divided by the batch's number of objects."""
+
+    alpha: float = Field(2.0, gt=0.0)
+    beta: float = Field(4.0, gt=0.0)
+    heatmap_weight: float = Field(1.0, ge=0.0)
+    size_weight: float = Field(0.1, ge=0.0)
+    offset_weight: float = Field(1.0, ge=0.0)
+
+
+class CenterNetPostProcessingConfig(Strict):
+    """Peaks of the center heatmap: a pixel counts where it is the maximum of its
+    ``peak_kernel`` x ``peak_kernel`` neighbourhood; the ``max_detections`` best are kept (TF
+    ``max_box_predictions``); ``score_threshold`` is what ``predict`` writes and draws."""
+
+    max_detections: int = Field(100, ge=1)
+    peak_kernel: int = Field(3, ge=1)
+    score_threshold: float = Field(0.1, ge=0.0)
+
+
+class CenterNetModelConfig(Strict):
+    """CenterNet (objects as points, ``model.type: center_net``): backbone -> FPN read at
+    ``feature_level`` (stride ``2**feature_level``, 4 for level 2) -> three heads (3x3 conv of
+    ``head_depth`` + ReLU + 1x1): the per-class center heatmap (bias ``heatmap_bias_init``), box
+    size and center offset. Targets: a Gaussian per box whose radius keeps IoU >=
+    ``min_overlap`` (``core.center_net``)."""
+
+    type: Literal["center_net"]
+    num_classes: int = Field(ge=1)
+    backbone: BackboneConfig
+    neck: FPNConfig
+    feature_level: int = Field(2, ge=1, le=6)
+    head_depth: int = Field(256, ge=1)
+    heatmap_bias_init: float = -2.19
+    min_overlap: float = Field(0.7, gt=0.0, lt=1.0)
+    loss: CenterNetLossConfig = CenterNetLossConfig()
+    post_processing: CenterNetPostProcessingConfig = CenterNetPostProcessingConfig()
+
+    @model_validator(mode="after")
+    def _level_in_the_pyramid(self) -> CenterNetModelConfig:
+        if not self.neck.min_level <= self.feature_level <= self.neck.max_level:
+            raise ValueError(
+                f"feature_level {self.feature_level} is outside the FPN's levels "
+                f"{self.neck.min_level}..{self.neck.max_level}: set model.neck.min_level <= "
+                f"{self.feature_level}")
+        return self
+
+
+AnyModelConfig = Annotated[ModelConfig | CenterNetModelConfig, Field(discriminator="type")]

@@ -31,10 +31,15 @@ class TaskFamily:
 def _families() -> dict[str, TaskFamily]:
     from jaxdet import summary
     from jaxdet.tasks import ssd
+    from jaxdet.tasks.center_net import build as center_net
 
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
                           summary.model_summary, summary.format_summary),
+        "center_net": TaskFamily(center_net.build_center_net_task,
+                                 center_net.center_net_fingerprint_fields,
+                                 center_net.center_net_summary,
+                                 center_net.format_center_net_summary),
     }
 
 
