@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdet.models import remat
+from jaxdet.models.features import pyramid_features
 
 
 class SSDDetector(nnx.Module):
@@ -40,13 +40,7 @@ class SSDDetector(nnx.Module):
         self, images: jax.Array, *, rngs: nnx.Rngs | None = None
     ) -> dict[int, jax.Array]:
         """The maps the head sees, keyed by level."""
-        if rngs is not None and getattr(self.backbone, "accepts_rngs", False):
-            features = self.backbone(images, rngs=rngs)
-        else:
-            features = self.backbone(images)
-        if self.neck is not None:
-            features = remat.call(self.neck, features)
-        return {level: features[level] for level in sorted(features)}
+        return pyramid_features(self.backbone, self.neck, images, rngs=rngs)
 
     def __call__(
         self, images: jax.Array, *, rngs: nnx.Rngs | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -89,6 +90,44 @@ def step_key(seed: int, step: jax.Array) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), step)
 
 
+def box_batch_layout(input_size: tuple[int, int], max_boxes: int) -> BatchLayout:
+    """The train batch of a box detector: images f32[H, W, 3] (height split over the mesh's
+    ``spatial`` axis), boxes f32[N, 4] (normalized yxyx), classes i32[N], valid and ignore
+    bool[N] (N = ``max_boxes``, the padded ground truth)."""
+    n = max_boxes
+    return {
+        "images": BatchField((*input_size, 3), jnp.float32, spatial_axis=0),
+        "boxes": BatchField((n, 4), jnp.float32),
+        "classes": BatchField((n,), jnp.int32),
+        "valid": BatchField((n,), jnp.bool_),
+        "ignore": BatchField((n,), jnp.bool_),
+    }
+
+
+class ModelTask:
+    """The parts of :class:`Task` every family built on one Flax module with a backbone
+    shares; a task dataclass inherits them and holds ``model`` and ``seed``."""
+
+    model: nnx.Module
+    seed: int
+
+    def initial_variables(self) -> tuple[PyTree, PyTree]:
+        """(params, batch_stats) of the freshly built model, as pure dicts of arrays."""
+        return model_variables(self.model)
+
+    def abstract_variables(self) -> tuple[PyTree, PyTree]:
+        """Shapes/dtypes of (params, batch_stats) without allocating them."""
+        return jax.eval_shape(self.initial_variables)
+
+    def step_key(self, step: jax.Array) -> jax.Array:
+        """The random key of train step ``step`` (:func:`step_key`)."""
+        return step_key(self.seed, step)
+
+    def max_stride(self) -> int:
+        """The stride of the backbone's deepest feature map (2 ** its level, e.g. 32 for C5)."""
+        return 2 ** max(self.model.backbone.out_channels)
+
+
 def evaluate_boxes(task: Task, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                    loader_factory: Any, out_dir: Any, **options: Any) -> dict:
     """The detection evaluators (COCO and / or Pascal VOC box metrics, the sample grid;
@@ -156,5 +195,6 @@ class Task(Protocol):
         mesh must stay divisible by it)."""
 
 
-__all__ = ["BatchField", "BatchLayout", "Task", "abstract_batch", "check_batch", "evaluate_boxes",
+__all__ = ["BatchField", "BatchLayout", "ModelTask", "Task", "abstract_batch", "box_batch_layout",
+           "check_batch", "evaluate_boxes",
            "model_graphdefs", "model_variables", "run_model", "step_key"]

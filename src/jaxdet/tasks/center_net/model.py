@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from jaxdet.models import remat
+from jaxdet.models.features import pyramid_features
 from jaxdet.models.layers import conv
 
 HEADS = ("heatmap", "size", "offset")
@@ -47,11 +47,5 @@ class CenterNet(nnx.Module):
         self.offset = PredictionHead(channels, head_depth, 2, dtype=dtype, rngs=rngs)
 
     def __call__(self, images: jax.Array, *, rngs: nnx.Rngs | None = None) -> dict:
-        if rngs is not None and getattr(self.backbone, "accepts_rngs", False):
-            features = self.backbone(images, rngs=rngs)
-        else:
-            features = self.backbone(images)
-        if self.neck is not None:
-            features = remat.call(self.neck, features)
-        x = features[self.level]
+        x = pyramid_features(self.backbone, self.neck, images, rngs=rngs)[self.level]
         return {name: getattr(self, name)(x) for name in HEADS}

@@ -20,20 +20,19 @@ from flax import nnx
 from jaxdet.core import center_net as cn
 from jaxdet.core.coordinates import to_original_coordinates
 from jaxdet.tasks.base import (
-    BatchField,
     BatchLayout,
+    ModelTask,
+    box_batch_layout,
     evaluate_boxes,
     model_graphdefs,
-    model_variables,
     run_model,
-    step_key,
 )
 
 PyTree = Any
 
 
 @dataclass
-class CenterNetTask:
+class CenterNetTask(ModelTask):
     """Model + targets + loss + peak decoding for a CenterNet (see the module docstring).
 
     Attributes:
@@ -73,29 +72,8 @@ class CenterNetTask:
     # ----------------------------------------------------------------- layout and variables
 
     def batch_layout(self) -> BatchLayout:
-        """As the SSD family's: images f32[H, W, 3] (height over ``spatial``), boxes f32[N, 4]
-        (normalized yxyx), classes i32[N], valid and ignore bool[N]."""
-        n = self.max_boxes
-        return {
-            "images": BatchField((*self.input_size, 3), jnp.float32, spatial_axis=0),
-            "boxes": BatchField((n, 4), jnp.float32),
-            "classes": BatchField((n,), jnp.int32),
-            "valid": BatchField((n,), jnp.bool_),
-            "ignore": BatchField((n,), jnp.bool_),
-        }
-
-    def max_stride(self) -> int:
-        """The deepest backbone map's stride (the input must divide by it)."""
-        return 2 ** max(self.model.backbone.out_channels)
-
-    def initial_variables(self) -> tuple[PyTree, PyTree]:
-        return model_variables(self.model)
-
-    def abstract_variables(self) -> tuple[PyTree, PyTree]:
-        return jax.eval_shape(self.initial_variables)
-
-    def step_key(self, step: jax.Array) -> jax.Array:
-        return step_key(self.seed, step)
+        """As the SSD family's (``tasks.base.box_batch_layout``)."""
+        return box_batch_layout(self.input_size, self.max_boxes)
 
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
               rng: jax.Array | None = None) -> tuple[dict, PyTree]:

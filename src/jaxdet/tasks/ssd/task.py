@@ -22,13 +22,12 @@ from jaxdet.core.target_assigner import assign_targets
 from jaxdet.models.remat import REMAT_TARGETS
 from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.base import (
-    BatchField,
     BatchLayout,
+    ModelTask,
+    box_batch_layout,
     evaluate_boxes,
     model_graphdefs,
-    model_variables,
     run_model,
-    step_key,
 )
 
 PyTree = Any
@@ -61,7 +60,7 @@ class MatchingParams:
 
 
 @dataclass
-class SSDTask:
+class SSDTask(ModelTask):
     """Model + anchors + targets + loss + post-processing for a single-stage detector.
 
     Attributes:
@@ -93,37 +92,10 @@ class SSDTask:
     # ----------------------------------------------------------------- layout
 
     def batch_layout(self) -> BatchLayout:
-        """images f32[H, W, 3] (height split over the mesh's ``spatial`` axis), boxes
-        f32[N, 4] (normalized yxyx), classes i32[N], valid and ignore bool[N]."""
-        n = self.max_boxes
-        return {
-            "images": BatchField((*self.input_size, 3), jnp.float32, spatial_axis=0),
-            "boxes": BatchField((n, 4), jnp.float32),
-            "classes": BatchField((n,), jnp.int32),
-            "valid": BatchField((n,), jnp.bool_),
-            "ignore": BatchField((n,), jnp.bool_),
-        }
-
-    def max_stride(self) -> int:
-        """The stride of the backbone's deepest feature map (2 ** its level, e.g. 32 for C5)."""
-        return 2 ** max(self.model.backbone.out_channels)
-
-    # ----------------------------------------------------------------- variables
-
-    def initial_variables(self) -> tuple[PyTree, PyTree]:
-        """(params, batch_stats) of the freshly built model, as pure dicts of arrays."""
-        return model_variables(self.model)
-
-    def abstract_variables(self) -> tuple[PyTree, PyTree]:
-        """Shapes/dtypes of (params, batch_stats) without allocating them."""
-        return jax.eval_shape(self.initial_variables)
+        """The box detector's train batch (``tasks.base.box_batch_layout``)."""
+        return box_batch_layout(self.input_size, self.max_boxes)
 
     # ----------------------------------------------------------------- forward
-
-    def step_key(self, step: jax.Array) -> jax.Array:
-        """The random key of train step ``step``: a pure function of (seed, step), so a resumed
-        run draws the same drop-connect masks as an uninterrupted one."""
-        return step_key(self.seed, step)
 
     def apply(
         self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
