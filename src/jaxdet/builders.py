@@ -38,6 +38,7 @@ from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
 from jaxdet.models.necks.bifpn import BiFPN
+from jaxdet.models.necks.center_net_fpn import CenterNetFPN
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.models.remat import set_remat
@@ -72,6 +73,7 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             activation_name=b.activation or "relu",
             padding=b.padding or "symmetric",
             stride_in_1x1=b.stride_in_1x1,
+            conv_bias=b.conv_bias,
             dtype=dtype,
             rngs=rngs,
         )
@@ -127,6 +129,8 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
             dtype=dtype,
             rngs=rngs,
         )
+    if isinstance(n, S.CenterNetFPNConfig):
+        return CenterNetFPN(in_channels, tuple(n.filters), batch_norm=bn, dtype=dtype, rngs=rngs)
     if isinstance(n, S.FPNConfig):
         return FPN(
             in_channels,

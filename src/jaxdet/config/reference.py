@@ -119,7 +119,8 @@ def shipped_configs_table() -> str:
         levels = f" P{n.min_level}-P{n.max_level}" if n.name in ("fpn", "bifpn") else ""
         width = (f" d{n.depth}" if n.name == "fpn" else
                  f" d{n.num_filters} x{n.num_iterations}" if n.name == "bifpn" else "")
-        neck = n.name + levels + width + (" (depthwise)" if n.use_depthwise else "")
+        neck = n.name + levels + width + (" (depthwise)" if getattr(n, "use_depthwise", False)
+                                          else "")
         if m.type == "center_net":
             head = f"center_net P{m.feature_level} d{m.head_depth}"
         else:

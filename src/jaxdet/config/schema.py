@@ -44,6 +44,7 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     BatchNormConfig,
     BiFPNConfig,
     BoxCoderConfig,
+    CenterNetFPNConfig,
     CenterNetLossConfig,
     CenterNetModelConfig,
     CenterNetPostProcessingConfig,

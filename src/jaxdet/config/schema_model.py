@@ -50,6 +50,10 @@ class BackboneConfig(Strict):
     convolutions, as TF's Keras ResNet v1 (the TF OD API's SSD ResNet-FPN) does, instead of
     in the 3x3 (torchvision's "v1.5").
 
+    ``conv_bias`` (ResNets): every convolution has a bias, as the ResNets of
+    ``tf.keras.applications`` do (the TF OD API's CenterNet ResNet-v1 FPN feature extractors
+    need it).
+
     ``tf_endpoints`` (EfficientNets): level 5 is the output of the first block of the last
     stage, as in the TF OD API's EfficientDet (its checkpoints need it; the stage's later
     blocks are never applied there, so they are not built), instead of the stage's end
@@ -68,6 +72,7 @@ class BackboneConfig(Strict):
     padding: Literal["symmetric", "same"] | None = None
     stride_in_1x1: bool = False
     tf_endpoints: bool = False
+    conv_bias: bool = later_field(False)
 
     @model_validator(mode="after")
     def _efficientnet_scaling(self) -> BackboneConfig:
@@ -378,17 +383,40 @@ class CenterNetPostProcessingConfig(Strict):
     score_threshold: float = Field(0.1, ge=0.0)
 
 
+class CenterNetFPNConfig(Strict):
+    """The TF OD API's CenterNet ResNet-v1 FPN (``resnet_v1_50_fpn`` / ``resnet_v1_101_fpn``
+    feature extractors): C5 -> 1x1 conv to ``filters[0]``, then per level 4, 3, 2 a 2x nearest
+    upsampling plus a 1x1 lateral conv, and a 3x3 conv + BatchNorm + ReLU to the next width
+    (all convs with bias); one map at level ``5 - len(filters)`` (2: stride 4) of
+    ``filters[-1]`` channels."""
+
+    name: Literal["center_net_fpn"]
+    filters: tuple[int, ...] = (256, 128, 64)
+
+    @property
+    def min_level(self) -> int:
+        return 5 - len(self.filters)
+
+    @property
+    def max_level(self) -> int:
+        return self.min_level
+
+
+CenterNetNeckConfig = Annotated[FPNConfig | CenterNetFPNConfig, Field(discriminator="name")]
+
+
 class CenterNetModelConfig(Strict):
-    """CenterNet (objects as points, ``model.type: center_net``): backbone -> FPN read at
-    ``feature_level`` (stride ``2**feature_level``, 4 for level 2) -> three heads (3x3 conv of
-    ``head_depth`` + ReLU + 1x1): the per-class center heatmap (bias ``heatmap_bias_init``), box
-    size and center offset. Targets: a Gaussian per box whose radius keeps IoU >=
-    ``min_overlap`` (``core.center_net``)."""
+    """CenterNet (objects as points, ``model.type: center_net``): backbone -> neck (an FPN, or
+    the TF OD API's ``center_net_fpn``) read at ``feature_level`` (stride
+    ``2**feature_level``, 4 for level 2) -> three heads (3x3 conv of ``head_depth`` + ReLU +
+    1x1): the per-class center heatmap (bias ``heatmap_bias_init``), box size and center
+    offset. Targets: a Gaussian per box whose radius keeps IoU >= ``min_overlap``
+    (``core.center_net``)."""
 
     type: Literal["center_net"]
     num_classes: int = Field(ge=1)
     backbone: BackboneConfig
-    neck: FPNConfig
+    neck: CenterNetNeckConfig
     feature_level: int = Field(2, ge=1, le=6)
     head_depth: int = Field(256, ge=1)
     heatmap_bias_init: float = -2.19

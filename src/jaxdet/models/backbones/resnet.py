@@ -51,18 +51,21 @@ class BasicBlock(nnx.Module):
         *,
         batch_norm_params: BatchNormParams,
         act: Callable[[jax.Array], jax.Array] = jax.nn.relu,
+        conv_bias: bool = False,
         dtype,
         rngs: nnx.Rngs,
     ):
         bn = lambda c: make_batch_norm(c, batch_norm_params, dtype, rngs)  # noqa: E731
         self.act = act
-        self.conv1 = conv(in_channels, width, 3, stride, dtype=dtype, rngs=rngs)
+        self.conv1 = conv(in_channels, width, 3, stride, use_bias=conv_bias, dtype=dtype,
+                          rngs=rngs)
         self.bn1 = bn(width)
-        self.conv2 = conv(width, width, 3, dtype=dtype, rngs=rngs)
+        self.conv2 = conv(width, width, 3, use_bias=conv_bias, dtype=dtype, rngs=rngs)
         self.bn2 = bn(width)
         if stride != 1 or in_channels != width:
             self.downsample = nnx.List(
-                [conv(in_channels, width, 1, stride, dtype=dtype, rngs=rngs), bn(width)]
+                [conv(in_channels, width, 1, stride, use_bias=conv_bias, dtype=dtype,
+                      rngs=rngs), bn(width)]
             )
         else:
             self.downsample = None
@@ -88,6 +91,7 @@ class Bottleneck(nnx.Module):
         batch_norm_params: BatchNormParams,
         act: Callable[[jax.Array], jax.Array] = jax.nn.relu,
         stride_in_1x1: bool = False,
+        conv_bias: bool = False,
         dtype,
         rngs: nnx.Rngs,
     ):
@@ -95,15 +99,18 @@ class Bottleneck(nnx.Module):
         bn = lambda c: make_batch_norm(c, batch_norm_params, dtype, rngs)  # noqa: E731
         self.act = act
         stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
-        self.conv1 = conv(in_channels, width, 1, stride_1x1, dtype=dtype, rngs=rngs)
+        self.conv1 = conv(in_channels, width, 1, stride_1x1, use_bias=conv_bias, dtype=dtype,
+                          rngs=rngs)
         self.bn1 = bn(width)
-        self.conv2 = conv(width, width, 3, stride_3x3, dtype=dtype, rngs=rngs)
+        self.conv2 = conv(width, width, 3, stride_3x3, use_bias=conv_bias, dtype=dtype,
+                          rngs=rngs)
         self.bn2 = bn(width)
-        self.conv3 = conv(width, out_channels, 1, dtype=dtype, rngs=rngs)
+        self.conv3 = conv(width, out_channels, 1, use_bias=conv_bias, dtype=dtype, rngs=rngs)
         self.bn3 = bn(out_channels)
         if stride != 1 or in_channels != out_channels:
             self.downsample = nnx.List(
-                [conv(in_channels, out_channels, 1, stride, dtype=dtype, rngs=rngs),
+                [conv(in_channels, out_channels, 1, stride, use_bias=conv_bias, dtype=dtype,
+                      rngs=rngs),
                  bn(out_channels)]
             )
         else:
@@ -124,7 +131,8 @@ class ResNet(nnx.Module):
     and ``{2: 64, 3: 128, 4: 256, 5: 512}`` for 18/34 (times ``width_multiplier``).
 
     Weights imported from torchvision reproduce its outputs when ``batch_norm`` uses
-    torchvision's ``epsilon=1e-5``.
+    torchvision's ``epsilon=1e-5``. ``conv_bias``: every convolution has a bias, as in
+    ``tf.keras.applications.ResNet50`` (the TF OD API's CenterNet feature extractors).
     """
 
     def __init__(
@@ -136,6 +144,7 @@ class ResNet(nnx.Module):
         activation_name: ActivationName = "relu",
         padding: Padding = "symmetric",
         stride_in_1x1: bool = False,
+        conv_bias: bool = False,
         dtype=None,
         rngs: nnx.Rngs,
     ):
@@ -148,10 +157,12 @@ class ResNet(nnx.Module):
         self.padding = padding
         block_cls = BasicBlock if depth in BASIC_DEPTHS else Bottleneck
         extra = {"stride_in_1x1": True} if stride_in_1x1 else {}
+        if conv_bias:
+            extra["conv_bias"] = True
         expansion = 1 if depth in BASIC_DEPTHS else EXPANSION
         base = max(8, int(round(64 * width_multiplier)))
         bn_params = batch_norm
-        self.conv1 = conv(3, base, 7, 2, dtype=dtype, rngs=rngs)
+        self.conv1 = conv(3, base, 7, 2, use_bias=conv_bias, dtype=dtype, rngs=rngs)
         self.bn1 = make_batch_norm(base, bn_params, dtype, rngs)
         in_channels = base
         stages = []
