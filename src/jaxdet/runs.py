@@ -83,9 +83,9 @@ def _variable_names(config: Config, task: Task, workdir: Path, *,
     ``update_trainable_variables`` regexes may match: the TF variable names of the TF
     checkpoint the run started from. Once found they are kept in the workdir
     (``tf_variable_names.json``), so a resumed run rebuilds the same optimizer even when the
-    TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a
-    run that starts now (names are read from it only if it is a TF one). None when no regex
-    is set or there are no such names."""
+    TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a run that starts now (names
+    are read from it only if it is a TF one). None when no regex is set or there are no such
+    names."""
     t = config.train
     if not (t.freeze_variables or t.update_trainable_variables):
         return None

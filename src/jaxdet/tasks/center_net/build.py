@@ -13,9 +13,9 @@ from jaxdet.tasks.center_net.model import CenterNet
 from jaxdet.tasks.center_net.task import CenterNetTask
 
 
-def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
-    """The network (backbone and FPN from the shared builders, CenterNet's heads on the
-    ``feature_level`` map) and its task."""
+def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
+    """The network: backbone and neck from the shared builders, CenterNet's heads on the
+    ``feature_level`` map."""
     m = config.model
     if config.train.remat:
         raise ValueError(f"train.remat={list(config.train.remat)}: CenterNet has no remat "
@@ -29,15 +29,21 @@ def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
                       head_depth=m.head_depth, heatmap_bias_init=m.heatmap_bias_init,
                       dtype=dtype, rngs=rngs)
     builders.apply_batch_norm_statistics(model, config)
+    return model
+
+
+def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
+    """The network (:func:`build_center_net`) and its task."""
+    m = config.model
     loss, post = m.loss, m.post_processing
     return CenterNetTask(
-        model=model, input_size=builders.input_size(config.data),
+        model=build_center_net(config, seed=seed), input_size=builders.input_size(config.data),
         stride=2**m.feature_level, num_classes=m.num_classes,
         max_boxes=config.data.max_number_of_boxes, max_detections=post.max_detections,
         min_overlap=m.min_overlap, alpha=loss.alpha, beta=loss.beta,
         heatmap_weight=loss.heatmap_weight, size_weight=loss.size_weight,
         offset_weight=loss.offset_weight, peak_kernel=post.peak_kernel,
-        compute_dtype=dtype, seed=seed)
+        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed)
 
 
 def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
@@ -49,24 +55,27 @@ def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
 
 
 def center_net_summary(config: S.Config, **_: Any) -> dict:
-    """``jaxdet summary`` for CenterNet: parameters per part and the output maps."""
-    task = build_center_net_task(config, seed=0)
-    model = task.model
+    """``jaxdet summary`` for CenterNet: parameters per part and the output maps (the model
+    is built abstractly: no weights are computed)."""
+    model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
+    stride = 2**config.model.feature_level
+    height, width = builders.input_size(config.data)
 
     def count(module) -> int:
         return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))
 
-    h, w = task.output_size
+    h, w = height // stride, width // stride
     c = config.model.num_classes
     return {
-        "name": config.name, "type": "center_net", "input_size": list(task.input_size),
+        "name": config.name, "type": "center_net", "input_size": [height, width],
         "num_classes": c,
         "parameters": {"backbone": count(model.backbone), "neck": count(model.neck),
                        "heads": sum(count(getattr(model, n)) for n in ("heatmap", "size",
                                                                         "offset")),
                        "total": count(model)},
-        "outputs": {"stride": task.stride, "heatmap": [h, w, c], "size": [h, w, 2],
-                    "offset": [h, w, 2], "max_detections": task.max_detections},
+        "outputs": {"stride": stride, "heatmap": [h, w, c], "size": [h, w, 2],
+                    "offset": [h, w, 2],
+                    "max_detections": config.model.post_processing.max_detections},
     }
 
 

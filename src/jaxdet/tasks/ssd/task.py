@@ -1,8 +1,10 @@
-"""A detection task: the pure functions that a train step and a predict step are made of.
+"""The SSD family's task (SSD, RetinaNet, EfficientDet: single-stage, anchor-based): the pure
+functions that a train step and a predict step are made of.
 
-``DetectionTask`` holds constructed objects only (a Flax module, anchors, a box coder, loss and
-post-processing parameters) — builders.py makes it from a config. Its methods are pure
-functions of (params, batch_stats, arrays), safe to call inside ``jax.jit``.
+``SSDTask`` holds constructed objects only (a Flax module, anchors, a box coder, loss and
+post-processing parameters); ``tasks.ssd.build`` makes it from a config. Its methods are pure
+functions of (params, batch_stats, arrays), safe to call inside ``jax.jit``. It implements
+``tasks.base.Task``.
 """
 
 from __future__ import annotations
