@@ -26,15 +26,16 @@ import time
 import jax
 import numpy as np
 
-from jaxdet import builders
+from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.summary import flops_of, model_summary
+from jaxdet.summary import flops_of
 from jaxdet.train.step import init_train_state
 
 
 def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, int],
-                    max_boxes: int, num_classes: int) -> dict:
-    """A batch in the loader's layout with 1..max_boxes random boxes per image."""
+                    max_boxes: int, num_classes: int, layout: dict | None = None) -> dict:
+    """A batch in the loader's layout with 1..max_boxes random boxes per image; the task's
+    other ``layout`` fields (keypoints) are random within each box, all labelled."""
     boxes = np.zeros((batch_size, max_boxes, 4), np.float32)
     valid = np.zeros((batch_size, max_boxes), bool)
     for b in range(batch_size):
@@ -42,13 +43,22 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, 
         tl = rng.uniform(0.0, 0.7, (n, 2))
         boxes[b, :n] = np.concatenate([tl, tl + rng.uniform(0.05, 0.3, (n, 2))], 1)
         valid[b, :n] = True
-    return {
+    batch = {
         "images": rng.normal(size=(batch_size, *size, 3)).astype(np.float32),
         "boxes": boxes,
         "classes": rng.integers(0, num_classes, (batch_size, max_boxes)).astype(np.int32),
         "valid": valid,
         "ignore": np.zeros((batch_size, max_boxes), bool),
     }
+    if layout and "keypoints" in layout:
+        k = layout["keypoints"].shape[1]
+        t = rng.uniform(0.0, 1.0, (batch_size, max_boxes, k, 2))
+        batch["keypoints"] = (boxes[:, :, None, :2] + t * (boxes[:, :, None, 2:]
+                                                          - boxes[:, :, None, :2])
+                              ).astype(np.float32)
+        batch["keypoint_visibility"] = np.where(valid[:, :, None], 2, 0).astype(
+            np.int32) * np.ones((1, 1, k), np.int32)
+    return batch
 
 
 # Dense tensor-core peak, TFLOP/s: (bf16/fp16, tf32), by a substring of ``device_kind``.
@@ -97,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     batch_size = config.train.batch_size
     batches = [
         jax.device_put(synthetic_batch(rng, batch_size, task.input_size, max_boxes,
-                                       task.num_classes))
+                                       task.num_classes, task.batch_layout()))
         for _ in range(4)
     ]
 
@@ -116,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     elapsed = time.perf_counter() - t0
 
     images_per_second = batch_size * args.steps / elapsed
-    model_flops = 6 * model_summary(config, flops=False)["multiply_adds"]["total"]
+    model_flops = 6 * tasks.family(config).summary(config, flops=False)["multiply_adds"]["total"]
     device_kind = str(jax.devices()[0].device_kind)
     peak = args.peak_tflops or peak_tflops(device_kind, config.precision, config.allow_tf32)
     xla_flops = flops_of(compiled.cost_analysis())
@@ -127,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
         "precision": config.precision,
         "input_size": list(task.input_size),
         "batch_size": batch_size,
-        "num_anchors": int(task.anchors.shape[0]),
+        "model_type": getattr(config.model, "type", "ssd"),
+        "num_anchors": int(task.anchors.shape[0]) if hasattr(task, "anchors") else None,
         "steps": args.steps,
         "compile_s": round(compile_s, 2),
         "first_step_s": round(first_step_s, 2),

@@ -25,6 +25,7 @@ from jaxdet.builders_data import (  # noqa: F401  (re-exported: builders is the 
     check_class_count,
     check_data_paths,
     input_size,
+    keypoint_specs,
 )
 from jaxdet.config import schema as S
 from jaxdet.core import anchors as anchor_lib
@@ -32,14 +33,18 @@ from jaxdet.core import box_coders
 from jaxdet.core.detection_loss import DetectionLossParams
 from jaxdet.core.hard_example_miner import HardExampleMinerParams
 from jaxdet.models.backbones.efficientnet import EfficientNet
+from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS, Hourglass
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
+from jaxdet.models.backbones.resnet_v2 import ResNetV2
 from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
 from jaxdet.models.necks.bifpn import BiFPN
+from jaxdet.models.necks.center_net_deconv import CenterNetDeconv
 from jaxdet.models.necks.center_net_fpn import CenterNetFPN
 from jaxdet.models.necks.fpn import FPN
+from jaxdet.models.necks.identity import IdentityNeck
 from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.models.remat import set_remat
 from jaxdet.models.ssd import SSDDetector
@@ -65,6 +70,11 @@ def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
 def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
     b = cfg.backbone
     bn = batch_norm_params(b.batch_norm)
+    if b.name.startswith("resnet_v2_"):
+        return ResNetV2(int(b.name.removeprefix("resnet_v2_")), batch_norm=bn, dtype=dtype,
+                        rngs=rngs)
+    if b.name.startswith("hourglass"):
+        return Hourglass(HOURGLASS_SPECS[b.name], batch_norm=bn, dtype=dtype, rngs=rngs)
     if b.name.startswith("resnet"):
         return ResNet(
             int(b.name.removeprefix("resnet")),
@@ -98,13 +108,18 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             b.depth_multiplier, b.min_depth, batch_norm=bn, padding=padding, dtype=dtype,
             rngs=rngs
         )
-    # TF's classic SSD reads the 576-channel expansion output of block 15 as its stride-16 map.
+    # TF's classic SSD reads the 576-channel expansion output of block 15 as its stride-16 map;
+    # its CenterNet MobileNetV2-FPN the end of the 64-channel stage, and scales the head conv
+    # only below multiplier 1 (the TF OD API's Keras MobileNetV2).
     from_expansion = isinstance(cfg.neck, S.SSDFeatureMapsConfig)
+    center_net_fpn = isinstance(cfg.neck, S.CenterNetMobileNetV2FPNConfig)
     return MobileNetV2(
         b.depth_multiplier,
         b.min_depth,
         level4_from_expansion=from_expansion,
         batch_norm=bn,
+        level4_stage=3 if center_net_fpn else 4,
+        head_scaling="below_1" if center_net_fpn else "above_1",
         padding=padding,
         dtype=dtype,
         rngs=rngs,
@@ -129,8 +144,21 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
             dtype=dtype,
             rngs=rngs,
         )
+    # the CenterNet necks have their own batch norm (TF: Keras' defaults)
     if isinstance(n, S.CenterNetFPNConfig):
-        return CenterNetFPN(in_channels, tuple(n.filters), batch_norm=bn, dtype=dtype, rngs=rngs)
+        return CenterNetFPN(in_channels, tuple(n.filters), batch_norm=batch_norm_params(
+            n.batch_norm), dtype=dtype, rngs=rngs)
+    if isinstance(n, S.CenterNetMobileNetV2FPNConfig):
+        return CenterNetFPN(in_channels, tuple(n.filters),
+                            batch_norm=batch_norm_params(n.batch_norm),
+                            separable=n.use_separable_conv,
+                            interpolation=n.upsampling_interpolation, dtype=dtype, rngs=rngs)
+    if isinstance(n, S.CenterNetDeconvConfig):
+        return CenterNetDeconv(in_channels, tuple(n.filters),
+                               batch_norm=batch_norm_params(n.batch_norm), dtype=dtype,
+                               rngs=rngs)
+    if isinstance(n, S.IdentityNeckConfig):
+        return IdentityNeck(in_channels, n.level)
     if isinstance(n, S.FPNConfig):
         return FPN(
             in_channels,

@@ -7,6 +7,7 @@ where a config becomes objects. Takes config sections, returns plain objects.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -16,6 +17,7 @@ from jaxdet.config.loader import ConfigError
 from jaxdet.data import augment, augment_color, augment_crop, resize
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.eval_loader import make_eval_loader
+from jaxdet.data.keypoints import KeypointSpec
 from jaxdet.data.loader import make_train_loader
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
@@ -47,7 +49,8 @@ def build_resizer(cfg: S.DataConfig):
 
 def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
     if isinstance(op, S.RandomHorizontalFlipConfig):
-        return augment.RandomHorizontalFlip(probability=op.probability)
+        return augment.RandomHorizontalFlip(probability=op.probability,
+                                            keypoint_flip_permutation=op.keypoint_flip_permutation)
     if isinstance(op, S.RandomScaleCropAndPadToSquareConfig):
         if size[0] != size[1]:
             raise ValueError(
@@ -141,19 +144,39 @@ def check_data_paths(config: S.Config, *, splits: tuple[str, ...] = ("train", "e
             _check_configured(cfg, f"data.{split}")
 
 
+def keypoint_specs(config: S.Config) -> tuple[KeypointSpec, ...]:
+    """The keypoint groups the model's keypoint tasks read (``model.keypoint_tasks``, in
+    order); empty for a model without them (SSD, a CenterNet without keypoint tasks)."""
+    tasks = getattr(config.model, "keypoint_tasks", None) or ()
+    return tuple(KeypointSpec(class_name=t.class_name, names=tuple(t.keypoints),
+                              skeleton=tuple(tuple(e) for e in t.skeleton)) for t in tasks)
+
+
 def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
-                 num_classes: int | None = None, field: str | None = None):
+                 num_classes: int | None = None, field: str | None = None,
+                 keypoints: Sequence[KeypointSpec] = ()):
     """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``.
 
     ``num_classes`` (the model's) bounds TFRecord labels (default: the label map's largest
     id); ``field`` ("data.train" / "data.eval") names the config section in errors.
+    ``keypoints`` (:func:`keypoint_specs`): the keypoint groups the records carry (COCO JSON,
+    TFRecord and generated shapes; Pascal VOC has no keypoints and refuses them).
     """
+    keypoints = tuple(keypoints)
     if isinstance(cfg, S.TfRecordDataConfig):
         _check_configured(cfg, field)
-        return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes)
+        return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes,
+                              keypoints=keypoints)
     if isinstance(cfg, S.CocoDataConfig):
-        return CocoSource(cfg.annotation_file, cfg.image_dir, class_index=cfg.class_index)
+        return CocoSource(cfg.annotation_file, cfg.image_dir, class_index=cfg.class_index,
+                          keypoints=keypoints)
     if isinstance(cfg, S.VocDataConfig):
+        if keypoints:
+            classes = ", ".join(sorted({k.class_name for k in keypoints}))
+            raise ConfigError(
+                f"{field or 'data'}: Pascal VOC annotations have no keypoints, but the model's "
+                f"keypoint tasks (model.keypoint_tasks, classes {classes}) need them; use a "
+                "COCO JSON or TFRecord dataset with keypoints, or remove the keypoint tasks")
         names = list(cfg.class_names) if cfg.class_names else None
         return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names)
     out = Path(cfg.output_dir)
@@ -168,8 +191,9 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
         max_objects=cfg.max_objects,
         min_size_frac=cfg.min_size_frac,
         max_size_frac=cfg.max_size_frac,
+        keypoints=cfg.keypoints,
     )
-    return CocoSource(annotations, Path(annotations).parent / "images")
+    return CocoSource(annotations, Path(annotations).parent / "images", keypoints=keypoints)
 
 
 def check_class_count(config: S.Config, source) -> None:

@@ -8,6 +8,12 @@ they are (never re-encoded). TFRecord output uses the TF OD API feature keys (se
 ``--label-map-out`` writes the matching label map. COCO output is ``DIR/annotations.json`` +
 ``DIR/images/<file name>`` with category ids ``class index + 1``.
 
+Records with keypoints (a source built with ``keypoints=`` specs) keep them: TFRecords get
+``image/object/keypoint/{y,x}`` (normalized, [n * K]), ``.../visibility`` and ``.../num``, as
+the TF OD API's ``create_coco_tf_record`` writes them, and the label map each group's
+``keypoints { id: <slot> label: <name> }``; COCO output gets ``keypoints`` [x, y, v] * k per
+annotation and the categories' ``keypoints`` / ``skeleton``.
+
 An image that cannot be read (or whose bytes are not an image) is skipped, named and counted.
 
 Also here: :func:`draw_dataset_grid`, a picture of a source's images with their ground truth.
@@ -85,14 +91,15 @@ def _file_name(record: Record) -> str:
 
 def tf_example(record: Record, data: bytes, fmt: str, class_names: list[str], *,
                crowd_key: str = "image/object/is_crowd") -> bytes:
-    """A serialized TF OD API ``tf.train.Example`` for a record (PIXEL boxes -> normalized)."""
+    """A serialized TF OD API ``tf.train.Example`` for a record (PIXEL boxes -> normalized;
+    PIXEL (y, x) keypoints [n, K, 2] -> normalized, flattened [n * K], when it has them)."""
     height, width = int(record["height"]), int(record["width"])
     boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4)
     norm = (boxes / np.array([height, width, height, width], np.float64)).astype(np.float32)
     classes = np.asarray(record["classes"], np.int64).reshape(-1)
     names = [class_names[c] if 0 <= c < len(class_names) else str(c + 1) for c in classes]
     name = _file_name(record) or f"{record['image_id']}.{fmt}"
-    return encode_example({
+    features = {
         "image/height": np.array([height], np.int64),
         "image/width": np.array([width], np.int64),
         "image/filename": [name],
@@ -107,7 +114,25 @@ def tf_example(record: Record, data: bytes, fmt: str, class_names: list[str], *,
         "image/object/class/text": names,
         "image/object/class/label": classes + 1,
         crowd_key: np.asarray(record["is_crowd"], np.int64).reshape(-1),
-    })
+    }
+    if "keypoints" in record:
+        features.update(keypoint_features(record["keypoints"], record["keypoint_visibility"],
+                                          height, width))
+    return encode_example(features)
+
+
+def keypoint_features(keypoints, visibility, height: int, width: int) -> dict[str, np.ndarray]:
+    """The TF OD API keypoint features of PIXEL (y, x) ``keypoints`` [n, K, 2] and COCO
+    ``visibility`` [n, K]: ``image/object/keypoint/{y,x}`` normalized f32 [n * K],
+    ``.../visibility`` int64 [n * K] and ``.../num`` (labelled keypoints per object) [n]."""
+    yx = np.asarray(keypoints, np.float64)
+    v = np.asarray(visibility, np.int64)
+    return {
+        "image/object/keypoint/y": (yx[..., 0] / height).astype(np.float32).reshape(-1),
+        "image/object/keypoint/x": (yx[..., 1] / width).astype(np.float32).reshape(-1),
+        "image/object/keypoint/visibility": v.reshape(-1),
+        "image/object/keypoint/num": (v > 0).sum(axis=-1).astype(np.int64).reshape(-1),
+    }
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -144,8 +169,16 @@ def source_to_tfrecord(source, out: str | os.PathLike, *, shards: int = 1,
         for writer in writers:
             writer.close()
     if label_map_out is not None:
-        write_label_map(label_map_out, names)
+        write_label_map(label_map_out, names, _label_map_keypoints(source))
     return summary
+
+
+def _label_map_keypoints(source) -> dict[int, list[tuple[int, str]]]:
+    """{label map id: [(slot, keypoint name), ...]} of a source's keypoint layout (TF's
+    keypoint ids are the slots of ``num_keypoints``)."""
+    layout = getattr(source, "keypoint_layout", None)
+    return {g.class_index + 1: [(g.offset + j, n) for j, n in enumerate(g.names)]
+            for g in (layout.groups if layout else ())}
 
 
 def _readable(source, summary: ConvertSummary, desc: str, progress: bool):
@@ -186,7 +219,8 @@ def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
         summary.num_boxes += len(record["boxes"])
     coco = coco_ground_truth(kept, source.category_names,
                              f"converted by jaxdet from {_describe(source)}",
-                             file_name=lambda r: r["file_name"])
+                             file_name=lambda r: r["file_name"],
+                             layout=getattr(source, "keypoint_layout", None))
     (out_dir / "annotations.json").write_text(json.dumps(coco))
     return summary
 
@@ -315,5 +349,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 __all__ = ["ConvertSummary", "add_arguments", "draw_dataset_grid", "image_format",
-           "open_source", "record_image_bytes", "run", "shard_paths", "source_to_coco",
-           "source_to_tfrecord", "tf_example"]
+           "keypoint_features", "open_source", "record_image_bytes", "run", "shard_paths",
+           "source_to_coco", "source_to_tfrecord", "tf_example"]

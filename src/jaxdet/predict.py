@@ -15,7 +15,11 @@ two inputs, an image called ``predictions``) get ``_<ext>`` or ``_2``, ``_3`` ..
 Boxes are original-image PIXELS: ``bbox`` is COCO-style (xmin, ymin, width, height), the same
 numbers as the ``detections.json`` of an evaluation (rounded alike); ``box_xyxy`` the corners.
 ``class_id`` is the dataset's category id (COCO id; 1..C for shapes and VOC), detections are
-sorted by score, best first.
+sorted by score, best first. A model with keypoint tasks adds to each detection of a class with
+keypoints ``"keypoints": [x1, y1, s1, x2, y2, s2, ...]`` (COCO's results layout: original-image
+pixels and each keypoint's score), in the order of its class's ``keypoints`` names listed in
+predictions.json's ``classes``; the drawn image shows the keypoints scoring >= the draw
+threshold and the skeleton between them.
 
 Images take the evaluation path: the eval loader (decode, eval-time resize + normalize from
 ``builders.build_transforms``), batches of a fixed size (the last one padded, so predict
@@ -52,6 +56,7 @@ from jaxdet.config import schema as S
 from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
+from jaxdet.data.keypoints import KeypointSpec, resolve_layout
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
@@ -201,8 +206,11 @@ def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list
 
 
 def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
-                     ids: list[int], names: list[str]) -> list[dict]:
-    """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO)."""
+                     ids: list[int], names: list[str], keypoints: np.ndarray | None = None,
+                     keypoint_scores: np.ndarray | None = None, layout=None) -> list[dict]:
+    """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO);
+    with ``keypoints`` [n, K, 2] pixel (y, x), ``keypoint_scores`` [n, K] and the
+    ``layout``, each detection of a class with keypoints gets its group's (x, y, score)."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     x0, y0, w, h = coco_xywh(b)
     x1, y1 = np.round(b[:, 3], BBOX_DECIMALS), np.round(b[:, 2], BBOX_DECIMALS)
@@ -216,19 +224,57 @@ def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
             "class_name": names[k],
             "score": float(s[i]),
         })
+        group = layout.group_of_class(k) if (layout and keypoints is not None) else None
+        if group is not None:
+            out[-1]["keypoints"] = [
+                round(float(v), BBOX_DECIMALS if j % 3 < 2 else SCORE_DECIMALS)
+                for slot in group.slots
+                for j, v in enumerate((keypoints[i, slot, 1], keypoints[i, slot, 0],
+                                       keypoint_scores[i, slot]))]
     return out
 
 
+def _class_entry(index: int, category_id: int, name: str, layout) -> dict:
+    """predictions.json's entry of a class: id, name, and its keypoint names and skeleton
+    (0-based pairs) when it has keypoints."""
+    entry = {"id": category_id, "name": name}
+    group = layout.group_of_class(index) if layout else None
+    if group is not None:
+        entry["keypoints"] = list(group.names)
+        entry["skeleton"] = [list(e) for e in group.skeleton]
+    return entry
+
+
+def keypoint_layout(config: S.Config, names: list[str]):
+    """The layout of the model's keypoint tasks over the classes ``names`` (None without
+    keypoint tasks, or, with a warning, when a task's class is not among ``names``)."""
+    tasks = getattr(config.model, "keypoint_tasks", ())
+    if not tasks:
+        return None
+    specs = [KeypointSpec(t.class_name, tuple(t.keypoints), tuple(t.skeleton)) for t in tasks]
+    try:
+        return resolve_layout(specs, names, "the model's classes")
+    except ValueError as e:
+        log.warning("keypoints are left out of the predictions: %s", e)
+        return None
+
+
 def _select(det: dict, row: int, score_threshold: float, max_detections: int | None):
-    """One image's valid detections with score >= threshold, best first, at most max."""
+    """One image's valid detections with score >= threshold, best first, at most max: boxes,
+    scores, classes, and keypoints / keypoint scores (None for a model without)."""
     n = int(det["num_detections"][row])
     scores = np.asarray(det["scores"][row][:n])
     order = np.argsort(-scores, kind="stable")
     order = order[scores[order] >= score_threshold]
     if max_detections is not None:
         order = order[:max_detections]
+    if "keypoints" in det:
+        points = (np.asarray(det["keypoints"][row])[order],
+                  np.asarray(det["keypoint_scores"][row])[order])
+    else:
+        points = (None, None)
     return (np.asarray(det["boxes"][row])[order], scores[order],
-            np.asarray(det["classes"][row])[order])
+            np.asarray(det["classes"][row])[order], *points)
 
 
 def _write_json(path: Path, payload) -> None:
@@ -324,6 +370,7 @@ def predict_images(
                                                 checkpoint=checkpoint,
                                                 checkpoint_format=checkpoint_format)
     ids, names = class_labels(config, workdir or out_dir)
+    layout = keypoint_layout(config, names)
     predict, (params, batch_stats) = _predictor(
         config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
@@ -349,14 +396,22 @@ def predict_images(
                 if not batch["mask"][row]:
                     skipped.append((str(item.path), _reason(str(item.path))))
                     continue
-                boxes, scores, classes = _select(det, row, score_threshold, max_detections)
+                boxes, scores, classes, points, point_scores = _select(
+                    det, row, score_threshold, max_detections)
                 height, width = (int(v) for v in batch["image_info"][row][:2])
                 entry = {"image": str(item.path), "width": width, "height": height,
-                         "detections": _detections_json(boxes, scores, classes, ids, names)}
+                         "detections": _detections_json(boxes, scores, classes, ids, names,
+                                                        points, point_scores, layout)}
                 _write_json(out_dir / f"{item.name}.json", entry)
                 shown = scores >= draw_threshold
+                drawn_points = {}
+                if layout and points is not None:
+                    drawn_points = {
+                        "keypoints": points[shown], "edges": layout.edges,
+                        "keypoint_mask": layout.slot_mask(classes[shown])
+                        & (point_scores[shown] >= draw_threshold)}
                 drawn = draw_detections(load_image(item.path), boxes[shown], classes[shown],
-                                        scores[shown], names)
+                                        scores[shown], names, **drawn_points)
                 drawn.save(out_dir / f"{item.name}.jpg", quality=90)
                 results.append(entry)
                 total += len(boxes)
@@ -377,7 +432,8 @@ def predict_images(
         "score_threshold": score_threshold,
         "draw_threshold": draw_threshold,
         "max_detections": max_detections,
-        "classes": [{"id": i, "name": n} for i, n in zip(ids, names, strict=True)],
+        "classes": [_class_entry(k, i, n, layout)
+                    for k, (i, n) in enumerate(zip(ids, names, strict=True))],
         "num_images": summary.num_images,
         "num_detections": summary.num_detections,
         "skipped": [{"image": p, "reason": r} for p, r in skipped],

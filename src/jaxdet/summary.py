@@ -93,7 +93,7 @@ def _split_call(module: nnx.Module) -> tuple[Callable, Any]:
     return run, state
 
 
-def _abstract_call(module: nnx.Module, *args: Any) -> Any:
+def abstract_call(module: nnx.Module, *args: Any) -> Any:
     """Output shapes of ``module(*args)`` for abstract ``args`` (no compile, no FLOPs)."""
     run, state = _split_call(module)
     return jax.eval_shape(run, state, *args)
@@ -135,7 +135,8 @@ def data_fit(config: Config, anchors_px: np.ndarray, *, split: str = "train",
     if cfg is None:
         raise ValueError(f"data.{split} is not set: no dataset to compare the anchors with")
     source = builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
-                                   field=f"data.{split}")
+                                   field=f"data.{split}",
+                                   keypoints=builders.keypoint_specs(config))
     matcher = config.model.matcher
     threshold = matcher.matched_threshold if matcher.name == "argmax" else 0.5
     boxes = boxes_at_input(source, builders.build_resizer(config.data).box_scale)
@@ -178,10 +179,10 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
     images = jax.ShapeDtypeStruct((1, height, width, 3), dtype)
 
     # Shapes: the SSDDetector forward, one component at a time.
-    backbone_out = _abstract_call(model.backbone, images)
-    features = backbone_out if model.neck is None else _abstract_call(model.neck, backbone_out)
+    backbone_out = abstract_call(model.backbone, images)
+    features = backbone_out if model.neck is None else abstract_call(model.neck, backbone_out)
     features = {level: features[level] for level in sorted(features)}
-    class_logits, box_encodings = _abstract_call(model.head, features)
+    class_logits, box_encodings = abstract_call(model.head, features)
     levels = list(features)
 
     generator = builders.build_anchor_generator(config.model)

@@ -133,6 +133,25 @@ def place_tags(
     return placed
 
 
+def _draw_keypoints(draw: ImageDraw.ImageDraw, keypoints: np.ndarray, mask, edges,
+                    colors: list, order: list[int], lw: int) -> None:
+    """Skeleton lines in the box's colour, then each keypoint as a dot with a white rim."""
+    n, k = keypoints.shape[:2]
+    mask = np.ones((n, k), bool) if mask is None else np.asarray(mask, bool).reshape(n, k)
+    mask = mask & np.all(np.isfinite(keypoints), axis=-1)
+    radius = max(2, lw + 1)
+    for i, color in zip(order, colors, strict=True):
+        points = keypoints[i]
+        for a, b in edges:
+            if mask[i, a] and mask[i, b]:
+                draw.line([(points[a, 1], points[a, 0]), (points[b, 1], points[b, 0])],
+                          fill=color, width=lw)
+        for j in np.nonzero(mask[i])[0]:
+            y, x = points[j]
+            draw.ellipse([x - radius, y - radius, x + radius, y + radius], fill=color,
+                         outline=(255, 255, 255))
+
+
 def _label(name: str, score: float | None) -> str:
     return name if score is None else f"{name} {score:.2f}"
 
@@ -145,8 +164,11 @@ def draw_detections(
     class_names: Sequence[str],
     *,
     color_seed: int = 0,
+    keypoints: np.ndarray | None = None,
+    keypoint_mask: np.ndarray | None = None,
+    edges: Sequence[tuple[int, int]] = (),
 ) -> Image.Image:
-    """Draws boxes with labelled tags on a copy of ``image``.
+    """Draws boxes with labelled tags on a copy of ``image``, and optionally keypoints.
 
     Boxes are drawn lowest score first, so the best ones end up on top, and every tag after
     every box outline. Tags stay inside the image and avoid each other where a free place
@@ -160,6 +182,9 @@ def draw_detections(
       scores: [N] or None. None draws labels without scores (ground truth).
       class_names: display name per class index.
       color_seed: shifts the colour of every class (same seed, same colours).
+      keypoints: [N, K, 2] PIXEL (y, x) per box, or None; keypoint_mask: [N, K] bool, the
+        keypoints to draw (default all); edges: (slot, slot) pairs joined by a line where both
+        ends are drawn (the skeleton, ``data.keypoints.KeypointLayout.edges``).
     Returns:
       An RGB ``PIL.Image`` of size W x H; unchanged pixels where nothing is drawn.
     """
@@ -207,6 +232,9 @@ def draw_detections(
     places = place_tags([t[3] for t in tags][::-1], rects[::-1], (width, height))[::-1]
     for rect, (_, color, _, _) in zip(rects, tags, strict=True):
         draw.rectangle(list(rect), outline=color, width=lw)
+    if keypoints is not None:
+        _draw_keypoints(draw, np.asarray(keypoints, np.float64), keypoint_mask, edges,
+                        [tags[j][1] for j in range(len(order))], order, lw)
     for (tx0, ty0, tx1, ty1), (text, color, (left, top), _) in zip(places, tags, strict=True):
         draw.rectangle([tx0, ty0, tx1 - 1, ty1 - 1], fill=color)
         draw.text((tx0 + pad - left, ty0 + pad - top), text, fill=_text_color(color), font=font)

@@ -53,7 +53,7 @@ def _assert_objects_follow(sample, out):
 # --------------------------------------------------------------------------- defaults
 
 TF_DEFAULTS = {
-    "random_horizontal_flip": {"probability": 0.5},
+    "random_horizontal_flip": {"probability": 0.5, "keypoint_flip_permutation": ()},
     "random_crop_image": dict(min_object_covered=1.0, min_aspect_ratio=0.75,
                               max_aspect_ratio=1.33, min_area=0.1, max_area=1.0,
                               overlap_thresh=0.3, clip_boxes=True, random_coef=0.0),

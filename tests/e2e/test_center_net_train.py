@@ -54,3 +54,35 @@ def test_center_net_trains_evaluates_resumes_and_predicts(tmp_path, capsys):
     assert main(["summary", "--config", "centernet_shapes_demo", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["type"] == "center_net" and info["outputs"]["heatmap"] == [32, 32, 3]
+
+
+def test_keypoint_demo_trains_and_scores_draws_and_writes_keypoints(tmp_path):
+    """The keypoint demo's config, tiny: the eval scores each keypoint task by COCO keypoint AP
+    (its detections written for pycocotools), the sample grid and ``predict`` draw keypoints,
+    and predictions.json gives each square 4 and each triangle 3 (x, y, score) keypoints."""
+    overrides = [*TINY_CENTER_NET, "train.num_steps=2", "train.eval_every=2",
+                 "data.train.output_dir=data/kp_train", "data.eval.output_dir=data/kp_eval"]
+    config = load_config("centernet_keypoints_shapes_demo", overrides)
+    workdir = tmp_path / "kp"
+    assert runs.train(config, workdir, progress=False).step == 2
+    out = workdir / "eval" / "step_2"
+    metrics = json.loads((out / "metrics.json").read_text())
+    for task in ("square_corners", "triangle_vertices"):
+        assert 0.0 <= metrics[f"keypoints/{task}/AP"] <= 1.0
+        rows = json.loads((out / f"keypoint_detections_{task}.json").read_text())
+        k = 4 if task == "square_corners" else 3
+        assert rows and all(len(r["keypoints"]) == 3 * k for r in rows)
+    assert "keypoint_AP" in metrics and (out / "samples.png").is_file()
+    images = workdir / "data" / "kp_eval" / "images"
+    assert main(["predict", "--workdir", str(workdir), str(images), "--out",
+                 str(tmp_path / "pred"), "--score-threshold", "0"]) == 0
+    summary = json.loads((tmp_path / "pred" / "predictions.json").read_text())
+    classes = {c["name"]: c for c in summary["classes"]}
+    assert classes["square"]["keypoints"] == ["top_left", "top_right", "bottom_right",
+                                              "bottom_left"]
+    assert "keypoints" not in classes["circle"]
+    sizes = {"circle": None, "square": 12, "triangle": 9}
+    for image in summary["images"]:
+        for det in image["detections"]:
+            want = sizes[det["class_name"]]
+            assert (len(det["keypoints"]) if "keypoints" in det else None) == want

@@ -134,3 +134,17 @@ def test_best_box_is_drawn_on_top_and_its_label_first():
         assert tag_rows.min() < 20  # the best label above the box
         low_rows = np.nonzero((out[:, 30:60] == class_color(0)).all(axis=-1).any(axis=1))[0]
         assert low_rows.min() >= 20  # the other label moved inside, not over the best one
+
+
+def test_keypoints_and_skeleton_are_drawn_where_they_are_and_only_those_asked_for():
+    image = np.zeros((60, 80, 3), np.uint8)
+    boxes = np.array([[10, 10, 50, 70]], np.float64)
+    keypoints = np.array([[[15.0, 15.0], [45.0, 65.0], [40.0, 20.0]]])  # (y, x)
+    mask = np.array([[True, True, False]])
+    out = np.asarray(draw_detections(image, boxes, [0], [0.9], ["a"], keypoints=keypoints,
+                                     keypoint_mask=mask, edges=[(0, 1), (1, 2)]))
+    assert out[15, 15].any() and out[45, 65].any()  # the two asked for
+    assert out[30, 40].any()  # on the edge 0-1 (the line from (15, 15) to (45, 65))
+    assert not out[40, 20].any() and not out[42, 42].any()  # keypoint 2 and edge 1-2 are not
+    plain = np.asarray(draw_detections(image, boxes, [0], [0.9], ["a"]))
+    assert not plain[30, 40].any()

@@ -37,6 +37,7 @@ MODELS = {
         "model.num_classes=3", "model.backbone.depth_multiplier=0.35",
         "model.hard_example_miner=null",
     ]),
+    "center_net": ("centernet_shapes_demo", ["model.neck.depth=16", "model.head_depth=16"]),
 }
 EVERYTHING = "train.remat=[backbone, neck, head]"
 
@@ -60,6 +61,11 @@ def _batch(seed: int = 0) -> dict:
     }
 
 
+def test_center_net_remat_refuses_what_it_cannot_recompute():
+    with pytest.raises(ValueError, match="CenterNet can recompute .*not head"):
+        builders.build_task(_config("center_net", "train.remat=[head]"), seed=0)
+
+
 def _step(config):
     """``(step, state)``: the jitted SGD train step of ``config`` and a fresh state."""
     task = builders.build_task(config, seed=0)
@@ -68,11 +74,13 @@ def _step(config):
         task, tx, ema=False)
 
 
-def test_remat_step_equals_plain_step():
+@pytest.mark.parametrize("name, everything", [
+    ("retinanet", EVERYTHING), ("center_net", "train.remat=[backbone, neck]")])
+def test_remat_step_equals_plain_step(name, everything):
     batch = _batch()
     results = []
-    for extra in ((), (EVERYTHING,)):
-        step, state = _step(_config("retinanet", *extra))
+    for extra in ((), (everything,)):
+        step, state = _step(_config(name, *extra))
         before = jax.device_get((state["params"], state["batch_stats"]))
         new, metrics = step(state, batch)
         results.append((jax.device_get(metrics), before, jax.device_get(new)))

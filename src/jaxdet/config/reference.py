@@ -48,10 +48,14 @@ def _default_text(field) -> str:
     return f"`{value!r}`" if value is not None else "`null`"
 
 
-def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
+def _sections(model: type[BaseModel], path: str, out: list, seen: set, owner: str = "") -> None:
+    """Appends the section of ``model`` at ``path`` and, depth first, its sub-sections.
+    ``owner`` ("`model.type: center_net`") names the nearest tagged ancestor; a path that two
+    sections share (``model.loss`` of each model type) gets it in its title."""
     key = (model, path)
     if key in seen:
         return
+    shared_path = any(p == path and m is not model for m, p in seen)
     seen.add(key)
     title = f"`{path}`" if path else "top level"
     kind = ""
@@ -59,7 +63,12 @@ def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
         f = model.model_fields.get(tag)
         literal = f is not None and typing.get_origin(f.annotation) is typing.Literal
         if literal and path and len(typing.get_args(f.annotation)) == 1:
-            kind = f" ({tag}: `{typing.get_args(f.annotation)[0]}`)"
+            value = typing.get_args(f.annotation)[0]
+            kind = f" ({tag}: `{value}`)"
+            if tag == "type":
+                owner = f"`{path}.type: {value}`"
+    if not kind and shared_path and owner:
+        kind = f" (in {owner})"
     out.append(f"\n#### {title}{kind}\n")
     description = section_description(model)
     if description:
@@ -71,7 +80,7 @@ def _sections(model: type[BaseModel], path: str, out: list, seen: set) -> None:
         for sub in _models_in(field.annotation):
             nested.append((sub, f"{path}.{name}" if path else name))
     for sub, sub_path in nested:
-        _sections(sub, sub_path, out, seen)
+        _sections(sub, sub_path, out, seen, owner)
 
 
 def section_description(model: type[BaseModel]) -> str:

@@ -34,7 +34,7 @@ from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     RandomSquareCropByScaleConfig,
     SSDRandomCropConfig,
 )
-from jaxdet.config.schema_base import Strict
+from jaxdet.config.schema_base import Strict, later_field
 from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     EFFICIENTNETS,
     Activation,
@@ -44,14 +44,18 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     BatchNormConfig,
     BiFPNConfig,
     BoxCoderConfig,
+    CenterNetDeconvConfig,
     CenterNetFPNConfig,
+    CenterNetKeypointTaskConfig,
     CenterNetLossConfig,
+    CenterNetMobileNetV2FPNConfig,
     CenterNetModelConfig,
     CenterNetPostProcessingConfig,
     ConvolutionalHeadConfig,
     FPNConfig,
     HardExampleMinerConfig,
     HeadConfig,
+    IdentityNeckConfig,
     LossConfig,
     MatcherConfig,
     ModelConfig,
@@ -91,7 +95,9 @@ class VocDataConfig(Strict):
 
 
 class ShapesDataConfig(Strict):
-    """Generated shapes (written as COCO JSON under ``output_dir``, reused when present)."""
+    """Generated shapes (written as COCO JSON under ``output_dir``, reused when present).
+    ``keypoints``: squares and triangles also carry their corners as COCO keypoints
+    (``data.shapes.SHAPE_KEYPOINTS``: 4 for a square, 3 for a triangle)."""
 
     type: Literal["shapes"]
     output_dir: str = "data/shapes_train"
@@ -102,6 +108,7 @@ class ShapesDataConfig(Strict):
     max_objects: int = Field(6, ge=1)
     min_size_frac: float = Field(0.08, gt=0.0, le=1.0)
     max_size_frac: float = Field(0.6, gt=0.0, le=1.0)
+    keypoints: bool = later_field(False)
 
 
 class TfRecordDataConfig(Strict):
@@ -434,3 +441,19 @@ class Config(Strict):
                 "type" not in data["model"]):
             data = {**data, "model": {"type": "ssd", **data["model"]}}
         return data
+
+    @model_validator(mode="after")
+    def _flip_permutation_covers_the_keypoints(self) -> Config:
+        """Each ``keypoint_flip_permutation`` has one entry per keypoint slot of the model's
+        keypoint tasks (refused here, before any data is read)."""
+        tasks = getattr(self.model, "keypoint_tasks", ())
+        k = sum(len(t.keypoints) for t in tasks)
+        for i, op in enumerate(self.data.augment):
+            p = getattr(op, "keypoint_flip_permutation", ())
+            if p and len(p) != k:
+                has = (f"the model's keypoint tasks have {k} keypoints in all" if k
+                       else "the model has no keypoint tasks")
+                raise ValueError(
+                    f"data.augment[{i}].keypoint_flip_permutation has {len(p)} entries but "
+                    f"{has}; give one entry per keypoint (or none)")
+        return self

@@ -11,17 +11,27 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from jaxdet.config.schema_base import Strict
+from jaxdet.config.schema_base import Strict, later_field
 
 
 class RandomHorizontalFlipConfig(Strict):
-    """TF ``random_horizontal_flip``: mirrors image and boxes left-right with ``probability``.
-
-    TF's ``keypoint_flip_permutation`` is not supported (jaxdet has no keypoints).
-    """
+    """TF ``random_horizontal_flip``: mirrors image, boxes and keypoints left-right with
+    ``probability``. ``keypoint_flip_permutation`` (one entry per keypoint slot of the model's
+    keypoint tasks, laid end to end): slot ``i`` of the flipped object takes the mirrored
+    keypoint of slot ``permutation[i]`` (left and right joints swap). Empty keeps every
+    keypoint in its slot."""
 
     name: Literal["random_horizontal_flip"]
     probability: float = Field(0.5, ge=0.0, le=1.0)
+    keypoint_flip_permutation: tuple[int, ...] = later_field(())
+
+    @model_validator(mode="after")
+    def _permutation(self) -> RandomHorizontalFlipConfig:
+        p = self.keypoint_flip_permutation
+        if p and sorted(p) != list(range(len(p))):
+            raise ValueError(f"keypoint_flip_permutation {list(p)} is not a permutation of "
+                             f"0..{len(p) - 1}")
+        return self
 
 
 class RandomScaleCropAndPadToSquareConfig(Strict):

@@ -20,10 +20,16 @@ class BatchNormConfig(Strict):
     frozen: bool = False
 
 
+# tf.keras.layers.BatchNormalization()'s defaults (momentum 0.99, epsilon 1e-3): what the TF OD
+# API's CenterNet necks use, whatever their backbone's batch norm.
+KERAS_BATCH_NORM = BatchNormConfig(decay=0.99, epsilon=1e-3)
+
 Activation = Literal["relu", "relu6", "swish", "none"]
 
 
 EFFICIENTNETS = tuple(f"efficientnet_b{i}" for i in range(8))
+RESNETS_V2 = ("resnet_v2_50", "resnet_v2_101")
+HOURGLASSES = tuple(f"hourglass_{n}" for n in (10, 20, 32, 52, 104))
 
 
 class BackboneConfig(Strict):
@@ -58,11 +64,21 @@ class BackboneConfig(Strict):
     stage, as in the TF OD API's EfficientDet (its checkpoints need it; the stage's later
     blocks are never applied there, so they are not built), instead of the stage's end
     (automl, effdet). The same network for B0, whose last stage has one block.
+
+    The TF OD API's other CenterNet feature extractors, built as TF builds them (no
+    multiplier, activation, padding or conv_bias options): ``resnet_v2_50`` /
+    ``resnet_v2_101`` (``tf.keras.applications`` pre-activation ResNet-v2, levels 2-5; with
+    the ``center_net_deconv`` neck; TF's BatchNorm epsilon is 1.001e-5) and ``hourglass_104``
+    (two stacked hourglasses; also the single-stack ``hourglass_10/20/32/52``), which ends in
+    its own stride-4 map at level 2 (read it with the ``identity`` neck; TF's BatchNorm is
+    epsilon 1e-5, ``decay: 0.1``; inputs must divide by 128 for Hourglass-104). The
+    MobileNetV2-FPN extractor is ``mobilenet_v2`` with the ``center_net_mobilenet_v2_fpn``
+    neck, which also picks TF's levels and head width (``padding: same`` as TF).
     """
 
     name: Literal[
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "mobilenet_v1",
-        "mobilenet_v2", *EFFICIENTNETS,
+        "mobilenet_v2", *EFFICIENTNETS, *RESNETS_V2, *HOURGLASSES,
     ]
     depth_multiplier: float = Field(1.0, gt=0.0)
     min_depth: int = Field(8, ge=1)
@@ -90,6 +106,13 @@ class BackboneConfig(Strict):
         if self.name.startswith("efficientnet") and self.padding == "symmetric":
             raise ValueError(f"padding must be 'same' (or null) for {self.name}: EfficientNets "
                              "use TensorFlow's SAME padding only")
+        if self.name in (*RESNETS_V2, *HOURGLASSES):
+            fixed = {"depth_multiplier": 1.0, "activation": None, "padding": None,
+                     "conv_bias": False}
+            bad = [k for k, v in fixed.items() if getattr(self, k) != v]
+            if bad:
+                raise ValueError(f"{self.name} is the TF OD API's network as it is: leave "
+                                 f"model.backbone.{bad[0]} at {fixed[bad[0]]}")
         return self
 
 
@@ -388,10 +411,12 @@ class CenterNetFPNConfig(Strict):
     feature extractors): C5 -> 1x1 conv to ``filters[0]``, then per level 4, 3, 2 a 2x nearest
     upsampling plus a 1x1 lateral conv, and a 3x3 conv + BatchNorm + ReLU to the next width
     (all convs with bias); one map at level ``5 - len(filters)`` (2: stride 4) of
-    ``filters[-1]`` channels."""
+    ``filters[-1]`` channels. ``batch_norm``: the neck's own BatchNorms (TF: Keras' defaults,
+    decay 0.99 and epsilon 1e-3, not the backbone's)."""
 
     name: Literal["center_net_fpn"]
     filters: tuple[int, ...] = (256, 128, 64)
+    batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
 
     @property
     def min_level(self) -> int:
@@ -402,7 +427,138 @@ class CenterNetFPNConfig(Strict):
         return self.min_level
 
 
-CenterNetNeckConfig = Annotated[FPNConfig | CenterNetFPNConfig, Field(discriminator="name")]
+class CenterNetMobileNetV2FPNConfig(Strict):
+    """The TF OD API's CenterNet MobileNetV2-FPN (``mobilenet_v2_fpn`` feature extractor; with
+    ``model.backbone.name: mobilenet_v2``, whose level 4 this neck moves to the end of the
+    64-channel stage, Keras ``block_9_add``, and whose head conv it scales as TF's Keras
+    MobileNetV2 does: only below multiplier 1): the ``center_net_fpn`` neck with ``filters``
+    (64, 32, 24) over levels 5 (``out_relu``), 4, 3, 2; one map at level 2 (stride 4) of 24
+    channels. ``use_separable_conv``: the 3x3 convs are separable (depthwise without bias +
+    1x1 with bias). ``upsampling_interpolation``: ``nearest`` (repeats, shards cleanly along
+    H) or ``bilinear`` (half-pixel centers, as Keras' ``UpSampling2D``). ``batch_norm``: the
+    neck's own BatchNorms (TF: Keras' defaults, decay 0.99 and epsilon 1e-3)."""
+
+    name: Literal["center_net_mobilenet_v2_fpn"]
+    filters: tuple[int, ...] = (64, 32, 24)
+    use_separable_conv: bool = False
+    upsampling_interpolation: Literal["nearest", "bilinear"] = "nearest"
+    batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
+
+    @property
+    def min_level(self) -> int:
+        return 5 - len(self.filters)
+
+    @property
+    def max_level(self) -> int:
+        return self.min_level
+
+
+class CenterNetDeconvConfig(Strict):
+    """The TF OD API's CenterNet ResNet-v2 upsampling stack (``resnet_v2_50`` /
+    ``resnet_v2_101`` feature extractors, with ``model.backbone.name: resnet_v2_50`` /
+    ``resnet_v2_101``): from the top backbone level (5), per width in ``filters`` a 3x3 conv +
+    BatchNorm + ReLU and a 3x3 stride-2 transposed conv + BatchNorm + ReLU (all with bias); one
+    map at level ``5 - len(filters)`` (2: stride 4) of ``filters[-1]`` channels.
+    ``batch_norm``: the neck's own BatchNorms (TF: Keras' defaults, decay 0.99 and epsilon
+    1e-3, not the backbone's)."""
+
+    name: Literal["center_net_deconv"]
+    filters: tuple[int, ...] = (256, 128, 64)
+    batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
+
+    @property
+    def min_level(self) -> int:
+        return 5 - len(self.filters)
+
+    @property
+    def max_level(self) -> int:
+        return self.min_level
+
+
+class IdentityNeckConfig(Strict):
+    """No neck: the backbone's map at ``level`` as it is, for backbones that end in the map
+    the heads read (``hourglass_104`` and the other hourglasses: level 2, stride 4)."""
+
+    name: Literal["identity"]
+    level: int = Field(2, ge=1, le=6)
+
+    @property
+    def min_level(self) -> int:
+        return self.level
+
+    @property
+    def max_level(self) -> int:
+        return self.level
+
+
+CenterNetNeckConfig = Annotated[
+    FPNConfig | CenterNetFPNConfig | CenterNetMobileNetV2FPNConfig | CenterNetDeconvConfig
+    | IdentityNeckConfig,
+    Field(discriminator="name"),
+]
+
+
+class CenterNetKeypointTaskConfig(Strict):
+    """One keypoint task of a CenterNet (TF ``keypoint_estimation_task``): the keypoints of
+    the class ``class_name`` (a name of the dataset's classes), in the order ``keypoints``.
+
+    Heads: a per-keypoint heatmap (penalty-reduced focal loss; bias ``heatmap_bias_init``),
+    a local offset (2 channels, or 2 per keypoint with ``per_keypoint_offset``; L1 at the
+    pixels within ``offset_peak_radius`` of each keypoint) and the regression from the object
+    center to each keypoint (2 per keypoint; L1 at the center pixels). A keypoint's Gaussian
+    has the object's center sigma times its ``std_dev`` entry (default 1.0 each).
+
+    Decoding (TF's grouping): the ``num_candidates`` best heatmap peaks per keypoint with a
+    score >= ``candidate_score_threshold`` are candidates; each detected object takes, per
+    keypoint, the candidate nearest its regressed keypoint (``candidate_ranking_mode``
+    ``min_distance``) or with the best score / (distance + ``score_distance_offset``)
+    (``score_distance_ratio``); one outside the object's box scaled by ``box_scale`` or
+    further than ``candidate_search_scale`` x the box's longer side keeps the regressed
+    keypoint, scored ``unmatched_keypoint_score``.
+
+    Eval: COCO keypoint AP with ``oks_sigmas`` per keypoint (default 0.05 each; COCO's person
+    sigmas for its 17 joints are in ``data.keypoints.COCO_PERSON_SIGMAS``). ``skeleton``: pairs
+    of 0-based keypoint indices drawn as edges in pictures."""
+
+    name: str = "keypoints"
+    class_name: str
+    keypoints: tuple[str, ...] = Field(min_length=1)
+    skeleton: tuple[tuple[int, int], ...] = ()
+    std_dev: tuple[float, ...] | None = None
+    oks_sigmas: tuple[float, ...] | None = None
+    heatmap_weight: float = Field(1.0, ge=0.0)
+    offset_weight: float = Field(1.0, ge=0.0)
+    regression_weight: float = Field(1.0, ge=0.0)
+    heatmap_bias_init: float = -2.19
+    offset_peak_radius: int = Field(0, ge=0)
+    per_keypoint_offset: bool = False
+    candidate_score_threshold: float = Field(0.1, ge=0.0)
+    num_candidates: int = Field(100, ge=1)
+    peak_kernel: int = Field(3, ge=1)
+    unmatched_keypoint_score: float = 0.1
+    box_scale: float = Field(1.2, gt=0.0)
+    candidate_search_scale: float = Field(0.3, gt=0.0)
+    candidate_ranking_mode: Literal["min_distance", "score_distance_ratio"] = "min_distance"
+    score_distance_offset: float = Field(1e-6, gt=0.0)
+
+    @model_validator(mode="after")
+    def _per_keypoint_lengths(self) -> CenterNetKeypointTaskConfig:
+        k = len(self.keypoints)
+        if len(set(self.keypoints)) != k:
+            raise ValueError(f"keypoint task {self.name!r}: keypoint names repeat: "
+                             f"{list(self.keypoints)}")
+        for field in ("std_dev", "oks_sigmas"):
+            values = getattr(self, field)
+            if values is not None and len(values) != k:
+                raise ValueError(f"keypoint task {self.name!r}: {field} has {len(values)} "
+                                 f"entries for {k} keypoints")
+            if values is not None and min(values) <= 0:
+                raise ValueError(f"keypoint task {self.name!r}: {field} must be positive")
+        for a, b in self.skeleton:
+            if not (0 <= a < k and 0 <= b < k):
+                raise ValueError(f"keypoint task {self.name!r}: skeleton edge ({a}, {b}) "
+                                 f"names a keypoint outside 0..{k - 1}")
+        return self
 
 
 class CenterNetModelConfig(Strict):
@@ -423,6 +579,16 @@ class CenterNetModelConfig(Strict):
     min_overlap: float = Field(0.7, gt=0.0, lt=1.0)
     loss: CenterNetLossConfig = CenterNetLossConfig()
     post_processing: CenterNetPostProcessingConfig = CenterNetPostProcessingConfig()
+    keypoint_tasks: tuple[CenterNetKeypointTaskConfig, ...] = later_field(())
+
+    @model_validator(mode="after")
+    def _distinct_keypoint_tasks(self) -> CenterNetModelConfig:
+        names = [t.name for t in self.keypoint_tasks]
+        classes = [t.class_name for t in self.keypoint_tasks]
+        if len(set(names)) != len(names) or len(set(classes)) != len(classes):
+            raise ValueError("model.keypoint_tasks: each task needs its own name and class "
+                             f"(names {names}, classes {classes})")
+        return self
 
     @model_validator(mode="after")
     def _level_in_the_pyramid(self) -> CenterNetModelConfig:

@@ -3,11 +3,14 @@
 :func:`load_pipeline_config` reads a pipeline.config (protobuf text format, read by
 ``config/pbtxt.py``; no TensorFlow) and returns the jaxdet :class:`Config` that trains the same
 model; :func:`convert_pipeline_config` returns the raw dict plus every message for the user,
-which ``jaxdet convert-config`` writes as YAML.
+which ``jaxdet convert-config`` writes as YAML. ``model { ssd {...} }`` (SSD, RetinaNet,
+EfficientDet) is mapped here, ``model { center_net {...} }`` (CenterNet, keypoint tasks
+included) by ``config/tfod_center_net.py``.
 
 Every field of the file ends in exactly one of four places:
 
-1. mapped onto a jaxdet field (this module and ``config/tfod_train.py``);
+1. mapped onto a jaxdet field (this module, ``config/tfod_center_net.py`` and
+   ``config/tfod_train.py``);
 2. listed in ``config/tfod_fields.py`` as having the same effect in jaxdet (INFO) or as
    accepted with a difference the user is told about (WARNING);
 3. an unsupported *value* of a known field (e.g. ``ignore_thresholds: true``): an error naming
@@ -57,9 +60,9 @@ BIFPN_COMBINE = {"fast_attention": "fastattn", "attention": "attn", "sum": "sum"
 ACTIVATIONS = {"RELU": "relu", "RELU_6": "relu6", "SWISH": "swish", "NONE": "none"}
 NOT_YET = {
     "faster_rcnn": "Faster / Mask R-CNN",
-    "center_net": "CenterNet",
     "experimental_model": "custom TF models",
 }
+SUPPORTED_MODELS = ("ssd", "center_net")
 
 
 class TfodConfigError(ConfigError):
@@ -406,9 +409,8 @@ def _post_processing(m: Mapper, ssd: Message) -> dict:
             "pre_nms_top_k": 1000}
 
 
-def map_ssd(m: Mapper, model: Message) -> tuple[dict, dict, dict]:
-    """The root's model { ssd {...} } -> (jaxdet model, data fields, extras {l2})."""
-    _, ssd = _model_kind(m, model)
+def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
+    """``model { ssd {...} }`` -> (jaxdet model, data fields, extras {l2})."""
     freeze_bn = bool(ssd.take("freeze_batchnorm", False))
     backbone, neck, fe = _feature_extractor(m, ssd, freeze_bn)
     head, head_l2 = _box_predictor(m, ssd, freeze_bn)
@@ -449,7 +451,22 @@ def _similarity(m: Mapper, ssd: Message) -> None:
         m.choice(ssd, "similarity_calculator", ["iou_similarity"])
 
 
+def map_center_net(m: Mapper, center_net: Message) -> tuple[dict, dict, dict]:
+    """``model { center_net {...} }`` -> (jaxdet model, data fields, extras {l2,
+    keypoint_tasks}): see ``config/tfod_center_net.py``."""
+    from jaxdet.config.tfod_center_net import map_center_net as map_it
+
+    return map_it(m, center_net)
+
+
+MODEL_MAPPERS = {"ssd": map_ssd, "center_net": map_center_net}
+
+
 def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
+    """The architecture (``ssd`` or ``center_net``) and its message; DeepMAC (a CenterNet with
+    ``deepmac_mask_estimation``) and the architectures jaxdet lacks stop here, in one line."""
+    from jaxdet.config.tfod_center_net import check_deepmac
+
     if not root.has("model"):
         raise TfodConfigError(f"{m.source}: no model {{ ... }} section")
     model = m.sub(root, "model")
@@ -457,11 +474,14 @@ def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
     if len(names) != 1:
         raise m.error(model, None, f"must hold exactly one architecture, found {names}")
     kind = names[0]
-    if kind != "ssd":
+    if kind not in SUPPORTED_MODELS:
         what = NOT_YET.get(kind, kind)
         raise m.error(model, kind, f"{what} is not supported yet; jaxdet supports model.ssd "
-                      "(SSD / RetinaNet family)")
-    return kind, m.sub(model, "ssd")
+                      "(SSD / RetinaNet family) and model.center_net (CenterNet)")
+    arch = m.sub(model, kind)
+    if kind == "center_net":
+        check_deepmac(m, arch)
+    return kind, arch
 
 
 def convert_pipeline_config(path: str | Path) -> Conversion:
@@ -471,6 +491,7 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
       TfodConfigError: the file is unreadable, malformed, or uses an unsupported field,
         value or architecture (the message names the file, line and field).
     """
+    from jaxdet.config.tfod_center_net import finish_keypoints
     from jaxdet.config.tfod_train import map_eval, map_inputs, map_train
 
     path = Path(path)
@@ -481,10 +502,13 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     except PbtxtError as err:
         raise TfodConfigError(f"{path}: {err}") from None
     m = Mapper(str(path))
-    model, data, extras = map_ssd(m, root)
+    kind, arch = _model_kind(m, root)
+    model, data, extras = MODEL_MAPPERS[kind](m, arch)
     train, data_train = map_train(m, root, extras["l2"])
     data.update(data_train)
     data.update(map_inputs(m, root))
+    if kind == "center_net":
+        finish_keypoints(m, root, extras["keypoint_tasks"])
     raw = {"name": path.name.removesuffix(".config"),
            "description": f"converted from TF OD API {path.name}",
            "precision": data.pop("precision"), "model": model, "data": data,

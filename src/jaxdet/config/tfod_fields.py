@@ -20,6 +20,8 @@ import fnmatch
 _SSD = "model.ssd"
 _FE = f"{_SSD}.feature_extractor"
 _BP = f"{_SSD}.box_predictor.*"
+_CN = "model.center_net"
+_KP = f"{_CN}.keypoint_estimation_task"
 _TRAIN = "train_config"
 _READERS = ("train_input_reader", "eval_input_reader")
 
@@ -55,6 +57,18 @@ SAME: dict[str, str] = {
         "losses are per anchor before reduction",
     f"{_SSD}.loss.classification_loss.weighted_sigmoid_focal.anchorwise_output":
         "losses are per anchor before reduction",
+    f"{_CN}.compute_heatmap_sparse": "how TF computes the heatmap targets (memory), not what",
+    f"{_CN}.feature_extractor.use_depthwise":
+        "TF's CenterNet feature extractors ignore it (MobileNetV2-FPN: use_separable_conv)",
+    f"{_KP}.per_keypoint_depth": "used only with predict_depth (not supported: an error)",
+    f"{_KP}.keypoint_depth_loss_weight": "used only with predict_depth (not supported: an error)",
+    f"{_KP}.rescoring_threshold": "used only with rescore_instances (not supported: an error)",
+    f"{_KP}.score_distance_multiplier":
+        "used only by candidate_ranking_mode 'score_scaled_distance_ratio' (not supported)",
+    f"{_KP}.std_dev_multiplier":
+        "used only by candidate_ranking_mode 'gaussian_weighted' (not supported)",
+    f"{_KP}.gaussian_denom_ratio":
+        "used only by candidate_ranking_mode 'gaussian_weighted_const' (not supported)",
     f"{_TRAIN}.sync_replicas": "jaxdet's data parallelism is synchronous; batch_size is global",
     f"{_TRAIN}.replicas_to_aggregate": "batch_size is the global batch",
     f"{_TRAIN}.startup_delay_steps": "all devices start together",
@@ -88,8 +102,8 @@ DIFFERS: dict[str, str] = {
         "jaxdet uses its own initializers (normal stddev 0.01 for predictor convolutions)",
     f"{_TRAIN}.keep_checkpoint_every_n_hours":
         "jaxdet keeps the last train.keep_checkpoints checkpoints",
-    f"{_TRAIN}.data_augmentation_options.random_horizontal_flip.keypoint_flip_permutation":
-        "jaxdet has no keypoints yet",
+    f"{_CN}.output_prediction_dict":
+        "jaxdet's predict returns boxes, scores, classes (and keypoints), never raw head maps",
     f"{_TRAIN}.retain_original_images": "not used",
     "eval_config.include_metrics_per_category":
         "per-category COCO AP is not computed (Pascal VOC metrics list every class)",
@@ -98,12 +112,15 @@ DIFFERS: dict[str, str] = {
     "eval_config.batch_size": "jaxdet evaluates in batches of eval.batch_size (default 8); "
                               "the metrics do not depend on it",
     "eval_config.eval_instance_masks": "jaxdet has no masks yet",
-    "eval_config.keypoint_edge": "jaxdet has no keypoints yet",
-    "eval_config.parameterized_metric": "jaxdet has no keypoints yet",
+    # a CenterNet with keypoint tasks reads these (skeleton, oks_sigmas); other models don't
+    "eval_config.keypoint_edge": "only CenterNet keypoint tasks have keypoints",
+    "eval_config.parameterized_metric": "only CenterNet keypoint tasks have keypoints",
     "eval_config.super_categories": "super-category metrics are not computed",
-    **{f"{r}.{f}": "jaxdet has no masks or keypoints yet"
-       for r in _READERS for f in ("load_instance_masks", "mask_type", "num_keypoints",
+    **{f"{r}.{f}": "jaxdet has no masks, multiclass scores or context features yet"
+       for r in _READERS for f in ("load_instance_masks", "mask_type",
                                    "load_multiclass_scores", "load_context_features")},
+    # a CenterNet with keypoint tasks checks it against its keypoints; other models don't
+    **{f"{r}.num_keypoints": "only CenterNet keypoint tasks read keypoints" for r in _READERS},
     **{f"{r}.sample_1_of_n_examples": "every example is read" for r in _READERS},
 }
 

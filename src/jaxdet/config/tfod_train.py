@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 # preprocessor step -> its fields that jaxdet maps one to one (same names, same defaults);
 # fields of a step not listed here fall to the explicit table or are errors.
 AUGMENT_FIELDS: dict[str, tuple[str, ...]] = {
-    "random_horizontal_flip": ("probability",),
+    "random_horizontal_flip": ("probability", "keypoint_flip_permutation"),
     "random_crop_image": ("min_object_covered", "min_aspect_ratio", "max_aspect_ratio",
                           "min_area", "max_area", "overlap_thresh", "clip_boxes",
                           "random_coef"),
@@ -33,7 +33,8 @@ AUGMENT_FIELDS: dict[str, tuple[str, ...]] = {
                          "max_image_width", "pad_color"),
     "random_black_patches": ("max_black_patches", "probability", "size_to_image_ratio"),
 }
-REPEATED_AUGMENT_FIELDS = {"pad_color"}
+# repeated fields -> the type of their entries (a list; left out when empty)
+REPEATED_AUGMENT_FIELDS = {"pad_color": float, "keypoint_flip_permutation": int}
 # TF's ssd_random_crop {} without operations: its seven default operations.
 SSD_RANDOM_CROP_DEFAULT = {
     "min_object_covered": [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0],
@@ -58,7 +59,7 @@ def _augment_op(m: Mapper, option: Message) -> dict[str, Any]:
         if key in REPEATED_AUGMENT_FIELDS:
             values = step.all(key)
             if values:
-                op[key] = [float(v) for v in values]
+                op[key] = [REPEATED_AUGMENT_FIELDS[key](v) for v in values]
         elif step.has(key):
             op[key] = step.take(key)
     return op

@@ -51,4 +51,27 @@ def to_original_coordinates(boxes, image_info, input_size: Sequence[int]):
     return xp.stack([ymin, xmin, ymax, xmax], axis=-1)
 
 
-__all__ = ["to_original_coordinates"]
+def points_to_original_coordinates(points, image_info, input_size: Sequence[int]):
+    """Convert normalized (y, x) points on the padded network input to original-image pixels,
+    with the scale of :func:`to_original_coordinates` (not clipped: a keypoint may lie
+    outside the image, as the TF OD API returns it).
+
+    Args:
+      points: ``[B, D, K, 2]`` normalized (y, x); image_info: ``[B, 4]``; input_size: (H, W).
+    Returns:
+      ``[B, D, K, 2]`` (y, x) in original-image pixels (numpy or jax, as the inputs).
+    """
+    xp = jnp if isinstance(points, jax.Array) or isinstance(image_info, jax.Array) else np
+    points = xp.asarray(points)
+    info = xp.asarray(image_info).astype(points.dtype)
+    if points.ndim != 4 or points.shape[-1] != 2 or info.shape != (points.shape[0], 4):
+        raise ValueError(f"points must be [B, D, K, 2] and image_info [B, 4], got "
+                         f"{tuple(points.shape)} and {tuple(info.shape)}")
+    height, width = (float(s) for s in input_size)
+    scale_y = height * info[:, 0] / xp.maximum(info[:, 2], 1.0)
+    scale_x = width * info[:, 1] / xp.maximum(info[:, 3], 1.0)
+    scale = xp.stack([scale_y, scale_x], axis=-1)[:, None, None, :]
+    return points * scale
+
+
+__all__ = ["points_to_original_coordinates", "to_original_coordinates"]

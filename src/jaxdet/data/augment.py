@@ -1,8 +1,10 @@
 """Training augment ops: small frozen dataclasses, ``op(sample, rng) -> sample``.
 
 A sample holds ``"image"`` float32 [H, W, 3] in 0..255, ``"boxes"`` float32 [n, 4] NORMALIZED
-(ymin, xmin, ymax, xmax), ``"classes"`` int32 [n], ``"is_crowd"`` bool [n], plus passthrough
-keys (``"image_info"``, ``"image_id"``, ...). Image and boxes always move together; boxes
+(ymin, xmin, ymax, xmax), ``"classes"`` int32 [n], ``"is_crowd"`` bool [n], optionally
+``"keypoints"`` [n, K, 2] NORMALIZED (y, x) with ``"keypoint_visibility"`` [n, K], plus
+passthrough keys (``"image_info"``, ``"image_id"``, ...). Image, boxes and keypoints always
+move together (a keypoint that leaves the image becomes unlabelled); boxes
 that leave a crop are clipped, and dropped (with their classes / is_crowd) when nothing, or
 less than ``min_visible_fraction`` of their area, is left. Ops never modify their input.
 
@@ -23,6 +25,7 @@ from jaxdet.data.geometry import (
     Sample,
     box_areas,
     filter_boxes,
+    move_keypoints,
     reframe_boxes,
     resize_image,
     set_content_size,
@@ -44,17 +47,34 @@ def _check_range(name: str, value, lo: float = 0.0) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RandomHorizontalFlip:
-    """Mirrors image and boxes left-right with the given probability."""
+    """Mirrors image, boxes and keypoints left-right with the given probability.
+
+    ``keypoint_flip_permutation`` (TF's): slot ``i`` of a flipped object takes the mirrored
+    keypoint of slot ``permutation[i]``; empty keeps the slots. Its length must equal the
+    samples' K (checked on the first sample with keypoints: a mismatch raises)."""
 
     probability: float = 0.5
+    keypoint_flip_permutation: tuple[int, ...] = ()
 
     def __post_init__(self):
         _check_probability("probability", self.probability)
+        p = self.keypoint_flip_permutation
+        if p and sorted(p) != list(range(len(p))):
+            raise ValueError(f"keypoint_flip_permutation {list(p)} is not a permutation of "
+                             f"0..{len(p) - 1}")
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         if rng.random() >= self.probability:
             return sample
-        out = dict(sample)
+        out = move_keypoints(sample, (1.0, -1.0), (0.0, 1.0), bounds=None)
+        if "keypoints" in out and self.keypoint_flip_permutation:
+            perm = np.asarray(self.keypoint_flip_permutation)
+            k = out["keypoints"].shape[1]
+            if len(perm) != k:
+                raise ValueError(f"keypoint_flip_permutation has {len(perm)} entries but the "
+                                 f"samples have {k} keypoint slots")
+            out["keypoints"] = out["keypoints"][:, perm]
+            out["keypoint_visibility"] = out["keypoint_visibility"][:, perm]
         out["image"] = np.ascontiguousarray(sample["image"][:, ::-1])
         b = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
         out["boxes"] = np.stack([b[:, 0], 1.0 - b[:, 3], b[:, 2], 1.0 - b[:, 1]], axis=1)

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from jaxdet.data.geometry import Sample, filter_boxes, set_content_size
+from jaxdet.data.geometry import Sample, filter_boxes, move_keypoints, set_content_size
 
 
 def _check_unit(name: str, value: float, *, open_low: bool = False) -> None:
@@ -34,6 +34,15 @@ def _change_frame(boxes: np.ndarray, window: np.ndarray) -> np.ndarray:
     y0, x0, y1, x1 = (float(v) for v in window)
     scale = np.array([y1 - y0, x1 - x0, y1 - y0, x1 - x0], np.float32)
     return ((boxes - np.array([y0, x0, y0, x0], np.float32)) / scale).astype(np.float32)
+
+
+def _keypoints_to_frame(sample: Sample, window, prune: bool = True) -> Sample:
+    """Keypoints relative to ``window`` (normalized y0, x0, y1, x1), as :func:`_change_frame`
+    does boxes; with ``prune``, those outside the new [0, 1] frame become unlabelled."""
+    y0, x0, y1, x1 = (float(v) for v in window)
+    sy, sx = 1.0 / (y1 - y0), 1.0 / (x1 - x0)
+    return move_keypoints(sample, (sy, sx), (-y0 * sy, -x0 * sx),
+                          (0.0, 0.0, 1.0, 1.0) if prune else None)
 
 
 def _inside_window(boxes: np.ndarray, window) -> np.ndarray:
@@ -185,7 +194,7 @@ class RandomCropImage:
         new = _change_frame(boxes, window)
         if self.clip_boxes:
             new = np.clip(new, 0.0, 1.0)
-        out = dict(sample)
+        out = _keypoints_to_frame(sample, window)
         out["boxes"] = new
         out = filter_boxes(out, keep)
         out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])
@@ -249,7 +258,7 @@ class RandomSquareCropByScale:
                            (crop_x0 + size) / width], np.float32)
         new = _change_frame(_boxes(sample), window)
         keep = _inside_window(new, (0.0, 0.0, 1.0, 1.0))
-        out = dict(sample)
+        out = _keypoints_to_frame(sample, window)
         out["boxes"] = np.clip(new, 0.0, 1.0)
         out = filter_boxes(out, keep)
         out["image"] = canvas
@@ -291,7 +300,7 @@ def pad_image(
     canvas[off_y:off_y + height, off_x:off_x + width] = image
     window = np.array([-off_y / height, -off_x / width, (new_h - off_y) / height,
                        (new_w - off_x) / width], np.float32)
-    out = dict(sample)
+    out = _keypoints_to_frame(sample, window, prune=False)
     out["boxes"] = _change_frame(_boxes(sample), window)
     out["image"] = canvas
     return set_content_size(out, new_h, new_w, (height, width))

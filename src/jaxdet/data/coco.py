@@ -16,6 +16,21 @@ Every drop/repair logs one WARNING naming the annotation file and the annotation
 ``source.skips`` holds the counts by reason, and one summary line follows the parse.
 Unreadable image files are found later, by the loaders (skipped and counted there).
 
+Keypoints (``keypoints=`` specs, see :mod:`jaxdet.data.keypoints`): the specs are resolved
+against the category names (``source.keypoint_layout``) and every record gets ``keypoints``
+f32 [n, K, 2] PIXEL (y, x) and ``keypoint_visibility`` int32 [n, K]. An annotation's
+``keypoints`` are COCO's flat ``[x, y, v] * k`` in the order of its category's ``keypoints``
+names; the spec's names pick theirs from that list (a spec name the category lacks is a
+ValueError; a category without a ``keypoints`` list is taken position by position). An object
+fills its class group's slots only; objects of other classes, and annotations without
+``keypoints``, have every slot unlabelled. Repairs (object always kept, counted as above):
+  * a keypoint list of another length than 3 x the category's names, or holding
+    non-numbers: all the object's keypoints unlabelled (``keypoint_count_mismatch``,
+    ``malformed_keypoints``),
+  * a labelled keypoint outside the image or not finite: unlabelled (``keypoint_outside_image``),
+    one with ``v`` outside 0..2: unlabelled (``keypoint_bad_visibility``), an unlabelled one
+    with coordinates: coordinates zeroed (``keypoint_unlabelled_with_coordinates``).
+
 The source holds only compact numpy arrays, so it pickles cheaply into loader workers;
 :meth:`CocoSource.ground_truth` re-reads the JSON for the evaluator and leaves out exactly the
 image entries and annotations dropped here, and gives the boxes clipped here (by more than
@@ -27,11 +42,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from jaxdet.data.keypoints import (
+    KeypointLayout,
+    KeypointSpec,
+    check_object_keypoints,
+    resolve_layout,
+)
 from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
 
 logger = logging.getLogger("jaxdet.data")
@@ -49,8 +71,52 @@ def _image_size_from_file(path: str) -> tuple[int, int] | None:
         return None
 
 
+def _category_keypoints(category: dict[str, Any] | None, spec: KeypointSpec, file: str
+                        ) -> tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]:
+    """Where the spec's keypoints sit in a category's annotations.
+
+    Returns:
+      (positions, count, skeleton): ``positions[j]`` is the index of ``spec.names[j]`` in the
+      category's ``keypoints`` names, ``count`` the number of keypoints its annotations hold
+      (3 x count numbers), ``skeleton`` the category's 1-based COCO ``skeleton`` as 0-based
+      pairs of spec indices (edges between keypoints the spec leaves out are dropped). A
+      category without a ``keypoints`` list: positions 0 .. k-1, count k, no skeleton.
+    Raises:
+      ValueError naming the file, the category and the names, when the category lacks one
+      of the spec's names or its ``keypoints`` / ``skeleton`` are malformed.
+    """
+    names = None if category is None else category.get("keypoints")
+    if names is None:
+        return tuple(range(len(spec.names))), len(spec.names), ()
+    label = f"category {category.get('id')} ({category.get('name')!r})"
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{file}: {label}: 'keypoints' must be a list of keypoint names, "
+                         f"got {names!r:.120}")
+    missing = [n for n in spec.names if n not in names]
+    if missing:
+        raise ValueError(
+            f"{file}: {label} has no keypoints named {missing} (its keypoints: {names}); "
+            f"model.keypoint_tasks[].keypoints must be names of the category's keypoints")
+    positions = tuple(names.index(n) for n in spec.names)
+    spec_index = {p: j for j, p in enumerate(positions)}
+    skeleton = []
+    for edge in category.get("skeleton") or []:
+        try:
+            a, b = (int(v) - 1 for v in edge)
+        except (TypeError, ValueError):
+            raise ValueError(f"{file}: {label}: skeleton edge {edge!r} is not a pair of "
+                             "1-based keypoint numbers") from None
+        if a in spec_index and b in spec_index:
+            skeleton.append((spec_index[a], spec_index[b]))
+    return positions, len(names), tuple(skeleton)
+
+
 class CocoSource:
-    """Random-access source over a COCO-format detection annotation file."""
+    """Random-access source over a COCO-format detection annotation file.
+
+    ``keypoints``: the keypoint groups to read (``model.keypoint_tasks``; see the module
+    docstring); ``source.keypoint_layout`` is their layout (empty without).
+    """
 
     def __init__(
         self,
@@ -59,6 +125,7 @@ class CocoSource:
         *,
         skips: SkipCounter | None = None,
         class_index: str = "contiguous",
+        keypoints: Sequence[KeypointSpec] = (),
     ):
         if class_index not in ("contiguous", "id_minus_one", "id"):
             raise ValueError(f"class_index={class_index!r}; allowed: contiguous, id_minus_one, id")
@@ -66,6 +133,7 @@ class CocoSource:
         self.annotation_file = str(annotation_file)
         self.image_dir = str(image_dir)
         self.skips = skips if skips is not None else SkipCounter()
+        self._keypoint_specs = tuple(keypoints)
         data = _load_json(self.annotation_file)
         if not os.path.isdir(self.image_dir):
             raise FileNotFoundError(
@@ -105,6 +173,7 @@ class CocoSource:
             self.category_ids = list(range(first, top + 1))
             self.category_names = [named.get(i, f"id_{i}") for i in self.category_ids]
         cat_index = {cid: i for i, cid in enumerate(self.category_ids)}
+        self._resolve_keypoints({int(c["id"]): c for c in categories})
 
         ids, paths, heights, widths = [], [], [], []
         seen: set[int] = set()
@@ -112,6 +181,8 @@ class CocoSource:
         self._dropped_images: list[int] = []
         self._dropped_annotations: list[int] = []
         self._clipped_annotations: dict[int, list[float]] = {}  # position -> clipped xywh
+        # position -> (repaired COCO keypoints [x, y, v] * count, num_keypoints)
+        self._repaired_keypoints: dict[int, tuple[list[float], int]] = {}
         for position, entry in enumerate(data["images"]):
             try:
                 image_id = int(entry["id"])
@@ -150,7 +221,7 @@ class CocoSource:
         self._widths = np.asarray(widths, np.int32)
         row_of = {image_id: row for row, image_id in enumerate(ids)}
 
-        rows, classes, crowd, boxes = [], [], [], []
+        rows, classes, crowd, boxes, points, visible = [], [], [], [], [], []
         annotations = data.get("annotations") or []
         if not isinstance(annotations, list):
             raise ValueError(f"{file}: 'annotations' must be a list")
@@ -192,15 +263,94 @@ class CocoSource:
             classes.append(cat_index[category])
             crowd.append(bool(ann.get("iscrowd", 0)))
             boxes.append((cy0, cx0, cy1, cx1))
+            if self.keypoint_layout:
+                yx, v = self._object_keypoints(ann, position, cat_index[category], height,
+                                               width, image_where)
+                points.append(yx)
+                visible.append(v)
 
         rows_arr = np.asarray(rows, np.int64)
         order = np.argsort(rows_arr, kind="stable")
         self._boxes = np.asarray(boxes, np.float32).reshape(-1, 4)[order]
         self._classes = np.asarray(classes, np.int32)[order]
         self._crowd = np.asarray(crowd, bool)[order]
+        k, n_boxes = self.keypoint_layout.num_keypoints, len(boxes)
+        self._keypoints = np.zeros((n_boxes, k, 2), np.float32)
+        self._keypoint_visibility = np.zeros((n_boxes, k), np.int32)
+        if k and n_boxes:
+            self._keypoints = np.stack(points).astype(np.float32)[order]
+            self._keypoint_visibility = np.stack(visible).astype(np.int32)[order]
         sorted_rows = rows_arr[order]
         n = len(ids)
         self._offsets = np.searchsorted(sorted_rows, np.arange(n + 1)).astype(np.int64)
+
+    def _resolve_keypoints(self, categories: dict[int, dict[str, Any]]) -> None:
+        """Sets ``keypoint_layout`` and, per class with a group, where its keypoints sit in
+        the annotations (``_keypoint_positions``: class index -> (positions, count))."""
+        self._keypoint_positions: dict[int, tuple[tuple[int, ...], int]] = {}
+        if not self._keypoint_specs:
+            self.keypoint_layout = KeypointLayout()
+            return
+        file = self.annotation_file
+        layout = resolve_layout(self._keypoint_specs, self.category_names, file)
+        groups = []
+        for group, spec in zip(layout.groups, self._keypoint_specs, strict=True):
+            category = categories.get(self.category_ids[group.class_index])
+            positions, count, skeleton = _category_keypoints(category, spec, file)
+            self._keypoint_positions[group.class_index] = (positions, count)
+            groups.append((group.class_index, group.class_name, group.names,
+                           spec.skeleton or skeleton))
+        self.keypoint_layout = KeypointLayout.from_groups(groups)
+
+    def _object_keypoints(self, ann: dict[str, Any], position: int, class_index: int,
+                          height: int, width: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """One kept annotation's keypoints in the layout's slots: (f32 [K, 2] PIXEL (y, x),
+        int32 [K] v). Repairs are counted (see the module docstring) and remembered for
+        :meth:`ground_truth`."""
+        layout, file = self.keypoint_layout, self.annotation_file
+        yx, v = layout.empty(1)
+        yx, v = yx[0], v[0]
+        group = layout.group_of_class(class_index)
+        raw = ann.get("keypoints")
+        if group is None or raw is None:
+            return yx, v
+        positions, count = self._keypoint_positions[class_index]
+        category = f"class {group.class_name!r}"
+        try:
+            values = np.asarray([float(x) for x in raw], np.float64)
+        except (TypeError, ValueError):
+            self.skips.add("malformed_keypoints", file, where,
+                           f"{category}: keypoints {raw!r:.80} are not numbers; all unlabelled")
+            self._repaired_keypoints[position] = ([0] * (3 * count), 0)
+            return yx, v
+        if values.shape != (3 * count,):
+            self.skips.add("keypoint_count_mismatch", file, where,
+                           f"{category}: {values.size} keypoint values, expected 3 x {count} "
+                           "([x, y, v] per keypoint of the category); all unlabelled")
+            self._repaired_keypoints[position] = ([0] * (3 * count), 0)
+            return yx, v
+        triples = values.reshape(count, 3)
+        picked = triples[list(positions)]
+        raw_v = picked[:, 2]
+        # a non-integer v is refused like one outside 0..2
+        integral = np.isfinite(raw_v) & (raw_v == np.round(raw_v))
+        v_in = np.where(integral, raw_v, -1).astype(np.int64)
+        yx_g, v_g, reasons = check_object_keypoints(picked[:, [1, 0]], v_in, height, width)
+        if reasons:
+            changed = [f"{group.names[j]} {picked[j].tolist()}" for j in range(len(positions))
+                       if v_g[j] != raw_v[j] or not np.array_equal(yx_g[j], picked[j, [1, 0]])]
+            detail = f"{category}: keypoints [x, y, v] " + ", ".join(changed)
+            for reason in reasons:
+                self.skips.add(reason, file, where, detail)
+            triples[list(positions)] = np.stack([yx_g[:, 1], yx_g[:, 0], v_g], axis=1)
+            flat = [float(x) for x in triples[:, :2].reshape(-1)]
+            repaired = []
+            for j in range(count):
+                repaired += [flat[2 * j], flat[2 * j + 1], int(triples[j, 2])]
+            self._repaired_keypoints[position] = (repaired, int((triples[:, 2] > 0).sum()))
+        yx[group.offset:group.offset + len(positions)] = yx_g
+        v[group.offset:group.offset + len(positions)] = v_g
+        return yx, v
 
     # ---------------------------------------------------------------- API
 
@@ -221,6 +371,7 @@ class CocoSource:
             raise IndexError(f"index {index} out of range for {len(self)} images")
         index %= len(self)
         lo, hi = self._offsets[index], self._offsets[index + 1]
+        with_keypoints = bool(self.keypoint_layout)
         return make_record(
             image_path=os.path.join(self.image_dir, self._file_names[index]),
             image_id=int(self._image_ids[index]),
@@ -229,6 +380,9 @@ class CocoSource:
             boxes=self._boxes[lo:hi].copy(),
             classes=self._classes[lo:hi].copy(),
             is_crowd=self._crowd[lo:hi].copy(),
+            keypoints=self._keypoints[lo:hi].copy() if with_keypoints else None,
+            keypoint_visibility=(self._keypoint_visibility[lo:hi].copy() if with_keypoints
+                                 else None),
         )
 
     def ground_truth(self) -> dict[str, Any]:
@@ -236,11 +390,15 @@ class CocoSource:
 
         Image entries and annotations dropped while parsing (see the module docstring) are
         left out and boxes clipped by more than ``CLIP_TOLERANCE_PX`` get their clipped
-        ``bbox``; everything else is as stored in the file (what pycocotools evaluates). On a
-        clean file this is the file's dict unchanged.
+        ``bbox``; annotations whose keypoints were repaired get the repaired ``keypoints``
+        (COCO order, [x, y, v] * k) and ``num_keypoints``. Everything else is as stored in the
+        file (what pycocotools evaluates: categories keep their ``keypoints`` names and
+        ``skeleton``, annotations their ``keypoints`` and ``num_keypoints``). On a clean file
+        this is the file's dict unchanged.
         """
         data = _load_json(self.annotation_file)
-        if not (self._dropped_images or self._dropped_annotations or self._clipped_annotations):
+        if not (self._dropped_images or self._dropped_annotations or self._clipped_annotations
+                or self._repaired_keypoints):
             return data
         out = dict(data)
         drop = set(self._dropped_images)
@@ -252,6 +410,9 @@ class CocoSource:
                 continue
             if i in self._clipped_annotations:
                 ann = dict(ann, bbox=self._clipped_annotations[i])
+            if i in self._repaired_keypoints:
+                points, num = self._repaired_keypoints[i]
+                ann = dict(ann, keypoints=points, num_keypoints=num)
             annotations.append(ann)
         out["annotations"] = annotations
         return out

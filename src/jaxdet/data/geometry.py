@@ -1,7 +1,11 @@
 """Host-side geometry shared by augment ops and resizers: image resize, box re-framing.
 
-Samples carry float32 images [H, W, 3] (0..255) and NORMALIZED yxyx boxes. Per-box arrays
-(:data:`PER_BOX_KEYS`) are filtered together whenever boxes are dropped.
+Samples carry float32 images [H, W, 3] (0..255) and NORMALIZED yxyx boxes, and may carry
+NORMALIZED (y, x) ``keypoints`` [n, K, 2] with ``keypoint_visibility`` [n, K] (see
+``data.keypoints``). Per-box arrays (:data:`PER_BOX_KEYS`) are filtered together whenever
+boxes are dropped; keypoints move with the boxes, and one that leaves the visible window
+becomes unlabelled (v = 0, coordinates 0), as the TF OD API's ``prune_outside_window`` makes it
+NaN.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-PER_BOX_KEYS = ("boxes", "classes", "is_crowd")
+PER_BOX_KEYS = ("boxes", "classes", "is_crowd", "keypoints", "keypoint_visibility")
 
 Sample = dict[str, Any]
 
@@ -73,6 +77,30 @@ def filter_boxes(sample: Sample, keep: np.ndarray) -> Sample:
     return out
 
 
+def move_keypoints(sample: Sample, scale: tuple[float, float], offset: tuple[float, float],
+                   bounds: tuple[float, float, float, float] | None = (0.0, 0.0, 1.0, 1.0)
+                   ) -> Sample:
+    """Applies ``kp * scale + offset`` to the NORMALIZED (y, x) keypoints of ``sample`` (no-op
+    without keypoints). A keypoint outside ``bounds`` (normalized y0, x0, y1, x1 of the new
+    frame; edges inside; None: no pruning) becomes unlabelled: v = 0, coordinates 0. Returns
+    a new dict (the input is not modified)."""
+    if "keypoints" not in sample:
+        return dict(sample)
+    kp = np.asarray(sample["keypoints"], np.float32)
+    vis = np.asarray(sample["keypoint_visibility"], np.int32).copy()
+    new = (kp * np.asarray(scale, np.float32) + np.asarray(offset, np.float32)).astype(
+        np.float32)
+    if bounds is not None:
+        y0, x0, y1, x1 = bounds
+        inside = ((new[..., 0] >= y0) & (new[..., 0] <= y1) & (new[..., 1] >= x0)
+                  & (new[..., 1] <= x1))
+        vis = np.where(inside, vis, 0).astype(np.int32)
+    new[vis == 0] = 0.0
+    out = dict(sample)
+    out["keypoints"], out["keypoint_visibility"] = new, vis
+    return out
+
+
 def box_areas(boxes: np.ndarray) -> np.ndarray:
     return np.maximum(boxes[:, 2] - boxes[:, 0], 0) * np.maximum(boxes[:, 3] - boxes[:, 1], 0)
 
@@ -93,7 +121,8 @@ def reframe_boxes(
     ``scale`` is folded into ``src_size`` (callers pass the size the boxes are measured in).
     Boxes are clipped to ``window`` (canvas pixels, y0, x0, y1, x1; None = whole canvas);
     those with zero area left, or less than ``min_visible_fraction`` of their area, are
-    dropped together with their classes / is_crowd. ``keep`` adds an extra filter.
+    dropped together with their classes / is_crowd. ``keep`` adds an extra filter. Keypoints
+    move the same way; those outside ``window`` become unlabelled.
     """
     boxes = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
     src_h, src_w = src_size
@@ -112,7 +141,10 @@ def reframe_boxes(
     mask = (after > 0) & (visible >= min_visible_fraction)
     if keep is not None:
         mask &= keep
-    out = dict(sample)
+    out = move_keypoints(
+        sample, scale=(src_h / can_h, src_w / can_w),
+        offset=(offset[0] / can_h, offset[1] / can_w),
+        bounds=(wy0 / can_h, wx0 / can_w, wy1 / can_h, wx1 / can_w))
     out["boxes"] = (clipped / np.array([can_h, can_w, can_h, can_w], np.float32)).astype(
         np.float32)
     return filter_boxes(out, mask)

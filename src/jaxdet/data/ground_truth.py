@@ -14,6 +14,8 @@ def pad_ground_truth(sample: Sample, max_boxes: int) -> Sample:
     ``"valid"`` bool [max_boxes], ``"ignore"`` bool [max_boxes] (from ``is_crowd``; always
     False on padding) and ``"num_truncated"`` int (objects beyond ``max_boxes``, which are cut
     off in order: the first ``max_boxes`` objects are kept). ``"is_crowd"`` is removed.
+    ``"keypoints"`` [n, K, 2] and ``"keypoint_visibility"`` [n, K], when present, are padded
+    the same way to [max_boxes, K, 2] and [max_boxes, K] (padding unlabelled).
     """
     if max_boxes < 1:
         raise ValueError(f"max_boxes must be >= 1, got {max_boxes}")
@@ -37,4 +39,12 @@ def pad_ground_truth(sample: Sample, max_boxes: int) -> Sample:
     out["ignore"] = np.zeros((max_boxes,), bool)
     out["ignore"][:k] = crowd[:k]
     out["num_truncated"] = n - k
+    if "keypoints" in sample:
+        visibility = np.asarray(sample["keypoint_visibility"], np.int32).reshape(n, -1)
+        num_kp = visibility.shape[1]
+        out["keypoints"] = np.zeros((max_boxes, num_kp, 2), np.float32)
+        out["keypoints"][:k] = np.asarray(sample["keypoints"], np.float32).reshape(
+            n, num_kp, 2)[:k]
+        out["keypoint_visibility"] = np.zeros((max_boxes, num_kp), np.int32)
+        out["keypoint_visibility"][:k] = visibility[:k]
     return out

@@ -7,7 +7,17 @@ A label map lists the classes of a data set::
 
 Ids start at 1 (0 is the background in the TF OD API); jaxdet's 0-based class index of an
 item is ``id - 1``. The name shown for an id is its ``display_name`` when present, else its
-``name``, else the id itself. Other item fields (``keypoints``, ``frequency``, ...) are ignored.
+``name``, else the id itself.
+
+An item may define its class's keypoints (the TF OD API's ``KeypointMap``; CenterNet keypoint
+tasks take them through ``keypoint_label_map_path`` + ``keypoint_class_name``)::
+
+    item { name: "/m/01g317" id: 1 display_name: "person"
+      keypoints { id: 0 label: "nose" } keypoints { id: 1 label: "left_eye" } ... }
+
+They are read into :attr:`LabelMapItem.keypoints` as ``(id, label)`` pairs;
+:func:`keypoint_spec_from_label_map` turns one class's into a ``KeypointSpec``. Other item
+fields (``frequency``, ``ancestor_ids``, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jaxdet.config.pbtxt import Message, PbtxtError, parse_pbtxt
+from jaxdet.data.keypoints import KeypointSpec
 
 
 class LabelMapError(ValueError):
@@ -25,9 +36,13 @@ class LabelMapError(ValueError):
 
 @dataclass(frozen=True)
 class LabelMapItem:
+    """One ``item`` of a label map; ``keypoints``: its ``keypoints { id label }`` entries as
+    ``(id, label)`` pairs in file order (empty for a class without keypoints)."""
+
     id: int
     name: str | None
     display_name: str | None
+    keypoints: tuple[tuple[int, str], ...] = ()
 
     @property
     def shown(self) -> str:
@@ -61,10 +76,32 @@ def parse_label_map_items(text: str, source: str = "<label map>") -> list[LabelM
         line_of_id[item_id] = message.line
         name, display = message.take("name"), message.take("display_name")
         items.append(LabelMapItem(item_id, None if name is None else str(name),
-                                  None if display is None else str(display)))
+                                  None if display is None else str(display),
+                                  _item_keypoints(message, where)))
     if not items:
         raise LabelMapError(f"{source}: label map has no items")
     return items
+
+
+def _item_keypoints(item: Message, where: str) -> tuple[tuple[int, str], ...]:
+    """The ``keypoints { id: .. label: .. }`` entries of one item, as (id, label) pairs in
+    file order; ids are ints >= 0 and, like labels, unique within the item (TF's rule)."""
+    out: list[tuple[int, str]] = []
+    for entry in item.all("keypoints"):
+        if not isinstance(entry, Message):
+            raise LabelMapError(f"{where}: 'keypoints' must be a message {{ id: .. label: .. }}")
+        at = f"{where} (keypoints on line {entry.line})"
+        kp_id, label = entry.take("id"), entry.take("label")
+        if isinstance(kp_id, bool) or not isinstance(kp_id, int) or kp_id < 0:
+            raise LabelMapError(f"{at}: keypoint id must be an integer >= 0, got {kp_id!r}")
+        if not isinstance(label, str) or not label:
+            raise LabelMapError(f"{at}: keypoint {kp_id} has no label")
+        if kp_id in (i for i, _ in out):
+            raise LabelMapError(f"{at}: duplicate keypoint id {kp_id}")
+        if label in (name for _, name in out):
+            raise LabelMapError(f"{at}: duplicate keypoint label {label!r}")
+        out.append((kp_id, label))
+    return tuple(out)
 
 
 def read_label_map_items(path: str | os.PathLike) -> list[LabelMapItem]:
@@ -83,6 +120,41 @@ def read_label_map_items(path: str | os.PathLike) -> list[LabelMapItem]:
 def read_label_map(path: str | os.PathLike) -> dict[int, str]:
     """{id: shown name} of the label map file ``path`` (ids >= 1)."""
     return {item.id: item.shown for item in read_label_map_items(path)}
+
+
+def keypoint_spec_from_label_map(path: str | os.PathLike, class_name: str) -> KeypointSpec:
+    """The keypoints the label map ``path`` defines for the class ``class_name`` (what a TF
+    ``keypoint_estimation_task`` takes from ``keypoint_label_map_path`` and
+    ``keypoint_class_name``).
+
+    The class is looked up by ``name`` (what TF matches, e.g. ``"/m/01g317"``), else by
+    ``display_name`` (``"person"``). The spec's ``class_name`` is the item's shown name
+    (display_name, else name: what jaxdet's sources call the class), its ``names`` the
+    keypoint labels ordered by keypoint id, its skeleton empty (label maps have none).
+
+    Raises:
+      LabelMapError (a ValueError) naming the path and the class looked for: the file is
+      missing or not a label map, no item has that name, or the item has no keypoints.
+    """
+    path = os.fspath(path)
+    looking = f"looking for the keypoints of class {class_name!r}"
+    try:
+        items = read_label_map_items(path)
+    except LabelMapError as e:
+        raise LabelMapError(f"{e} ({looking})") from None
+    found = ([i for i in items if i.name == class_name]
+             or [i for i in items if i.display_name == class_name])
+    if not found:
+        with_keypoints = [i.name or i.shown for i in items if i.keypoints]
+        raise LabelMapError(
+            f"{path}: no item named {class_name!r} (by name or display_name) ({looking}); "
+            f"items with keypoints: {with_keypoints or 'none'}")
+    item = found[0]
+    if not item.keypoints:
+        raise LabelMapError(f"{path}: item {item.id} ({item.shown!r}) defines no keypoints "
+                            f"({looking}); add keypoints {{ id: .. label: .. }} entries")
+    names = tuple(label for _, label in sorted(item.keypoints))
+    return KeypointSpec(class_name=item.shown, names=names)
 
 
 def text_to_id(items: Sequence[LabelMapItem]) -> dict[str, int]:
@@ -111,19 +183,30 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
 
 
-def format_label_map(names: Sequence[str] | Mapping[int, str]) -> str:
-    """Label map text for ``names`` (a sequence: id = index + 1; or {id: name})."""
+def format_label_map(names: Sequence[str] | Mapping[int, str],
+                     keypoints: Mapping[int, Sequence[tuple[int, str]]] | None = None) -> str:
+    """Label map text for ``names`` (a sequence: id = index + 1; or {id: name}).
+
+    ``keypoints``: {item id: [(keypoint id, label), ...]}, written as the item's
+    ``keypoints { id: .. label: .. }`` entries (read back by :func:`parse_label_map_items`)."""
     pairs = names.items() if isinstance(names, Mapping) else enumerate(names, start=1)
-    return "".join(f"item {{\n  id: {int(i)}\n  name: {_quote(str(n))}\n}}\n\n"
-                   for i, n in pairs)
+    keypoints = keypoints or {}
+    out = []
+    for i, n in pairs:
+        entries = "".join(f"  keypoints {{\n    id: {int(k)}\n    label: {_quote(str(label))}\n"
+                          "  }\n" for k, label in keypoints.get(int(i), ()))
+        out.append(f"item {{\n  id: {int(i)}\n  name: {_quote(str(n))}\n{entries}}}\n\n")
+    return "".join(out)
 
 
-def write_label_map(path: str | os.PathLike, names: Sequence[str] | Mapping[int, str]) -> None:
-    """Writes ``names`` as a label map file (see :func:`format_label_map`)."""
+def write_label_map(path: str | os.PathLike, names: Sequence[str] | Mapping[int, str],
+                    keypoints: Mapping[int, Sequence[tuple[int, str]]] | None = None) -> None:
+    """Writes ``names`` (and ``keypoints``) as a label map file (see
+    :func:`format_label_map`)."""
     with open(path, "w", encoding="utf-8") as f:
-        f.write(format_label_map(names))
+        f.write(format_label_map(names, keypoints))
 
 
 __all__ = ["LabelMapError", "LabelMapItem", "class_names_from_label_map", "format_label_map",
-           "parse_label_map_items", "read_label_map", "read_label_map_items", "text_to_id",
-           "write_label_map"]
+           "keypoint_spec_from_label_map", "parse_label_map_items", "read_label_map",
+           "read_label_map_items", "text_to_id", "write_label_map"]

@@ -32,6 +32,9 @@ Batches are numpy dicts::
     "image_info" float32 [B, 4]      (orig_h, orig_w, content_h, content_w)
     "mask"       bool    [B]         False on eval padding
 
+and, from a source with keypoints (``data.keypoints``), ``"keypoints"`` float32 [B, N, K, 2]
+normalized (y, x) and ``"keypoint_visibility"`` int32 [B, N, K].
+
 Determinism: the training stream is a function of (source, transforms, seed) only. Sample k of
 the stream is record ``perm_epoch[k mod n]`` augmented with an RNG seeded by
 (seed, epoch, record index); workers only prefetch single samples (their round-robin
@@ -62,6 +65,7 @@ import numpy as np
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
+from jaxdet.data.keypoints import KEYPOINT_KEYS
 from jaxdet.data.records import EpochTally, Record, SkipCounter
 from jaxdet.tasks.base import BatchLayout, check_batch
 
@@ -82,7 +86,7 @@ def build_sample(record: Record, image: np.ndarray) -> Sample:
     boxes = np.asarray(record["boxes"], np.float32).reshape(-1, 4)
     boxes = np.clip(boxes / np.array([ann_h, ann_w, ann_h, ann_w], np.float32), 0.0, 1.0)
     n = boxes.shape[0]
-    return {
+    sample = {
         "image": image.astype(np.float32),
         "boxes": boxes,
         "classes": np.asarray(record.get("classes", np.zeros((n,))), np.int32).reshape(-1),
@@ -90,6 +94,13 @@ def build_sample(record: Record, image: np.ndarray) -> Sample:
         "image_id": int(record["image_id"]),
         "image_info": np.array([height, width, height, width], np.float32),
     }
+    if "keypoints" in record:
+        visibility = np.asarray(record["keypoint_visibility"], np.int32).reshape(n, -1)
+        kp = np.asarray(record["keypoints"], np.float32).reshape(n, -1, 2)
+        kp = kp / np.array([ann_h, ann_w], np.float32)
+        sample["keypoints"] = np.where(visibility[..., None] > 0, kp, 0.0).astype(np.float32)
+        sample["keypoint_visibility"] = visibility
+    return sample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +115,7 @@ class _Pipeline:
         for transform in self.transforms:
             sample = transform(sample, rng)
         sample = pad_ground_truth(sample, self.max_boxes)
-        return {
+        out = {
             "image": np.asarray(sample["image"], np.float32),
             "boxes": sample["boxes"],
             "classes": sample["classes"],
@@ -115,6 +126,10 @@ class _Pipeline:
             "mask": np.bool_(mask),
             "num_truncated": int(sample["num_truncated"]),
         }
+        for key in KEYPOINT_KEYS:
+            if key in sample:
+                out[key] = sample[key]
+        return out
 
     def process(self, index: int, rng: np.random.Generator) -> Sample:
         record = self.source[index]
@@ -135,6 +150,11 @@ class _Pipeline:
         empty = dict(record, boxes=np.zeros((0, 4), np.float32),
                      classes=np.zeros((0,), np.int32), is_crowd=np.zeros((0,), bool),
                      image_id=-1)
+        if "keypoints" in record:
+            k = np.asarray(record["keypoint_visibility"]).reshape(
+                len(record["boxes"]), -1).shape[1]
+            empty["keypoints"] = np.zeros((0, k, 2), np.float32)
+            empty["keypoint_visibility"] = np.zeros((0, k), np.int32)
         sample = build_sample(empty, np.zeros((height, width, 3), np.uint8))
         return self.finish(sample, np.random.default_rng(0), mask=False)
 
@@ -262,6 +282,9 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
         "image_info": np.stack([s["image_info"] for s in samples]).astype(np.float32),
         "mask": np.array([s["mask"] for s in samples], bool),
     }
+    for key in KEYPOINT_KEYS:
+        if key in samples[0]:
+            batch[key] = np.stack([s[key] for s in samples])
     batch["_stream_index"] = np.array([s.get("_stream_index", -1) for s in samples], np.int64)
     batch["_num_truncated"] = int(sum(s["num_truncated"] for s in samples))
     batch["_skips"] = [s[_SKIP + "_info"] for s in samples if _SKIP + "_info" in s]

@@ -10,6 +10,9 @@ A *record* is a plain dict describing one annotated image, before decoding:
     "classes":    int32 [n]  contiguous 0-based class indices
     "is_crowd":   bool [n]   COCO iscrowd / VOC difficult: ignored in training and eval
 
+and, from a source built with a keypoint layout (``data.keypoints``), ``"keypoints"`` float32
+[n, K, 2] PIXEL (y, x) and ``"keypoint_visibility"`` int32 [n, K] (COCO's v).
+
 Sources validate and repair annotations once, when they are built, and report every
 dropped or repaired item through a :class:`SkipCounter` (one WARNING line naming the file and
 the record, so a person can find and fix it). Loaders count unreadable images and truncated
@@ -23,9 +26,12 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jaxdet.data.keypoints import KeypointLayout
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -45,8 +51,13 @@ def make_record(
     boxes: Any = None,
     classes: Any = None,
     is_crowd: Any = None,
+    keypoints: Any = None,
+    keypoint_visibility: Any = None,
 ) -> Record:
-    """Builds a record with the canonical dtypes and shapes (empty annotations allowed)."""
+    """Builds a record with the canonical dtypes and shapes (empty annotations allowed).
+
+    ``keypoints`` [n, K, 2] pixel (y, x) and ``keypoint_visibility`` [n, K] come together or
+    not at all (see ``data.keypoints``)."""
     boxes = np.zeros((0, 4), np.float32) if boxes is None else np.asarray(boxes, np.float32)
     boxes = boxes.reshape(-1, 4)
     n = boxes.shape[0]
@@ -57,7 +68,7 @@ def make_record(
             f"record for {image_path!r}: boxes {boxes.shape}, classes {classes.shape} and "
             f"is_crowd {is_crowd.shape} disagree on the number of objects"
         )
-    return {
+    record = {
         "image_path": str(image_path),
         "image_id": int(image_id),
         "height": int(height),
@@ -66,6 +77,18 @@ def make_record(
         "classes": classes,
         "is_crowd": is_crowd,
     }
+    if (keypoints is None) != (keypoint_visibility is None):
+        raise ValueError(f"record for {image_path!r}: keypoints and keypoint_visibility come "
+                         "together")
+    if keypoints is not None:
+        visibility = np.asarray(keypoint_visibility, np.int32)
+        if visibility.ndim != 2 or visibility.shape[0] != n:
+            raise ValueError(f"record for {image_path!r}: keypoint_visibility has shape "
+                             f"{visibility.shape}, expected [{n}, K]")
+        k = visibility.shape[1]
+        kp = np.asarray(keypoints, np.float32).reshape(n, k, 2)
+        record["keypoints"], record["keypoint_visibility"] = kp, visibility
+    return record
 
 
 class SkipCounter:
@@ -174,20 +197,51 @@ def pixel_box(
 
 
 def coco_ground_truth(records, category_names: Sequence[str], description: str,
-                      file_name=lambda r: os.path.basename(r["image_path"])) -> dict[str, Any]:
+                      file_name=lambda r: os.path.basename(r["image_path"]),
+                      layout: KeypointLayout | None = None) -> dict[str, Any]:
     """A COCO-format dict of ``records``: category ids 1..C (class index + 1), bbox xywh in
-    pixels, is_crowd -> iscrowd 1; ``file_name(record)`` gives each image's file name."""
+    pixels, is_crowd -> iscrowd 1; ``file_name(record)`` gives each image's file name.
+
+    With a keypoint ``layout`` (records carrying ``keypoints`` [n, K, 2] pixel (y, x) and
+    ``keypoint_visibility`` [n, K]), every annotation of a class with a group gets COCO's
+    ``keypoints`` [x, y, v] * k (the group's slots, in its order) and ``num_keypoints`` (the
+    count of v > 0), and the group's category its ``keypoints`` names and ``skeleton``
+    (1-based pairs, as COCO writes them). A record without keypoints counts as unlabelled."""
+    layout = layout or None
     images, annotations = [], []
     for r in records:
         images.append({"id": r["image_id"], "file_name": file_name(r),
                        "height": r["height"], "width": r["width"]})
-        for box, c, crowd in zip(r["boxes"], r["classes"], r["is_crowd"], strict=True):
+        for i, (box, c, crowd) in enumerate(zip(r["boxes"], r["classes"], r["is_crowd"],
+                                                strict=True)):
             y0, x0, y1, x1 = (float(v) for v in box)
-            annotations.append({
+            ann = {
                 "id": len(annotations) + 1, "image_id": r["image_id"],
                 "category_id": int(c) + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
                 "area": (x1 - x0) * (y1 - y0), "iscrowd": int(crowd),
-            })
+            }
+            group = layout.group_of_class(int(c)) if layout else None
+            if group is not None:
+                ann.update(_coco_keypoints(r, i, group.slots))
+            annotations.append(ann)
     categories = [{"id": i + 1, "name": n} for i, n in enumerate(category_names)]
+    for group in layout.groups if layout else ():
+        if group.class_index < len(categories):
+            categories[group.class_index].update(
+                keypoints=list(group.names),
+                skeleton=[[a + 1, b + 1] for a, b in group.skeleton])
     return {"info": {"description": description}, "licenses": [],
             "images": images, "annotations": annotations, "categories": categories}
+
+
+def _coco_keypoints(record: Record, i: int, slots: range) -> dict[str, Any]:
+    """``{"keypoints": [x, y, v] * k, "num_keypoints"}`` of object ``i`` of a record, from
+    its PIXEL (y, x) keypoints in ``slots`` (all unlabelled when the record has none)."""
+    if "keypoints" not in record:
+        return {"keypoints": [0, 0, 0] * len(slots), "num_keypoints": 0}
+    yx = np.asarray(record["keypoints"][i], np.float64)[slots.start:slots.stop]
+    v = np.asarray(record["keypoint_visibility"][i], np.int64)[slots.start:slots.stop]
+    flat: list[float | int] = []
+    for (y, x), vis in zip(yx.tolist(), v.tolist(), strict=True):
+        flat += [x, y, int(vis)] if vis > 0 else [0, 0, 0]
+    return {"keypoints": flat, "num_keypoints": int((v > 0).sum())}

@@ -83,7 +83,35 @@ def _polygon(center, radius, angle, n, inner=None):
     return points
 
 
-def _draw_shape(draw: ImageDraw.ImageDraw, name: str, center, r: float, rng) -> None:
+# Keypoints of the shapes that have corners (``generate_shapes(keypoints=True)``): names in
+# slot order, COCO skeleton (1-based), and the flip permutation of the slots.
+SHAPE_KEYPOINTS = {
+    "square": (("top_left", "top_right", "bottom_right", "bottom_left"),
+               ((1, 2), (2, 3), (3, 4), (4, 1)), (1, 0, 3, 2)),
+    "triangle": (("top", "next", "last"), ((1, 2), (2, 3), (3, 1)), (0, 2, 1)),
+}
+
+
+def _ordered_corners(name: str, corners: list[tuple[float, float]], center
+                     ) -> list[tuple[float, float]]:
+    """A shape's (x, y) corners in its keypoint slot order (see :data:`SHAPE_KEYPOINTS`):
+    clockwise on the screen, starting at the top-left corner (squares) or at the topmost
+    vertex (triangles)."""
+    cx, cy = center
+    clockwise = sorted(corners, key=lambda p: math.atan2(p[1] - cy, p[0] - cx))
+    if name == "square":  # the corner nearest the top-left diagonal first
+        start = min(range(4), key=lambda i: abs(math.atan2(clockwise[i][1] - cy,
+                                                           clockwise[i][0] - cx)
+                                                + 3 * math.pi / 4))
+    else:
+        start = min(range(len(clockwise)), key=lambda i: clockwise[i][1])
+    return clockwise[start:] + clockwise[:start]
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, name: str, center, r: float, rng
+                ) -> list[tuple[float, float]]:
+    """Draws one shape (255 on 0) and returns its (x, y) corners in keypoint slot order (empty
+    for shapes without keypoints)."""
     cx, cy = center
     theta = rng.uniform(0, 2 * math.pi)
     if name == "circle":
@@ -93,9 +121,13 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, center, r: float, rng) -> 
         ri = r * rng.uniform(0.45, 0.6)
         draw.ellipse([cx - ri, cy - ri, cx + ri, cy + ri], fill=0)
     elif name == "square":
-        draw.polygon(_polygon(center, r, math.pi / 4 + rng.uniform(-0.2, 0.2), 4), fill=255)
+        corners = _polygon(center, r, math.pi / 4 + rng.uniform(-0.2, 0.2), 4)
+        draw.polygon(corners, fill=255)
+        return _ordered_corners(name, corners, center)
     elif name == "triangle":
-        draw.polygon(_polygon(center, r, theta, 3), fill=255)
+        corners = _polygon(center, r, theta, 3)
+        draw.polygon(corners, fill=255)
+        return _ordered_corners(name, corners, center)
     elif name == "star":
         draw.polygon(_polygon(center, r, theta, 5, inner=0.45), fill=255)
     elif name == "hexagon":
@@ -115,6 +147,7 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, center, r: float, rng) -> 
         draw.polygon([(cx + x * c - y * s, cy + x * s + y * c) for x, y in arm], fill=255)
     else:  # pragma: no cover - guarded by the class list
         raise ValueError(name)
+    return []
 
 
 def _pick_colour(rng, avoid: list[np.ndarray], min_dists: list[float]) -> np.ndarray | None:
@@ -142,7 +175,8 @@ def render_shapes_image(
     max_size_frac: float = 0.6,
     min_visible_frac: float = 0.3,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Renders one image; returns (uint8 [H, W, 3], objects with class, box xyxy, area)."""
+    """Renders one image; returns (uint8 [H, W, 3], objects with class, box xyxy, area and
+    the (x, y) corners of squares and triangles)."""
     image, (c1, c2) = _background(rng, height, width)
     owner = np.full((height, width), -1, np.int16)
     objects: list[dict[str, Any]] = []
@@ -158,7 +192,7 @@ def render_shapes_image(
             cx = rng.uniform(r, max(r, width - r))
             cy = rng.uniform(r, max(r, height - r))
             canvas = Image.new("L", (width, height), 0)
-            _draw_shape(ImageDraw.Draw(canvas), SHAPE_NAMES[cls], (cx, cy), r, rng)
+            corners = _draw_shape(ImageDraw.Draw(canvas), SHAPE_NAMES[cls], (cx, cy), r, rng)
             mask = np.asarray(canvas) > 0
             area = int(mask.sum())
             if area < 6:
@@ -188,6 +222,7 @@ def render_shapes_image(
             objects.append({
                 "class": cls, "colour": colour, "area": area,
                 "box_xyxy": (int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1),
+                "corners": corners,
             })
             visible.append(area)
             break
@@ -208,12 +243,17 @@ def generate_shapes(
     max_size_frac: float = 0.6,
     min_visible_frac: float = 0.3,
     image_format: str = "jpg",
+    keypoints: bool = False,
 ) -> Path:
     """Writes ``out_dir/images/*`` and ``out_dir/annotations.json``; returns the JSON path.
 
     ``image_size``: an int (square), ``(H, W)``, or ``((hmin, hmax), (wmin, wmax))`` to draw
     each image's size uniformly. Classes are the first ``num_classes`` of :data:`SHAPE_NAMES`.
     Skips all work when ``out_dir`` already holds a data set made with the same parameters.
+
+    ``keypoints``: squares and triangles also get COCO keypoints, their corners (x, y, v=2) in
+    the order of :data:`SHAPE_KEYPOINTS`, and their categories the keypoint names and
+    skeleton; the images are the same as without.
     """
     if not 1 <= num_classes <= len(SHAPE_NAMES):
         raise ValueError(f"num_classes must be in 1..{len(SHAPE_NAMES)}, got {num_classes}")
@@ -241,6 +281,8 @@ def generate_shapes(
         "min_size_frac": min_size_frac, "max_size_frac": max_size_frac,
         "min_visible_frac": min_visible_frac, "image_format": fmt,
     }
+    if keypoints:  # only then: stamps written before keypoints existed stay valid
+        stamp["keypoints"] = True
     if _is_done(stamp_path, stamp, ann_path, images_dir, num_images, fmt):
         return ann_path
 
@@ -268,15 +310,27 @@ def generate_shapes(
         images.append({"id": i + 1, "file_name": file_name, "height": height, "width": width})
         for obj in objects:
             x0, y0, x1, y1 = obj["box_xyxy"]
-            annotations.append({
+            annotation = {
                 "id": len(annotations) + 1, "image_id": i + 1, "category_id": obj["class"] + 1,
                 "bbox": [x0, y0, x1 - x0, y1 - y0], "area": obj["area"], "iscrowd": 0,
-            })
+            }
+            if keypoints and SHAPE_NAMES[obj["class"]] in SHAPE_KEYPOINTS:
+                annotation["keypoints"] = [round(float(v), 2) for x, y in obj["corners"]
+                                           for v in (x, y, 2)]
+                annotation["num_keypoints"] = len(obj["corners"])
+            annotations.append(annotation)
+    categories = [{"id": c + 1, "name": SHAPE_NAMES[c], "supercategory": "shape"}
+                  for c in range(num_classes)]
+    if keypoints:
+        for category in categories:
+            if category["name"] in SHAPE_KEYPOINTS:
+                names, skeleton, _ = SHAPE_KEYPOINTS[category["name"]]
+                category["keypoints"] = list(names)
+                category["skeleton"] = [list(e) for e in skeleton]
     data = {
         "info": {"description": "jaxdet synthetic shapes", "version": GENERATOR_VERSION},
         "licenses": [],
-        "categories": [{"id": c + 1, "name": SHAPE_NAMES[c], "supercategory": "shape"}
-                       for c in range(num_classes)],
+        "categories": categories,
         "images": images,
         "annotations": annotations,
     }

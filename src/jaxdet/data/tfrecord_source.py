@@ -8,6 +8,8 @@ Feature keys (those of the TF OD API's dataset tools)::
     image/object/class/text                    class names (used when labels are absent)
     image/object/{difficult,is_crowd,group_of} -> is_crowd (ignored in training and eval)
     image/object/weight                        0 -> is_crowd as well
+    image/object/keypoint/{y,x}                NORMALIZED keypoints, [n * K] flattened
+    image/object/keypoint/visibility           COCO v per keypoint, [n * K] (optional)
 
 Class index = label - 1 (jaxdet classes are 0-based; id 0 is TF's background). ``num_classes``
 is, in order: the argument (the model's), else the label map's largest id, else the largest
@@ -30,10 +32,29 @@ naming the file and byte offset, counted in ``source.skips`` by reason:
 
 ``image_id`` is ``int(image/source_id)`` when that is an integer string not seen before, else
 a running number above every integer id (so ids are unique).
+
+Keypoints (``keypoints=`` specs, see :mod:`jaxdet.data.keypoints`), read as the TF OD API's
+``tf_example_decoder`` does with ``num_keypoints = K``: K is the layout's (every object has
+K slots, in the layout's slot order, as TF's input reader's global ``num_keypoints``). A spec's
+class is looked up in the label map by ``name`` (what TF's ``keypoint_class_name`` matches,
+e.g. "/m/01g317") or ``display_name`` ("person"). Without ``keypoint/visibility`` a keypoint
+is visible (v = 2) unless its x is NaN (v = 0), TF's default; TF's NaN marks an unlabelled
+keypoint. Every record gets ``keypoints`` f32 [n, K, 2] PIXEL (y, x) and
+``keypoint_visibility`` int32 [n, K]; an object fills its class group's slots only (others
+are unlabelled, as TF's keypoint task reads only its class's objects). Repairs, the object
+always kept:
+  * keypoint lists of another length than n * K (a visibility list, when present, too), or
+    of the wrong type: the record's keypoints all unlabelled (``keypoint_count_mismatch``,
+    ``malformed_keypoints``; TF would use its default visibility for a visibility list of the
+    wrong length),
+  * the checks of :func:`~jaxdet.data.keypoints.check_object_keypoints`
+    (``keypoint_outside_image``, ``keypoint_bad_visibility``,
+    ``keypoint_unlabelled_with_coordinates``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import logging
@@ -44,7 +65,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from jaxdet.data.keypoints import (
+    KeypointLayout,
+    KeypointSpec,
+    check_object_keypoints,
+    resolve_layout,
+)
 from jaxdet.data.label_map import (
+    LabelMapItem,
     class_names_from_label_map,
     read_label_map_items,
     text_to_id,
@@ -62,6 +90,7 @@ logger = logging.getLogger("jaxdet.data")
 
 BOX_KEYS = tuple(f"image/object/bbox/{k}" for k in ("ymin", "xmin", "ymax", "xmax"))
 CROWD_KEYS = ("image/object/difficult", "image/object/is_crowd", "image/object/group_of")
+KEYPOINT_KEYS = tuple(f"image/object/keypoint/{k}" for k in ("y", "x", "visibility"))
 RECORD_HEADER_BYTES = 12  # TFRecord: uint64 length + uint32 crc before the data
 
 
@@ -112,6 +141,8 @@ class TfRecordSource:
       label_map_path: optional ``StringIntLabelMap`` pbtxt: class names, and class/text ->
         label when records carry no labels.
       num_classes: the model's class count (labels beyond it are dropped and counted).
+      keypoints: the keypoint groups to read (``model.keypoint_tasks``; see the module
+        docstring); ``source.keypoint_layout`` is their layout (empty without).
     """
 
     def __init__(
@@ -121,6 +152,7 @@ class TfRecordSource:
         num_classes: int | None = None,
         *,
         skips: SkipCounter | None = None,
+        keypoints: Sequence[KeypointSpec] = (),
     ):
         paths = [input_path] if isinstance(input_path, str | os.PathLike) else input_path
         self.input_path = tuple(os.fspath(p) for p in paths)
@@ -135,6 +167,11 @@ class TfRecordSource:
         if num_classes is not None and num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         self._max_label = num_classes
+        self._keypoint_specs = tuple(keypoints)
+        self._num_keypoints = sum(len(spec.names) for spec in self._keypoint_specs)
+        self._label_items = items
+        if num_classes is not None:  # refuse a bad keypoint class before reading the files
+            self._keypoint_layout(class_names_from_label_map(self.label_map, num_classes))
         before = self.skips.as_dict()
 
         self._file_index: list[int] = []
@@ -146,6 +183,9 @@ class TfRecordSource:
         self._boxes: list[list] = []
         self._classes: list[list[int]] = []
         self._crowd: list[list[bool]] = []
+        # per image, with keypoints: (object index in the Example [m], PIXEL (y, x) [m, K, 2],
+        # v [m, K]) of its kept objects, before the layout's checks
+        self._points: list[tuple[list[int], np.ndarray, np.ndarray]] = []
         total = sum(os.path.getsize(f) for f in self.files)
         # A bar only when indexing is slow (large datasets): tqdm stays hidden for 2 s.
         with tqdm(total=total, unit="B", unit_scale=True, delay=2.0, leave=False,
@@ -159,7 +199,9 @@ class TfRecordSource:
         self.num_classes = num_classes if num_classes is not None else max(largest, 1)
         self.category_ids = list(range(1, self.num_classes + 1))
         self.category_names = class_names_from_label_map(self.label_map, self.num_classes)
+        self.keypoint_layout = self._keypoint_layout(self.category_names)
         self._image_ids = self._assign_image_ids()
+        self._check_keypoints()
         self._pack()
         dropped = {k: n - before.get(k, 0) for k, n in self.skips.as_dict().items()
                    if n != before.get(k, 0)}
@@ -182,7 +224,7 @@ class TfRecordSource:
             reason, detail = e.args
             self.skips.add(reason, file, where, detail)
             return
-        (a, b), size, name, source_id, boxes, classes, crowd = parsed
+        (a, b), size, name, source_id, boxes, classes, crowd, points = parsed
         self._file_index.append(file_index)
         self._offsets.append(offset)
         self._image_refs.append((offset + RECORD_HEADER_BYTES + a, b - a))
@@ -192,6 +234,8 @@ class TfRecordSource:
         self._boxes.append(boxes)
         self._classes.append(classes)
         self._crowd.append(crowd)
+        if self._num_keypoints:
+            self._points.append(points)
 
     def _parse(self, spans: dict, data: bytes, file: str, where: str):
         def values(key: str, kind: str | None = None) -> list:
@@ -247,8 +291,9 @@ class TfRecordSource:
             raise _Malformed("malformed_example", "per-object lists differ in length: "
                              + ", ".join(f"{k}: {v}" for k, v in lengths.items()))
 
-        boxes, classes, crowd = [], [], []
+        boxes, classes, crowd, kept = [], [], [], []
         scale = (height, width, height, width)
+        points = self._read_keypoints(spans, n, height, width, file, where)
         for k in range(n):
             obj = f"{where}, object {k}"
             if labels:
@@ -276,7 +321,71 @@ class TfRecordSource:
             classes.append(label - 1)
             crowd.append(any(bool(f[k]) for f in flags if f)
                          or bool(weights and float(weights[k]) == 0.0))
-        return (a, b), (height, width), name, source_id, boxes, classes, crowd
+            kept.append(k)
+        points = None if points is None else (kept, points[0][kept], points[1][kept])
+        return (a, b), (height, width), name, source_id, boxes, classes, crowd, points
+
+    # ---------------------------------------------------------------- keypoints
+
+    def _read_keypoints(self, spans: dict, n: int, height: int, width: int, file: str,
+                        where: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The keypoints of an Example's ``n`` objects, as TF's decoder reads them: (PIXEL
+        (y, x) f64 [n, K, 2], v int64 [n, K]); None without keypoint specs. Lists of a wrong
+        length or type are counted and give every keypoint v = 0."""
+        k = self._num_keypoints
+        if not k:
+            return None
+        unlabelled = np.zeros((n, k, 2)), np.zeros((n, k), np.int64)
+        found = [spans.get(key, ("float", [])) for key in KEYPOINT_KEYS]
+        for key, (kind, values), expected in zip(KEYPOINT_KEYS, found,
+                                                 ("float", "float", "int64"), strict=True):
+            if values and kind != expected:
+                self.skips.add("malformed_keypoints", file, where,
+                               f"{key} is a {kind} list, expected {expected}; keypoints "
+                               "unlabelled")
+                return unlabelled
+        (_, ys), (_, xs), (_, vs) = found
+        if len(ys) != n * k or len(xs) != n * k or (vs and len(vs) != n * k):
+            self.skips.add("keypoint_count_mismatch", file, where,
+                           f"{len(ys)} y, {len(xs)} x, {len(vs)} visibility keypoint values "
+                           f"for {n} objects x {k} keypoints; keypoints unlabelled")
+            return unlabelled
+        y = np.asarray(ys, np.float64).reshape(n, k) * height
+        x = np.asarray(xs, np.float64).reshape(n, k) * width
+        v = (np.asarray(vs, np.int64).reshape(n, k) if vs
+             else np.where(np.isnan(x), 0, 2).astype(np.int64))  # TF's default
+        return np.stack([y, x], axis=-1), v
+
+    def _keypoint_layout(self, class_names: Sequence[str]) -> KeypointLayout:
+        """The layout of the keypoint specs among ``class_names`` (a spec's class may be
+        named by a label map item's ``name`` or ``display_name``)."""
+        if not self._keypoint_specs:
+            return KeypointLayout()
+        specs = [_spec_by_shown_name(spec, self._label_items, class_names)
+                 for spec in self._keypoint_specs]
+        where = self.describe() + (f" with label map {self.label_map_path}"
+                                   if self.label_map_path else " (no label map)")
+        return resolve_layout(specs, class_names, where)
+
+    def _check_keypoints(self) -> None:
+        """Keeps each object's keypoints in its class group's slots only and applies
+        :func:`check_object_keypoints` there (repairs counted, naming file, byte, object)."""
+        layout = self.keypoint_layout
+        for i, (objects, yx, v) in enumerate(self._points):
+            file = self.files[self._file_index[i]]
+            height, width = self._sizes[i]
+            out_yx, out_v = layout.empty(len(objects))
+            for j, (k, c) in enumerate(zip(objects, self._classes[i], strict=True)):
+                group = layout.group_of_class(c)
+                if group is None:
+                    continue
+                s = slice(group.offset, group.offset + len(group.names))
+                g_yx, g_v, reasons = check_object_keypoints(yx[j, s], v[j, s], height, width)
+                for reason in reasons:
+                    self.skips.add(reason, file, f"byte {self._offsets[i]}, object {k}",
+                                   f"class {group.class_name!r} in a {width}x{height} image")
+                out_yx[j, s], out_v[j, s] = g_yx, g_v
+            self._points[i] = (objects, out_yx, out_v)
 
     def _assign_image_ids(self) -> np.ndarray:
         ids: list[int | None] = []
@@ -311,11 +420,17 @@ class TfRecordSource:
                                      np.float32).reshape(-1, 4)
         self._class_array = np.asarray([c for cs in self._classes for c in cs], np.int32)
         self._crowd_array = np.asarray([c for cs in self._crowd for c in cs], bool)
+        k = self.keypoint_layout.num_keypoints
+        self._keypoint_array = np.concatenate(
+            [p[1] for p in self._points] + [np.zeros((0, k, 2))]).astype(np.float32)
+        self._visibility_array = np.concatenate(
+            [p[2] for p in self._points] + [np.zeros((0, k))]).astype(np.int32)
         self._file_index = np.asarray(self._file_index, np.int32)
         self._offsets = np.asarray(self._offsets, np.int64)
         self._image_refs = np.asarray(self._image_refs, np.int64).reshape(-1, 2)
         self._sizes = np.asarray(self._sizes, np.int32).reshape(-1, 2)
-        del self._boxes, self._classes, self._crowd, self._source_ids
+        del self._boxes, self._classes, self._crowd, self._source_ids, self._points
+        del self._label_items
 
     # ---------------------------------------------------------------- API
 
@@ -345,6 +460,7 @@ class TfRecordSource:
         index %= len(self)
         file = self.files[int(self._file_index[index])]
         lo, hi = self._box_offsets[index], self._box_offsets[index + 1]
+        with_keypoints = bool(self.keypoint_layout)
         record = make_record(
             image_path=f"{file}@{int(self._offsets[index])}",
             image_id=int(self._image_ids[index]),
@@ -353,6 +469,9 @@ class TfRecordSource:
             boxes=self._box_array[lo:hi].copy(),
             classes=self._class_array[lo:hi].copy(),
             is_crowd=self._crowd_array[lo:hi].copy(),
+            keypoints=self._keypoint_array[lo:hi].copy() if with_keypoints else None,
+            keypoint_visibility=(self._visibility_array[lo:hi].copy() if with_keypoints
+                                 else None),
         )
         start, length = (int(v) for v in self._image_refs[index])
         record["image_bytes_ref"] = (file, start, length)
@@ -361,14 +480,27 @@ class TfRecordSource:
 
     def ground_truth(self) -> dict[str, Any]:
         """A COCO-format dict of the kept images and boxes (category ids = labels 1..C,
-        bbox xywh in pixels, is_crowd -> iscrowd 1)."""
+        bbox xywh in pixels, is_crowd -> iscrowd 1; keypoints as
+        :func:`~jaxdet.data.records.coco_ground_truth` writes them)."""
         return coco_ground_truth((self[i] for i in range(len(self))), self.category_names,
                                  self.describe(),
-                                 file_name=lambda r: r["file_name"] or r["image_path"])
+                                 file_name=lambda r: r["file_name"] or r["image_path"],
+                                 layout=self.keypoint_layout)
 
     def __repr__(self) -> str:
         return (f"TfRecordSource({self.describe()}, {len(self)} images, "
                 f"{len(self._box_array)} boxes, {self.num_classes} classes)")
+
+
+def _spec_by_shown_name(spec: KeypointSpec, items: Sequence[LabelMapItem],
+                        class_names: Sequence[str]) -> KeypointSpec:
+    """``spec`` with its class named as the source names it (the shown name of the label map
+    item whose ``name``, else ``display_name``, is the spec's class; unchanged otherwise)."""
+    found = ([i for i in items if i.name == spec.class_name]
+             or [i for i in items if i.display_name == spec.class_name])
+    if found and 1 <= found[0].id <= len(class_names):
+        return dataclasses.replace(spec, class_name=class_names[found[0].id - 1])
+    return spec
 
 
 __all__ = ["TfRecordSource", "pixel_box", "resolve_input_paths"]

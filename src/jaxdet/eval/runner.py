@@ -3,6 +3,7 @@ samples."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from tqdm.auto import tqdm
 
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
+from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
 from jaxdet.tasks.base import Task
 from jaxdet.visualize import draw_detections, image_grid
@@ -69,12 +71,16 @@ def run_detection(
         if max_images is not None:
             keep &= np.arange(len(keep)) < max_images - seen
         if keep.any():
+            extra = ({"keypoints": det["keypoints"][keep],
+                      "keypoint_scores": det["keypoint_scores"][keep]}
+                     if "keypoints" in det else {})
             evaluator.add_detections(
                 np.asarray(batch["image_id"])[keep],
                 det["boxes"][keep],
                 det["scores"][keep],
                 det["classes"][keep],
                 det["num_detections"][keep],
+                **extra,
             )
         seen += int(keep.sum())
         if max_images is not None and seen >= max_images:
@@ -97,6 +103,7 @@ def evaluate_and_write(
     progress: bool = True,
     num_visualizations: int = 0,
     metrics_set: Sequence[str] = ("coco_detection_metrics",),
+    keypoint_tasks: Sequence[KeypointEval] = (),
 ) -> dict:
     """Detect on ``source``, write detections.json + metrics.json in ``out_dir``, return metrics.
 
@@ -106,6 +113,11 @@ def evaluate_and_write(
     ``PascalBoxes_PerformanceByCategory/AP@0.5IOU/<name>``, see ``eval.voc_eval``).
     With ``num_visualizations > 0`` also writes ``samples.png`` (see :func:`write_samples`)
     for the first ``num_visualizations`` images of the source.
+
+    ``keypoint_tasks`` (a keypoint model's; the source must carry the keypoint layout): each
+    is scored by COCO keypoint AP (OKS with its sigmas, ``eval.coco_keypoint_eval``) into
+    ``keypoints/<task>/AP`` ... ``ARl``, with ``keypoint_AP`` the mean AP of the tasks; its
+    detections go to ``keypoint_detections_<task>.json``.
     """
     unknown = [m for m in metrics_set if m not in METRICS_SETS]
     if unknown or not metrics_set:
@@ -126,7 +138,10 @@ def evaluate_and_write(
         )
     n = len(source) if max_images is None else min(len(source), max_images)
     shown = [int(source[i]["image_id"]) for i in range(min(n, max(num_visualizations, 0)))]
-    recorder = _KeepDetections(evaluators, shown, len(source.category_ids))
+    layout = getattr(source, "keypoint_layout", None)
+    keypoint_evaluators = _keypoint_evaluators(keypoint_tasks, ground_truth, source, layout)
+    recorder = _KeepDetections(evaluators, shown, len(source.category_ids),
+                               [(e, slots) for _, e, slots in keypoint_evaluators])
     seen = run_detection(
         predict,
         params,
@@ -144,14 +159,75 @@ def evaluate_and_write(
     metrics = evaluator.evaluate() if "coco_detection_metrics" in metrics_set else {}
     for other in evaluators[1:]:
         metrics.update(other.evaluate())
+    task_aps = []
+    for name, kp_evaluator, _ in keypoint_evaluators:
+        stats = kp_evaluator.evaluate()
+        metrics.update({f"keypoints/{name}/{k}": v for k, v in stats.items()})
+        task_aps.append(stats["AP"])
+        kp_evaluator.write_detections(out_dir / f"keypoint_detections_{name}.json")
+    if task_aps:
+        metrics["keypoint_AP"] = float(np.mean(task_aps))
     evaluator.results = dict(metrics)  # what write_metrics writes
     metrics["num_images"] = seen
     evaluator.write_detections(out_dir / "detections.json")
     evaluator.write_metrics(out_dir / "metrics.json", extra=extra)
     if shown:
         write_samples(out_dir / "samples.png", source, recorder.kept, source.category_names,
-                      len(shown))
+                      len(shown), keypoint_layout=layout if keypoint_evaluators else None)
     return metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class KeypointEval:
+    """What the evaluator needs of a keypoint task: its ``name``, the ``class_name`` of its
+    class in the dataset and the OKS ``sigmas`` of its keypoints."""
+
+    name: str
+    class_name: str
+    sigmas: tuple[float, ...]
+
+
+def _keypoint_evaluators(tasks: Sequence[KeypointEval], ground_truth: dict, source, layout
+                         ) -> list[tuple[str, CocoKeypointEvaluator, list[int]]]:
+    """(task name, its evaluator, its slots in the layout's K) per keypoint task."""
+    if not tasks:
+        return []
+    if not layout:
+        raise ValueError(f"the model has keypoint tasks but the eval data {source!r} carries no "
+                         "keypoints (build its source with the model's keypoint tasks)")
+    out = []
+    for task in tasks:
+        group = next((g for g in layout.groups if g.class_name == task.class_name), None)
+        if group is None:
+            raise ValueError(f"keypoint task {task.name!r}: the eval data has no keypoints of "
+                             f"class {task.class_name!r}")
+        evaluator = CocoKeypointEvaluator(
+            ground_truth, source.category_ids[group.class_index], task.sigmas, group.names,
+            class_index=group.class_index)
+        out.append((task.name, evaluator, list(group.slots)))
+    return out
+
+
+def _kept_first(classes, num_detections, num_classes: int):
+    """(order [n, D] that puts the detections of class index < ``num_classes`` first in each
+    row, or None when none is left out; their count per row [n]; the number left out)."""
+    classes = np.asarray(classes)
+    num = np.asarray(num_detections).astype(np.int64)
+    d = classes.shape[1]
+    valid = np.arange(d)[None, :] < np.clip(num, 0, d)[:, None]
+    keep = valid & (np.rint(classes).astype(np.int64) < num_classes)
+    dropped = int((valid & ~keep).sum())
+    if not dropped:
+        return None, num, 0
+    return np.argsort(~keep, axis=1, kind="stable"), keep.sum(axis=1), dropped
+
+
+def _reorder(a, order):
+    """Rows of ``a`` [n, D, ...] in ``order`` [n, D] (unchanged for order None)."""
+    a = np.asarray(a)
+    if order is None:
+        return a
+    return np.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
 
 
 def drop_classes_from(boxes, scores, classes, num_detections, num_classes: int):
@@ -159,41 +235,51 @@ def drop_classes_from(boxes, scores, classes, num_detections, num_classes: int):
     the dataset, e.g. a 90-class zoo model on a 3-class dataset), keeping the rest first in
     each row. Arrays ``[n, D, 4]``, ``[n, D]``, ``[n, D]``, ``[n]``; returns the same four and
     the number left out."""
-    boxes, scores, classes = (np.asarray(a) for a in (boxes, scores, classes))
-    num = np.asarray(num_detections).astype(np.int64)
-    d = classes.shape[1]
-    valid = np.arange(d)[None, :] < np.clip(num, 0, d)[:, None]
-    keep = valid & (np.rint(classes).astype(np.int64) < num_classes)
-    dropped = int((valid & ~keep).sum())
-    if not dropped:
-        return boxes, scores, classes, num, 0
-    order = np.argsort(~keep, axis=1, kind="stable")
-    take = lambda a: np.take_along_axis(a, order if a.ndim == 2 else order[..., None], axis=1)  # noqa: E731
-    return take(boxes), take(scores), take(classes), keep.sum(axis=1), dropped
+    order, num, dropped = _kept_first(classes, num_detections, num_classes)
+    return (_reorder(boxes, order), _reorder(scores, order), _reorder(classes, order), num,
+            dropped)
 
 
 class _KeepDetections:
     """Passes detections on to the evaluators and keeps those of a few images (for drawing).
-    Detections of a class the dataset does not have are left out (counted in ``dropped``)."""
+    Detections of a class the dataset does not have are left out (counted in ``dropped``).
 
-    def __init__(self, evaluators: Sequence, image_ids: Iterable[int], num_classes: int):
+    Keypoints (``[n, D, K, 2]`` and scores ``[n, D, K]``, K the layout's slots), when given,
+    go to the ``keypoint_evaluators``: ``(evaluator, slots)`` pairs, each evaluator fed its
+    task's slots."""
+
+    def __init__(self, evaluators: Sequence, image_ids: Iterable[int], num_classes: int,
+                 keypoint_evaluators: Sequence = ()):
         self.evaluators = list(evaluators)
+        self.keypoint_evaluators = list(keypoint_evaluators)
         self.wanted = set(image_ids)
-        self.kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.kept: dict[int, tuple[np.ndarray, ...]] = {}
         self.num_classes = num_classes
         self.dropped = 0
 
-    def add_detections(self, image_ids, boxes, scores, classes, num_detections) -> None:
-        boxes, scores, classes, num_detections, dropped = drop_classes_from(
-            boxes, scores, classes, num_detections, self.num_classes)
+    def add_detections(self, image_ids, boxes, scores, classes, num_detections,
+                       keypoints=None, keypoint_scores=None) -> None:
+        order, num_detections, dropped = _kept_first(classes, num_detections,
+                                                     self.num_classes)
+        boxes, scores, classes = (_reorder(a, order) for a in (boxes, scores, classes))
         self.dropped += dropped
         for evaluator in self.evaluators:
             evaluator.add_detections(image_ids, boxes, scores, classes, num_detections)
+        if keypoints is not None:
+            keypoints, keypoint_scores = _reorder(keypoints, order), _reorder(keypoint_scores,
+                                                                              order)
+            for evaluator, slots in self.keypoint_evaluators:
+                evaluator.add_detections(image_ids, boxes, scores, classes,
+                                         keypoints[:, :, slots], keypoint_scores[:, :, slots],
+                                         num_detections)
         for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):
             if image_id in self.wanted:
                 k = int(num_detections[row])
-                self.kept[image_id] = (np.asarray(boxes[row][:k]), np.asarray(scores[row][:k]),
-                                       np.asarray(classes[row][:k]))
+                kept = [np.asarray(boxes[row][:k]), np.asarray(scores[row][:k]),
+                        np.asarray(classes[row][:k])]
+                if keypoints is not None:
+                    kept += [keypoints[row][:k], keypoint_scores[row][:k]]
+                self.kept[image_id] = tuple(kept)
 
 
 def _fit(image: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,6 +302,7 @@ def write_samples(
     score_threshold: float = SAMPLES_SCORE_THRESHOLD,
     top_k: int = SAMPLES_TOP_K,
     cell_size: int = SAMPLES_CELL_SIZE,
+    keypoint_layout=None,
 ) -> Path | None:
     """Writes a PNG grid: per image, ground truth (left) next to predictions (right).
 
@@ -227,6 +314,10 @@ def write_samples(
         reaches it, the ``top_k`` best (row title says which).
       cell_size: each image is scaled so its longer side is ``cell_size`` pixels; the grid's
         cells are as large as the largest scaled image.
+      keypoint_layout: draw keypoints and skeletons too (``data.keypoints.KeypointLayout``):
+        the records' labelled ones, and each detection's own group's slots (detections then
+        carry ``keypoints`` [n, K, 2] and ``keypoint_scores`` [n, K] after the classes;
+        keypoints scoring below ``score_threshold`` are left out).
     Returns:
       ``path``, or None when no image could be drawn.
     """
@@ -243,7 +334,8 @@ def write_samples(
         gt_boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4) * np.array(
             [height / ann_h, width / ann_w] * 2)
         empty = (np.zeros((0, 4)), np.zeros((0,)), np.zeros((0,), np.int64))
-        boxes, scores, classes = detections.get(int(record["image_id"]), empty)
+        found = detections.get(int(record["image_id"]), empty)
+        boxes, scores, classes = found[:3]
         order = np.argsort(-np.asarray(scores), kind="stable")
         keep = order[np.asarray(scores)[order] >= score_threshold]
         shown = f"score >= {score_threshold:g}"
@@ -252,10 +344,23 @@ def write_samples(
         pixels, factor = _fit(image, cell_size)
         gt_boxes = gt_boxes * factor
         pred_boxes = np.asarray(boxes, np.float64).reshape(-1, 4)[keep] * factor
+        gt_kp, pred_kp = {}, {}
+        if keypoint_layout:
+            point_scale = factor[:2] * np.array([height / ann_h, width / ann_w])
+            if "keypoints" in record:
+                gt_kp = {"keypoints": np.asarray(record["keypoints"]) * point_scale,
+                         "keypoint_mask": np.asarray(record["keypoint_visibility"]) > 0,
+                         "edges": keypoint_layout.edges}
+            if len(found) > 3:
+                pred_cls = np.asarray(classes)[keep]
+                pred_kp = {"keypoints": np.asarray(found[3])[keep] * factor[:2],
+                           "keypoint_mask": keypoint_layout.slot_mask(pred_cls)
+                           & (np.asarray(found[4])[keep] >= score_threshold),
+                           "edges": keypoint_layout.edges}
         rows.append([
-            draw_detections(pixels, gt_boxes, record["classes"], None, class_names),
+            draw_detections(pixels, gt_boxes, record["classes"], None, class_names, **gt_kp),
             draw_detections(pixels, pred_boxes, np.asarray(classes)[keep],
-                            np.asarray(scores)[keep], class_names),
+                            np.asarray(scores)[keep], class_names, **pred_kp),
         ])
         titles.append(f"image {record['image_id']}: ground truth | predictions ({shown})")
     if not rows:
@@ -282,6 +387,8 @@ def headline_metrics(metrics: dict) -> str:
     parts = [f"{k} {_fmt(metrics[k])}" for k in ("AP", "AP50") if k in metrics]
     if map_key() in metrics:
         parts.append(f"VOC mAP@0.5 {_fmt(metrics[map_key()])}")
+    if "keypoint_AP" in metrics:
+        parts.append(f"keypoint AP {_fmt(metrics['keypoint_AP'])}")
     return " ".join(parts)
 
 
@@ -303,6 +410,11 @@ def format_metrics(metrics: dict) -> str:
                  if k.startswith(prefix)]
         lines.append(f"Pascal VOC mAP@0.5  {_fmt(metrics[map_key()])}"
                      + (f"  per class  {', '.join(cells)}" if cells else ""))
+    tasks = sorted({k.split("/")[1] for k in metrics if k.startswith("keypoints/")})
+    for task in tasks:
+        cells = [f"{k} {_fmt(metrics[f'keypoints/{task}/{k}'])}" for k in ("AP", "AP50", "AP75")
+                 if f"keypoints/{task}/{k}" in metrics]
+        lines.append(f"keypoints {task}: " + "  ".join(cells))
     return "\n".join(lines)
 
 

@@ -15,6 +15,8 @@ do. Padding defaults to PyTorch-style symmetric (matching timm weights); pass
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 from flax import nnx
 
@@ -146,7 +148,13 @@ class MobileNetV2(nnx.Module):
 
     ``level4_from_expansion=True`` makes level 4 the expansion output of the first stride-32
     block (576 channels at multiplier 1; TF ``layer_15/expansion_output``), which the TF OD
-    API's ``ssd_mobilenet_v2`` uses.
+    API's ``ssd_mobilenet_v2`` uses. ``level4_stage=3`` makes level 4 the end of the 64-channel
+    stage instead (still stride 16; Keras ``block_9_add``), which the TF OD API's CenterNet
+    MobileNetV2-FPN reads.
+
+    ``head_scaling``: when the multiplier scales the head conv's ``head_channels``:
+    ``"above_1"`` (Keras applications, timm) or ``"below_1"`` (the TF OD API's Keras
+    MobileNetV2, whose layer override keeps 1280 at and above 1).
     """
 
     def __init__(
@@ -157,6 +165,8 @@ class MobileNetV2(nnx.Module):
         *,
         batch_norm: BatchNormParams,
         head_channels: int = 1280,
+        level4_stage: Literal[3, 4] = 4,
+        head_scaling: Literal["above_1", "below_1"] = "above_1",
         padding: Padding = "symmetric",
         dtype=None,
         rngs: nnx.Rngs,
@@ -185,12 +195,18 @@ class MobileNetV2(nnx.Module):
             stages.append(nnx.List(blocks))
             stage_out.append(out_ch)
         self.blocks = nnx.List(stages)
-        head = ch(head_channels) if depth_multiplier > 1.0 else head_channels
+        if level4_stage not in (3, 4) or (level4_stage == 3 and level4_from_expansion):
+            raise ValueError(f"level4_stage must be 3 or 4 (4 with level4_from_expansion), got "
+                             f"{level4_stage}")
+        scale_head = (depth_multiplier > 1.0 if head_scaling == "above_1"
+                      else depth_multiplier < 1.0)
+        head = ch(head_channels) if scale_head else head_channels
         self.conv_head = conv(in_ch, head, 1, dtype=dtype, rngs=rngs)
         self.bn2 = make_batch_norm(head, batch_norm, dtype, rngs)
         self.level4_from_expansion = level4_from_expansion
+        self.level_stage = {**V2_LEVEL_STAGE, 4: level4_stage}
         self.out_channels: dict[int, int] = {
-            level: stage_out[i] for level, i in V2_LEVEL_STAGE.items()
+            level: stage_out[i] for level, i in self.level_stage.items()
         }
         if level4_from_expansion:
             self.out_channels[4] = self.blocks[5][0].expansion_channels
@@ -211,7 +227,7 @@ class MobileNetV2(nnx.Module):
                 features[2] = x
             elif i == 2:
                 features[3] = x
-            elif i == 4 and not self.level4_from_expansion:
+            elif i == self.level_stage[4] and not self.level4_from_expansion:
                 features[4] = x
         features[5] = jax.nn.relu6(self.bn2(self.conv_head(x)))
         return features
@@ -220,4 +236,4 @@ class MobileNetV2(nnx.Module):
         """The blocks leading to each level (stage 0 counts towards level 2, the stride-32
         blocks before the head conv to level 5). With ``level4_from_expansion`` the split
         block (first of stage 5) is never recomputed."""
-        return remat.blocks_by_level(self.blocks, V2_LEVEL_STAGE)
+        return remat.blocks_by_level(self.blocks, self.level_stage)

@@ -4,38 +4,84 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 from flax import nnx
 
 from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
+from jaxdet.models import remat
+from jaxdet.tasks.center_net.keypoints import KeypointTask
 from jaxdet.tasks.center_net.model import CenterNet
 from jaxdet.tasks.center_net.task import CenterNetTask
+
+REMAT_TARGETS = tuple(t for t in remat.REMAT_TARGETS if t != "head")
 
 
 def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     """The network: backbone and neck from the shared builders, CenterNet's heads on the
     ``feature_level`` map."""
     m = config.model
-    if config.train.remat:
-        raise ValueError(f"train.remat={list(config.train.remat)}: CenterNet has no remat "
-                         "parts yet; remove train.remat")
     dtype = builders.COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
     backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
     neck = builders.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
+    keypoint_heads = tuple((len(t.keypoints), t.per_keypoint_offset, t.heatmap_bias_init)
+                           for t in m.keypoint_tasks)
     model = CenterNet(backbone, neck, level=m.feature_level,
                       channels=neck.out_channels[m.feature_level], num_classes=m.num_classes,
                       head_depth=m.head_depth, heatmap_bias_init=m.heatmap_bias_init,
-                      dtype=dtype, rngs=rngs)
+                      keypoint_tasks=keypoint_heads, dtype=dtype, rngs=rngs)
+    _set_remat(model, tuple(config.train.remat))
     builders.apply_batch_norm_statistics(model, config)
     return model
+
+
+def _set_remat(model: CenterNet, targets: tuple[str, ...]) -> None:
+    """Marks ``train.remat``'s parts (:data:`REMAT_TARGETS`: the backbone, or some of its
+    levels, and the neck) for recomputation in the backward pass."""
+    if not targets:
+        return
+    unknown = [t for t in targets if t not in REMAT_TARGETS]
+    if unknown:
+        raise ValueError(f"train.remat={list(targets)}: CenterNet can recompute "
+                         f"{', '.join(REMAT_TARGETS)}; not {', '.join(unknown)}")
+    if any(t.startswith("backbone") for t in targets) and not hasattr(model.backbone,
+                                                                      "blocks_by_level"):
+        raise ValueError(f"train.remat={list(targets)}: the {type(model.backbone).__name__} "
+                         "backbone has no remat levels; remat the neck only")
+    remat.set_remat(model, targets)
+
+
+def keypoint_tasks(m: S.CenterNetModelConfig) -> tuple[KeypointTask, ...]:
+    """The configured keypoint tasks with their slots laid end to end (the order of the
+    dataset's ``data.keypoints.KeypointLayout``)."""
+    tasks, offset = [], 0
+    for t in m.keypoint_tasks:
+        k = len(t.keypoints)
+        tasks.append(KeypointTask(
+            name=t.name, slots=tuple(range(offset, offset + k)),
+            std_dev=tuple(t.std_dev) if t.std_dev is not None else (1.0,) * k,
+            class_name=t.class_name,
+            oks_sigmas=tuple(t.oks_sigmas) if t.oks_sigmas is not None else (0.05,) * k,
+            heatmap_weight=t.heatmap_weight, offset_weight=t.offset_weight,
+            regression_weight=t.regression_weight, offset_peak_radius=t.offset_peak_radius,
+            per_keypoint_offset=t.per_keypoint_offset,
+            candidate_score_threshold=t.candidate_score_threshold,
+            num_candidates=t.num_candidates, peak_kernel=t.peak_kernel,
+            unmatched_keypoint_score=t.unmatched_keypoint_score, box_scale=t.box_scale,
+            candidate_search_scale=t.candidate_search_scale,
+            candidate_ranking_mode=t.candidate_ranking_mode,
+            score_distance_offset=t.score_distance_offset))
+        offset += k
+    return tuple(tasks)
 
 
 def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
     """The network (:func:`build_center_net`) and its task."""
     m = config.model
     loss, post = m.loss, m.post_processing
+    kp_tasks = keypoint_tasks(m)
     return CenterNetTask(
         model=build_center_net(config, seed=seed), input_size=builders.input_size(config.data),
         stride=2**m.feature_level, num_classes=m.num_classes,
@@ -43,20 +89,32 @@ def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
         min_overlap=m.min_overlap, alpha=loss.alpha, beta=loss.beta,
         heatmap_weight=loss.heatmap_weight, size_weight=loss.size_weight,
         offset_weight=loss.offset_weight, peak_kernel=post.peak_kernel,
-        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed)
+        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
+        remat_targets=REMAT_TARGETS,
+        keypoint_tasks=kp_tasks, num_keypoints=sum(t.num_keypoints for t in kp_tasks))
 
 
 def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
-    """The network (backbone, FPN, level, heads, classes) and the input size."""
+    """The network (backbone, FPN, level, heads, classes, the keypoint tasks' heads) and the
+    input size."""
     dumped = fingerprint_dump(config.model)
     keep = ("type", "num_classes", "backbone", "neck", "feature_level", "head_depth")
-    return {"model": {k: dumped[k] for k in keep},
-            "input_size": list(builders.input_size(config.data))}
+    fields = {"model": {k: dumped[k] for k in keep},
+              "input_size": list(builders.input_size(config.data))}
+    if config.model.keypoint_tasks:
+        fields["model"]["keypoint_tasks"] = [
+            {"name": t.name, "keypoints": list(t.keypoints),
+             "per_keypoint_offset": t.per_keypoint_offset}
+            for t in config.model.keypoint_tasks]
+    return fields
 
 
 def center_net_summary(config: S.Config, **_: Any) -> dict:
-    """``jaxdet summary`` for CenterNet: parameters per part and the output maps (the model
-    is built abstractly: no weights are computed)."""
+    """``jaxdet summary`` for CenterNet: parameters per part, the output maps and the
+    multiply-adds of one image (backbone, neck, heads; from the jaxpr, ``jaxdet.macs``). The
+    model is built abstractly: no weights are computed."""
+    from jaxdet.summary import abstract_call, module_macs
+
     model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
     stride = 2**config.model.feature_level
     height, width = builders.input_size(config.data)
@@ -66,13 +124,28 @@ def center_net_summary(config: S.Config, **_: Any) -> dict:
 
     h, w = height // stride, width // stride
     c = config.model.num_classes
+    model.eval()
+    images = jax.ShapeDtypeStruct((1, height, width, 3), builders.COMPUTE_DTYPES[config.precision])
+    total_macs = module_macs(model, images)
+    backbone_macs = module_macs(model.backbone, images)
+    neck_macs = (module_macs(model.neck, abstract_call(model.backbone, images))
+                 if model.neck is not None and not hasattr(model, "intermediate_heads") else 0)
+    head_sets = [model, *getattr(model, "intermediate_heads", ())]
+    keypoint_heads = sum(count(h.keypoint_heads) for h in head_sets
+                         if hasattr(h, "keypoint_heads"))
+    extractor = count(model.backbone) + (count(model.neck) if model.neck is not None else 0)
     return {
         "name": config.name, "type": "center_net", "input_size": [height, width],
         "num_classes": c,
         "parameters": {"backbone": count(model.backbone), "neck": count(model.neck),
-                       "heads": sum(count(getattr(model, n)) for n in ("heatmap", "size",
-                                                                        "offset")),
-                       "total": count(model)},
+                       "heads": count(model) - extractor, "head_sets": len(head_sets),
+                       "keypoint_heads": keypoint_heads, "total": count(model)},
+        "multiply_adds": {"total": total_macs, "components": {
+            "backbone": backbone_macs, "neck": neck_macs,
+            "heads": total_macs - backbone_macs - neck_macs}},
+        "keypoint_tasks": [{"name": t.name, "class_name": t.class_name,
+                            "keypoints": len(t.keypoints)}
+                           for t in config.model.keypoint_tasks],
         "outputs": {"stride": stride, "heatmap": [h, w, c], "size": [h, w, 2],
                     "offset": [h, w, 2],
                     "max_detections": config.model.post_processing.max_detections},
@@ -81,11 +154,23 @@ def center_net_summary(config: S.Config, **_: Any) -> dict:
 
 def format_center_net_summary(d: dict) -> str:
     p, o = d["parameters"], d["outputs"]
-    return "\n".join([
+    tasks = d.get("keypoint_tasks") or []
+    kp = (f", of which keypoint heads {p['keypoint_heads']:,}" if tasks else "")
+    if p.get("head_sets", 1) > 1:
+        kp += f"; one set of heads on each of the {p['head_sets']} stacks"
+    lines = [
         f"{d['name'] or 'config'}: CenterNet, {d['num_classes']} classes, input "
         f"{d['input_size'][0]}x{d['input_size'][1]}",
         f"parameters: {p['total']:,} (backbone {p['backbone']:,}, neck {p['neck']:,}, heads "
-        f"{p['heads']:,})",
+        f"{p['heads']:,}{kp})",
+        f"multiply-adds per image: {d['multiply_adds']['total'] / 1e9:.2f} G (backbone "
+        f"{d['multiply_adds']['components']['backbone'] / 1e9:.2f} G, neck "
+        f"{d['multiply_adds']['components']['neck'] / 1e9:.2f} G, heads "
+        f"{d['multiply_adds']['components']['heads'] / 1e9:.2f} G)",
         f"outputs at stride {o['stride']}: heatmap {'x'.join(map(str, o['heatmap']))}, size and "
         f"offset {'x'.join(map(str, o['size']))}; the best {o['max_detections']} peaks per image",
-    ])
+    ]
+    for t in tasks:
+        lines.append(f"keypoint task {t['name']!r}: {t['keypoints']} keypoints of class "
+                     f"{t['class_name']!r}")
+    return "\n".join(lines)

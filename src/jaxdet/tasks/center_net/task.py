@@ -5,7 +5,9 @@ static-shape predict (the top ``max_detections`` heatmap peaks; no NMS).
 Loss, as the TF OD API's ``CenterNetMetaArch`` for the object-center and box tasks: the
 penalty-reduced focal loss summed over the heatmap, plus L1 on the size and on the offset at
 each object's center pixel, each divided by the number of objects in the batch (at least 1) and
-weighted (``heatmap_weight``, ``size_weight`` 0.1, ``offset_weight`` 1).
+weighted (``heatmap_weight``, ``size_weight`` 0.1, ``offset_weight`` 1). Keypoint tasks
+(``tasks.center_net.keypoints``) add their heatmap, offset and regression losses, each divided
+by its own count as TF divides it, and group their keypoints to the detected objects.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdet.core import center_net as cn
-from jaxdet.core.coordinates import to_original_coordinates
+from jaxdet.core.coordinates import points_to_original_coordinates, to_original_coordinates
 from jaxdet.tasks.base import (
+    BatchField,
     BatchLayout,
     ModelTask,
     box_batch_layout,
@@ -27,6 +30,7 @@ from jaxdet.tasks.base import (
     model_graphdefs,
     run_model,
 )
+from jaxdet.tasks.center_net.keypoints import KeypointTask
 
 PyTree = Any
 
@@ -41,6 +45,8 @@ class CenterNetTask(ModelTask):
       num_classes: classes of the heatmap (contiguous 0-based ids).
       max_boxes: N, the ground truth of an image padded to a static count.
       max_detections: K, the peaks kept per image (TF ``max_box_predictions``).
+      keypoint_tasks: the keypoint tasks, their slots laid end to end over
+        ``num_keypoints`` slots (empty: boxes only).
     """
 
     model: nnx.Module
@@ -59,6 +65,8 @@ class CenterNetTask(ModelTask):
     compute_dtype: Any = jnp.float32
     seed: int = 0
     remat_targets: tuple[str, ...] = ()
+    keypoint_tasks: tuple[KeypointTask, ...] = ()
+    num_keypoints: int = 0
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -72,16 +80,23 @@ class CenterNetTask(ModelTask):
     # ----------------------------------------------------------------- layout and variables
 
     def batch_layout(self) -> BatchLayout:
-        """As the SSD family's (``tasks.base.box_batch_layout``)."""
-        return box_batch_layout(self.input_size, self.max_boxes)
+        """As the SSD family's (``tasks.base.box_batch_layout``), plus with keypoint tasks
+        ``keypoints`` f32[N, K, 2] (normalized y, x) and ``keypoint_visibility`` i32[N, K]."""
+        layout = box_batch_layout(self.input_size, self.max_boxes)
+        if self.keypoint_tasks:
+            n, k = self.max_boxes, self.num_keypoints
+            layout["keypoints"] = BatchField((n, k, 2), jnp.float32)
+            layout["keypoint_visibility"] = BatchField((n, k), jnp.int32)
+        return layout
 
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
               rng: jax.Array | None = None) -> tuple[dict, PyTree]:
-        """The three head outputs (f32 [B, h, w, C] / [B, h, w, 2] / [B, h, w, 2]) and the new
+        """The head outputs (f32 [B, h, w, C] / [B, h, w, 2] / [B, h, w, 2], and per keypoint
+        task under ``"keypoints"`` its heatmap / offset / regression maps) and the new
         batch_stats."""
         outputs, new_stats = run_model(self._graphdefs, params, batch_stats,
                                        images.astype(self.compute_dtype), train=train, rng=rng)
-        return {k: v.astype(jnp.float32) for k, v in outputs.items()}, new_stats
+        return jax.tree.map(lambda v: v.astype(jnp.float32), outputs), new_stats
 
     # ----------------------------------------------------------------- targets and loss
 
@@ -97,20 +112,47 @@ class CenterNetTask(ModelTask):
             return heatmap, pixel, size, offset
 
         heatmap, pixel, size, offset = jax.vmap(one)(batch["boxes"], batch["classes"], valid)
-        return {"heatmap": heatmap, "pixel": pixel, "size": size, "offset": offset,
-                "weight": valid.astype(jnp.float32)}
+        prepared = {"heatmap": heatmap, "pixel": pixel, "size": size, "offset": offset,
+                    "weight": valid.astype(jnp.float32)}
+        if self.keypoint_tasks:
+            prepared["keypoints"] = [t.targets(batch, self.output_size)
+                                     for t in self.keypoint_tasks]
+        return prepared
 
-    def loss_normalizer(self, prepared: dict) -> jax.Array:
-        """max(1, the batch's number of objects)."""
-        return jnp.maximum(jnp.sum(prepared["weight"]), 1.0)
+    def loss_normalizer(self, prepared: dict) -> jax.Array | dict:
+        """max(1, the batch's number of objects); with keypoint tasks a dict of it
+        (``"objects"``) and of each task's own normalizers (``"keypoints"``)."""
+        objects = jnp.maximum(jnp.sum(prepared["weight"]), 1.0)
+        if not self.keypoint_tasks:
+            return objects
+        return {"objects": objects,
+                "keypoints": [KeypointTask.normalizers(t) for t in prepared["keypoints"]]}
 
     def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
              rng: jax.Array | None = None, *, prepared: dict | None = None,
              normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
-        """(total, ({heatmap_loss, size_loss, offset_loss, num_objects}, new batch_stats))."""
+        """(total, ({heatmap_loss, size_loss, offset_loss, num_objects, and per keypoint task
+        ``<task>/keypoint_{heatmap,offset,regression}_loss``}, new batch_stats)). A model
+        with heads on several outputs (stacked hourglasses) averages each loss over them, as
+        the TF OD API does."""
         targets = self.prepare(batch) if prepared is None else prepared
-        n = self.loss_normalizer(targets) if normalizer is None else normalizer
+        norm = self.loss_normalizer(targets) if normalizer is None else normalizer
         out, new_stats = self.apply(params, batch_stats, batch["images"], train=True, rng=rng)
+        outputs = [*out.get("intermediate", ()), out]
+        per_output = [self._output_losses(o, targets, norm) for o in outputs]
+        parts = {k: sum(p[k] for p in per_output) / len(outputs) for k in per_output[0]}
+        total = (self.heatmap_weight * parts["heatmap_loss"]
+                 + self.size_weight * parts["size_loss"]
+                 + self.offset_weight * parts["offset_loss"])
+        for task in self.keypoint_tasks:
+            for name in ("heatmap", "offset", "regression"):
+                total = total + parts[f"{task.name}/keypoint_{name}_loss"]
+        parts["num_objects"] = jnp.sum(targets["weight"])
+        return total, (parts, new_stats)
+
+    def _output_losses(self, out: dict, targets: dict, norm: jax.Array | dict) -> dict:
+        """The unweighted box losses and the weighted keypoint losses of one output's heads."""
+        n = norm["objects"] if self.keypoint_tasks else norm
         heat = jnp.sum(cn.penalty_reduced_focal_loss(out["heatmap"], targets["heatmap"],
                                                      alpha=self.alpha, beta=self.beta)) / n
         take = jax.vmap(lambda m, p: m[p[:, 0], p[:, 1]])
@@ -118,32 +160,61 @@ class CenterNetTask(ModelTask):
         size = jnp.sum(jnp.abs(take(out["size"], targets["pixel"]) - targets["size"]) * w) / n
         offset = jnp.sum(
             jnp.abs(take(out["offset"], targets["pixel"]) - targets["offset"]) * w) / n
-        total = (self.heatmap_weight * heat + self.size_weight * size
-                 + self.offset_weight * offset)
-        parts = {"heatmap_loss": heat, "size_loss": size, "offset_loss": offset,
-                 "num_objects": jnp.sum(targets["weight"])}
-        return total, (parts, new_stats)
+        parts = {"heatmap_loss": heat, "size_loss": size, "offset_loss": offset}
+        for task, outputs, t, tn in zip(self.keypoint_tasks, out.get("keypoints", ()),
+                                        targets.get("keypoints", ()),
+                                        norm["keypoints"] if self.keypoint_tasks else (),
+                                        strict=True):
+            losses = task.losses(outputs, t, tn, alpha=self.alpha, beta=self.beta)
+            for name, value in losses.items():
+                parts[f"{task.name}/keypoint_{name}_loss"] = value
+        return parts
 
     # ----------------------------------------------------------------- inference
 
     def predict(self, params: PyTree, batch_stats: PyTree, images: jax.Array,
                 image_info: jax.Array) -> dict:
         """The ``max_detections`` highest heatmap peaks as boxes in original-image pixels:
-        boxes [B, K, 4] yxyx, scores [B, K], classes [B, K] int32, num_detections [B] (every
-        peak counts; scores are sigmoid probabilities, low ones included as TF returns them)."""
+        boxes [B, D, 4] yxyx, scores [B, D], classes [B, D] int32, num_detections [B] (every
+        peak counts; scores are sigmoid probabilities, low ones included as TF returns them).
+
+        With keypoint tasks also ``keypoints`` [B, D, K, 2] (y, x) original-image pixels and
+        ``keypoint_scores`` [B, D, K]: every task groups its keypoints to every detection
+        (into its slots); a detection's own keypoints are the slots of its class's group
+        (``data.keypoints.KeypointLayout``), the rest are to be ignored."""
         out, _ = self.apply(params, batch_stats, images, train=False)
         scores, y, x, classes = cn.top_k_peaks(jax.nn.sigmoid(out["heatmap"]),
                                                self.max_detections, kernel=self.peak_kernel)
-        boxes = cn.decode_boxes(y, x, out["size"], out["offset"])
+        strided = cn.decode_boxes(y, x, out["size"], out["offset"])
         h, w = self.output_size
-        boxes = boxes / jnp.array([h, w, h, w], jnp.float32)
+        boxes = strided / jnp.array([h, w, h, w], jnp.float32)
         boxes = to_original_coordinates(boxes, image_info, self.input_size)
         count = jnp.full((images.shape[0],), self.max_detections, jnp.int32)
-        return {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": count}
+        result = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": count}
+        if self.keypoint_tasks:
+            b, d = scores.shape
+            points = jnp.zeros((b, d, self.num_keypoints, 2), jnp.float32)
+            point_scores = jnp.zeros((b, d, self.num_keypoints), jnp.float32)
+            for task, outputs in zip(self.keypoint_tasks, out["keypoints"], strict=True):
+                kp, kp_scores = task.decode(outputs, y, x, strided)
+                slots = jnp.asarray(task.slots)
+                points = points.at[:, :, slots].set(kp)
+                point_scores = point_scores.at[:, :, slots].set(kp_scores)
+            points = points / jnp.array([h, w], jnp.float32)
+            result["keypoints"] = points_to_original_coordinates(points, image_info,
+                                                                 self.input_size)
+            result["keypoint_scores"] = point_scores
+        return result
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """Boxes, scored as the SSD family's are (:func:`tasks.base.evaluate_boxes`)."""
+        """Boxes, scored as the SSD family's are (:func:`tasks.base.evaluate_boxes`), and each
+        keypoint task's keypoints by COCO keypoint AP with its OKS sigmas."""
+        from jaxdet.eval.runner import KeypointEval
+
+        if self.keypoint_tasks:
+            options["keypoint_tasks"] = [KeypointEval(t.name, t.class_name, t.oks_sigmas)
+                                         for t in self.keypoint_tasks]
         return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
                               out_dir, **options)
 
