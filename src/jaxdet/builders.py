@@ -26,6 +26,7 @@ from jaxdet.builders_data import (  # noqa: F401  (re-exported: builders is the 
     check_data_paths,
     input_size,
     keypoint_specs,
+    transforms_of,
 )
 from jaxdet.config import schema as S
 from jaxdet.core import anchors as anchor_lib

@@ -103,13 +103,25 @@ def _build_tfod_augment_op(op: S.AugmentConfig):
     return _TFOD_AUGMENT_OPS[type(op)](**fields)
 
 
-def build_transforms(cfg: S.DataConfig, *, training: bool) -> list:
-    """Per-sample transforms after decode: [augment ops] + resizer + normalize."""
+def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool = False
+                     ) -> list:
+    """Per-sample transforms after decode: [augment ops] + resizer + normalize
+    (``pads_raw_pixels``: the padding is normalized like black pixels, see
+    ``augment.Normalize``; a config's family says which: :func:`transforms_of`)."""
     size = input_size(cfg)
     ops = [build_augment_op(op, size) for op in cfg.augment] if training else []
     ops.append(build_resizer(cfg))
-    ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std)))
+    ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std),
+                                 zero_padding=not pads_raw_pixels))
     return ops
+
+
+def transforms_of(config: S.Config, *, training: bool) -> list:
+    """:func:`build_transforms` of ``config.data`` as ``config``'s model family pads."""
+    from jaxdet import tasks
+
+    return build_transforms(config.data, training=training,
+                            pads_raw_pixels=tasks.family(config).pads_raw_pixels)
 
 
 _TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it comes from
@@ -224,7 +236,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
     shard_count = jax.process_count() if shard_count is None else shard_count
     return make_train_loader(
         source,
-        build_transforms(config.data, training=True),
+        transforms_of(config, training=True),
         batch_size=config.train.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
@@ -241,7 +253,7 @@ def build_eval_loader(config: S.Config, source):
     check_class_count(config, source)
     return make_eval_loader(
         source,
-        build_transforms(config.data, training=False),
+        transforms_of(config, training=False),
         batch_size=config.eval.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         worker_count=config.data.worker_count,

@@ -196,8 +196,9 @@ def _print_metrics(metrics: dict, out_dir: Path) -> None:
     from jaxdet.eval.runner import format_metrics
 
     print(format_metrics(metrics))
-    written = [str(out_dir / name) for name in ("detections.json", "metrics.json", "samples.png")
-               if (out_dir / name).is_file()]
+    names = ["detections.json", *sorted(p.name for p in out_dir.glob("keypoint_detections_*.json")),
+             "metrics.json", "samples.png"]
+    written = [str(out_dir / name) for name in names if (out_dir / name).is_file()]
     print(f"wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
           else f"wrote {''.join(written) or 'nothing'}")
 

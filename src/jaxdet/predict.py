@@ -374,7 +374,7 @@ def predict_images(
     predict, (params, batch_stats) = _predictor(
         config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
-    loader = make_eval_loader(source, builders.build_transforms(config.data, training=False),
+    loader = make_eval_loader(source, builders.transforms_of(config, training=False),
                               batch_size=batch_size, max_boxes=1,
                               worker_count=config.data.worker_count)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,8 @@ from flax import nnx
 from jaxdet.config import schema as S
 from jaxdet.interop import torch_names
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
-from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint
-from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
+from jaxdet.interop.tf_import import ImportReport, detector_map, load_tf_checkpoint
+from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.interop.torch_files import PICKLE_SUFFIXES, read_torch_weights
 from jaxdet.interop.torch_names import variable_at
 
@@ -42,6 +42,7 @@ log = logging.getLogger("jaxdet")
 FORMATS = ("tf", "jaxdet", "torch")
 RESTORE_MODES = ("full", "detection", "classification")
 _TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
+                 "model/_feature_extractor/_base_model/",  # CenterNet's ResNet-v1 FPN
                  "model/_feature_extractor/_efficientnet/")
 _TF_CLASSIFICATION_ROOT = "feature_extractor/"
 
@@ -109,7 +110,7 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
 
 def _tf_mapping(model, config, ckpt: TfCheckpoint, restore: str) -> dict:
     """``{tf object path: (jaxdet path, transform)}`` for ``restore`` from ``ckpt``."""
-    mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
+    mapping = detector_map(model, config)
     if restore == "classification":
         mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
         if any(p.startswith(_TF_CLASSIFICATION_ROOT) for p in ckpt.variables()):

@@ -19,6 +19,7 @@ API's ``protos/center_net.proto`` and ``builders/model_builder.py``
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,9 +61,6 @@ EXTRACTORS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                                   {"name": "center_net_mobilenet_v2_fpn",
                                    "use_separable_conv": True}, "tf"),
 }
-# The neck's BatchNorms in TF: Keras defaults (momentum 0.99, epsilon 1e-3); jaxdet's neck
-# shares the backbone's numbers.
-_KERAS_BN = {"decay": 0.99, "epsilon": 1e-3}
 _CAFFE_MEANS_RGB = (123.68, 116.779, 103.939)  # tf.keras resnet.preprocess_input, as R, G, B
 # Fields of center_net {...} that name tasks or options jaxdet's CenterNet does not have.
 UNSUPPORTED_TASKS = {
@@ -153,12 +151,6 @@ def _feature_extractor(m: Mapper, fe: Message) -> tuple[dict, dict, dict]:
                "when training from scratch; weights taken from TF need the first "
                "convolution's input channels reversed (jaxdet's TF checkpoint import does "
                "that where it maps the extractor)")
-    if mode != "none":
-        bn = backbone["batch_norm"]
-        m.warn(f"{fe.path}: the '{neck['name']}' neck's BatchNorms use the backbone's decay "
-               f"{bn['decay']} and epsilon {bn['epsilon']} (TF: the Keras defaults, "
-               f"{_KERAS_BN['decay']} and {_KERAS_BN['epsilon']}; jaxdet's backbone.batch_norm "
-               "covers the neck)")
     return backbone, neck, {"mean": mean, "std": std}
 
 
@@ -374,7 +366,7 @@ def _keypoint_names(m: Mapper, cn: Message, kp: Message, path: str | None, tf_cl
     placeholder and COCO's person, COCO's 17 keypoints)."""
     if path is None or not str(path) or PLACEHOLDER.search(str(path)):
         return _placeholder_keypoints(m, cn, tf_class, stds, path)
-    path = str(path)
+    path = _label_map_path(str(path), m.source)
     try:
         spec = keypoint_spec_from_label_map(path, tf_class)
     except LabelMapError as err:
@@ -386,6 +378,15 @@ def _keypoint_names(m: Mapper, cn: Message, kp: Message, path: str | None, tf_cl
     task = {"class_name": spec.class_name, "keypoints": list(spec.names)}
     labels = {tf_class, spec.class_name} | ({item.display_name} if item.display_name else set())
     return KeypointTaskInfo(task, labels, sorted(i for i, _ in item.keypoints))
+
+
+def _label_map_path(path: str, pipeline_config: str) -> str:
+    """``path`` as TF reads it (from the working directory); a relative path that is not there
+    but lies beside the pipeline.config is taken from there."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    beside = os.path.join(os.path.dirname(os.path.abspath(pipeline_config)), path)
+    return beside if os.path.exists(beside) else path
 
 
 def _placeholder_keypoints(m: Mapper, cn: Message, tf_class: str, stds: dict[str, float],

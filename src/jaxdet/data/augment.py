@@ -279,11 +279,13 @@ class RandomColorJitter:
 @dataclasses.dataclass(frozen=True)
 class Normalize:
     """(image - mean) / std per channel; the last op (after the resizer). The resizer's padding
-    (outside the content size of ``image_info``) is 0 after normalization, as the TF OD API
-    pads its normalized images."""
+    (outside the content size of ``image_info``) is 0 after normalization, as the TF OD API's
+    SSD family pads its normalized images; with ``zero_padding=False`` it is normalized like
+    the image (black pixels: ``-mean / std``), as TF's CenterNet resizes, then normalizes."""
 
     mean: tuple[float, float, float] = (123.675, 116.28, 103.53)
     std: tuple[float, float, float] = (58.395, 57.12, 57.375)
+    zero_padding: bool = True
 
     def __post_init__(self):
         if any(s <= 0 for s in self.std):
@@ -295,7 +297,7 @@ class Normalize:
         normalized = ((image - np.asarray(self.mean, np.float32))
                       / np.asarray(self.std, np.float32)).astype(np.float32)
         info = sample.get("image_info")
-        if info is not None:
+        if info is not None and self.zero_padding:
             content_h, content_w = int(round(float(info[2]))), int(round(float(info[3])))
             normalized[content_h:] = 0.0
             normalized[:, content_w:] = 0.0

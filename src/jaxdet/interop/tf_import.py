@@ -3,7 +3,8 @@
     report = load_tf_detection_checkpoint(model, config, "checkpoint/ckpt-0")
     print(report.line())   # "restored 326 tensors, 0 re-initialised, 0 unused in the checkpoint"
 
-The map from TF object paths to jaxdet variables comes from ``interop.tfod_names``; every
+The map from TF object paths to jaxdet variables comes from ``interop.tfod_names`` (the SSD
+family) or ``interop.tfod_center_net_names`` (CenterNet), by ``model.type``; every
 tensor is CRC-checked, transformed to jaxdet's layout and shape-checked. A checkpoint of
 another architecture stops at the first missing names (listed, with what the checkpoint has
 instead); a tensor whose shape differs is an error naming it, unless it may be
@@ -24,6 +25,7 @@ from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
+from jaxdet.interop.tfod_center_net_names import center_net_detector_map
 from jaxdet.interop.tfod_names import (
     Path,
     Target,
@@ -174,14 +176,26 @@ def load_tf_checkpoint(
     return report
 
 
+def detector_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
+    """The TF name map of the detector ``config`` builds, by ``model.type``: a CenterNet's
+    (``interop.tfod_center_net_names``) or an SSD-family detector's (``interop.tfod_names``).
+
+    Raises:
+      UnmappedModelError: a model part without a map (the message names it)."""
+    if config.model.type == "center_net":
+        tasks = [t.name for t in config.model.keypoint_tasks]
+        return center_net_detector_map(model, keypoint_tasks=tasks)
+    return ssd_detector_map(model, add_background_class=config.model.add_background_class)
+
+
 def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
                                  checkpoint: TfCheckpoint | str | os.PathLike,
                                  **kwargs) -> ImportReport:
     """:func:`load_tf_checkpoint` with the map of the detector ``config`` builds."""
-    mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
+    mapping = detector_map(model, config)
     return load_tf_checkpoint(model, checkpoint, mapping, unapplied=tf_unapplied(model),
                               **kwargs)
 
 
-__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "load_tf_checkpoint",
+__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "detector_map", "load_tf_checkpoint",
            "load_tf_detection_checkpoint", "plan_tf_import", "variable_at"]

@@ -9,6 +9,9 @@ convolutions and batch norms in the order the network applies them. The map is
 * ``identity``: kernels (both HWIO), biases, batch-norm parameters and statistics;
 * ``depthwise``: TF's depthwise kernel ``[kh, kw, C, 1]`` -> jaxdet's grouped ``[kh, kw, 1, C]``;
 * ``reshape``: the same values in jaxdet's shape (BiFPN fusion weights ``[k, 1]`` -> ``[k]``);
+* ``bgr_to_rgb``: a first conv's kernel with its input channels reversed, for a TF model
+  whose preprocessing turns RGB into BGR (caffe, ``tf.keras.applications.resnet``) while
+  jaxdet normalizes RGB;
 * ``drop_background``: a class predictor's last axis ``A * (1 + C)`` (TF's background logit
   first in each anchor's group) -> ``A * C``, for a jaxdet model without a background class:
   with a sigmoid score converter TF drops that column after scoring, so the detections agree.
@@ -59,6 +62,10 @@ def to_ours(transform: str, array: np.ndarray, our_shape: tuple[int, ...]) -> np
         return array
     if transform == "reshape":  # e.g. BiFPN fusion weights [k, 1] -> [k]
         return array.reshape(our_shape)
+    if transform == "bgr_to_rgb":  # [kh, kw, 3 (B, G, R), out] -> input channels R, G, B
+        if array.ndim != 4 or array.shape[2] != 3:
+            raise ValueError(f"bgr_to_rgb needs a [kh, kw, 3, out] kernel, got {array.shape}")
+        return array[:, :, ::-1, :]
     if transform == "depthwise":
         kh, kw, channels, multiplier = array.shape
         return array.reshape(kh, kw, 1, channels * multiplier)
@@ -100,9 +107,11 @@ def _bn(out: dict, tf_path: str, path: Path) -> None:
         out[f"{tf_path}/{tf_name}"] = ((*path, ours), "identity")
 
 
-def _keras_numbered(out: dict, prefix: str, layers: list[tuple[Path, nnx.Module]]) -> None:
-    """Weighted layers of a Keras functional model, ``layer_with_weights-<i>`` in order."""
-    for i, (path, module) in enumerate(layers):
+def _keras_numbered(out: dict, prefix: str, layers: list[tuple[Path, nnx.Module]],
+                    start: int = 0) -> None:
+    """Weighted layers of a Keras functional model, ``layer_with_weights-<i>`` in order from
+    ``start`` (convs, else batch norms)."""
+    for i, (path, module) in enumerate(layers, start=start):
         tf_path = f"{prefix}/layer_with_weights-{i}"
         if isinstance(module, nnx.Conv):
             _conv(out, tf_path, path, module)

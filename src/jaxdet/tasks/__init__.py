@@ -20,12 +20,15 @@ class TaskFamily:
     """How a ``model.type`` is built: ``build(config, seed=...) -> Task``;
     ``fingerprint_fields(config) -> dict`` (JSON-able; hashed into the checkpoint
     fingerprint); ``summary(config, **options) -> dict`` and ``format_summary(dict) -> str``
-    (``jaxdet summary``: parameters, FLOPs, the family's own rows)."""
+    (``jaxdet summary``: parameters, FLOPs, the family's own rows); ``pads_raw_pixels``: the
+    resizer's padding holds black pixels that are normalized with the image (TF's CenterNet
+    resizes then normalizes) instead of zeros after normalization (TF's SSD)."""
 
     build: Callable[..., Task]
     fingerprint_fields: Callable[[S.Config], dict[str, Any]]
     summary: Callable[..., dict]
     format_summary: Callable[[dict], str]
+    pads_raw_pixels: bool = False
 
 
 def _families() -> dict[str, TaskFamily]:
@@ -39,7 +42,7 @@ def _families() -> dict[str, TaskFamily]:
         "center_net": TaskFamily(center_net.build_center_net_task,
                                  center_net.center_net_fingerprint_fields,
                                  center_net.center_net_summary,
-                                 center_net.format_center_net_summary),
+                                 center_net.format_center_net_summary, pads_raw_pixels=True),
     }
 
 

@@ -181,10 +181,14 @@ class CenterNetTask(ModelTask):
         With keypoint tasks also ``keypoints`` [B, D, K, 2] (y, x) original-image pixels and
         ``keypoint_scores`` [B, D, K]: every task groups its keypoints to every detection
         (into its slots); a detection's own keypoints are the slots of its class's group
-        (``data.keypoints.KeypointLayout``), the rest are to be ignored."""
+        (``data.keypoints.KeypointLayout``), the rest are to be ignored.
+
+        As TF's postprocess, the heatmap is multiplied by :func:`true_image_mask` first."""
         out, _ = self.apply(params, batch_stats, images, train=False)
-        scores, y, x, classes = cn.top_k_peaks(jax.nn.sigmoid(out["heatmap"]),
-                                               self.max_detections, kernel=self.peak_kernel)
+        heatmap = jax.nn.sigmoid(out["heatmap"]) * true_image_mask(out["heatmap"].shape,
+                                                                    image_info)
+        scores, y, x, classes = cn.top_k_peaks(heatmap, self.max_detections,
+                                               kernel=self.peak_kernel)
         strided = cn.decode_boxes(y, x, out["size"], out["offset"])
         h, w = self.output_size
         boxes = strided / jnp.array([h, w, h, w], jnp.float32)
@@ -220,4 +224,17 @@ class CenterNetTask(ModelTask):
 
 
 
-__all__ = ["CenterNetTask"]
+def true_image_mask(shape: tuple[int, ...], image_info: jax.Array) -> jax.Array:
+    """f32[B, h, w, 1]: 1 where the output-map row is below the content height and the column
+    below the content width (``image_info[:, 2:4]``), else 0. As TF's
+    ``mask_from_true_image_shape`` this compares output-map indices with sizes in INPUT pixels,
+    so it only masks where the content is smaller than the output map; checkpoints trained with
+    TF give TF's detections with it."""
+    b, h, w = shape[:3]
+    info = jnp.asarray(image_info, jnp.float32)
+    rows = jnp.arange(h, dtype=jnp.float32)[None, :] < info[:, 2:3]
+    cols = jnp.arange(w, dtype=jnp.float32)[None, :] < info[:, 3:4]
+    return (rows[:, :, None] & cols[:, None, :]).astype(jnp.float32)[..., None]
+
+
+__all__ = ["CenterNetTask", "true_image_mask"]
