@@ -406,7 +406,20 @@ class CenterNetPostProcessingConfig(Strict):
     score_threshold: float = Field(0.1, ge=0.0)
 
 
-class CenterNetFPNConfig(Strict):
+class _OneMapNeck(Strict):
+    """A CenterNet neck that upsamples from level 5 through ``filters`` to one map at level
+    ``5 - len(filters)`` (each subclass declares ``filters``)."""
+
+    @property
+    def min_level(self) -> int:
+        return 5 - len(self.filters)
+
+    @property
+    def max_level(self) -> int:
+        return self.min_level
+
+
+class CenterNetFPNConfig(_OneMapNeck):
     """The TF OD API's CenterNet ResNet-v1 FPN (``resnet_v1_50_fpn`` / ``resnet_v1_101_fpn``
     feature extractors): C5 -> 1x1 conv to ``filters[0]``, then per level 4, 3, 2 a 2x nearest
     upsampling plus a 1x1 lateral conv, and a 3x3 conv + BatchNorm + ReLU to the next width
@@ -418,16 +431,8 @@ class CenterNetFPNConfig(Strict):
     filters: tuple[int, ...] = (256, 128, 64)
     batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
 
-    @property
-    def min_level(self) -> int:
-        return 5 - len(self.filters)
 
-    @property
-    def max_level(self) -> int:
-        return self.min_level
-
-
-class CenterNetMobileNetV2FPNConfig(Strict):
+class CenterNetMobileNetV2FPNConfig(_OneMapNeck):
     """The TF OD API's CenterNet MobileNetV2-FPN (``mobilenet_v2_fpn`` feature extractor; with
     ``model.backbone.name: mobilenet_v2``, whose level 4 this neck moves to the end of the
     64-channel stage, Keras ``block_9_add``, and whose head conv it scales as TF's Keras
@@ -444,16 +449,8 @@ class CenterNetMobileNetV2FPNConfig(Strict):
     upsampling_interpolation: Literal["nearest", "bilinear"] = "nearest"
     batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
 
-    @property
-    def min_level(self) -> int:
-        return 5 - len(self.filters)
 
-    @property
-    def max_level(self) -> int:
-        return self.min_level
-
-
-class CenterNetDeconvConfig(Strict):
+class CenterNetDeconvConfig(_OneMapNeck):
     """The TF OD API's CenterNet ResNet-v2 upsampling stack (``resnet_v2_50`` /
     ``resnet_v2_101`` feature extractors, with ``model.backbone.name: resnet_v2_50`` /
     ``resnet_v2_101``): from the top backbone level (5), per width in ``filters`` a 3x3 conv +
@@ -465,14 +462,6 @@ class CenterNetDeconvConfig(Strict):
     name: Literal["center_net_deconv"]
     filters: tuple[int, ...] = (256, 128, 64)
     batch_norm: BatchNormConfig = later_field(KERAS_BATCH_NORM)
-
-    @property
-    def min_level(self) -> int:
-        return 5 - len(self.filters)
-
-    @property
-    def max_level(self) -> int:
-        return self.min_level
 
 
 class IdentityNeckConfig(Strict):

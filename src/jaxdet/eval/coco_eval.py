@@ -37,6 +37,15 @@ BBOX_DECIMALS = 2
 SCORE_DECIMALS = 6
 
 
+def write_json(path: str | Path, payload: Any) -> Path:
+    """Writes ``payload`` as JSON to ``path`` (parent folders created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f)
+    return path
+
+
 def coco_xywh(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pixel yxyx boxes [N, 4] -> (x, y, width, height), each [N], rounded as written to JSON."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
@@ -206,11 +215,7 @@ class CocoEvaluator:
         return out
 
     def write_detections(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.detections(), f)
-        return path
+        return write_json(path, self.detections())
 
     # ------------------------------------------------------------------ evaluate
 

@@ -39,7 +39,7 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from jaxdet.eval.coco_eval import SCORE_DECIMALS, detection_batch
+from jaxdet.eval.coco_eval import SCORE_DECIMALS, detection_batch, write_json
 
 KEYPOINT_STAT_NAMES: tuple[str, ...] = (
     "AP", "AP50", "AP75", "APm", "APl", "AR", "AR50", "AR75", "ARm", "ARl",
@@ -243,19 +243,11 @@ class CocoKeypointEvaluator:
         return out
 
     def write_detections(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.detections(), f)
-        return path
+        return write_json(path, self.detections())
 
     def write_ground_truth(self, path: str | Path) -> Path:
         """The COCO dict pycocotools evaluates (see :func:`keypoint_ground_truth`)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self._coco_gt.dataset, f)
-        return path
+        return write_json(path, self._coco_gt.dataset)
 
     # ------------------------------------------------------------------ evaluate
 
