@@ -123,6 +123,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="default: eval.batch_size")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
 
+    p = sub.add_parser("export", help="write a trained model as a serving artifact "
+                       "(StableHLO: images in, the TF OD API's detection signature out)")
+    _add_config_args(p, required=False)
+    p.add_argument("--workdir", default=None,
+                   help="the trained run (checkpoints/, config.yaml); not needed with "
+                        "--checkpoint")
+    _add_checkpoint_args(p)
+    p.add_argument("--out", required=True, help="a new folder for the artifact")
+    p.add_argument("--format", default="stablehlo",
+                   help="stablehlo (onnx, saved_model and tflite are planned)")
+    p.add_argument("--input-type", default="image_tensor",
+                   help="image_tensor (uint8 [B, H, W, 3]) or float_image_tensor (float32 "
+                        "0..255)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="a fixed batch (default: any batch)")
+    p.add_argument("--input-size", type=int, nargs=2, default=None, metavar=("H", "W"),
+                   help="the images' size (default: the model's input size; others are "
+                        "resized inside as the config's resizer does)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+
     p = sub.add_parser("demo", help="generate shapes, train shapes_demo, evaluate, print AP")
     p.add_argument("--workdir", default="runs/demo")
     p.add_argument("--config", default="shapes_demo",
@@ -275,6 +295,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from jaxdet.export import export_model
+    from jaxdet.export.exporter import check_request
+
+    check_request(args.format, args.input_type)  # before any checkpoint is read
+    config = _config_for_workdir(args)
+    _check_checkpoint_args(args)
+    result = export_model(config, args.workdir, args.out, format=args.format,
+                          input_type=args.input_type, batch_size=args.batch_size,
+                          input_size=args.input_size, step=args.step,
+                          checkpoint=args.checkpoint, checkpoint_format=args.checkpoint_format)
+    print(f"wrote {result.line()}")
+    print(f"signature: {result.out_dir / 'signature.json'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from jaxdet import runs
 
@@ -369,7 +405,7 @@ def cmd_convert_dataset(args: argparse.Namespace) -> int:
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo": cmd_demo,
             "summary": cmd_summary, "configs": cmd_configs,
             "convert-config": cmd_convert_config, "convert-dataset": cmd_convert_dataset,
-            "convert-checkpoint": cmd_convert_checkpoint}
+            "convert-checkpoint": cmd_convert_checkpoint, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:
