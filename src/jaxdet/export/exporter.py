@@ -144,19 +144,28 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels,
                           keypoint_layout=layout)
     height, width = _input_size(config, input_size)
-    batch = jax.export.symbolic_shape("batch")[0] if batch_size is None else batch_size
-    dtype = np.uint8 if input_type == "image_tensor" else np.float32
-    spec = jax.ShapeDtypeStruct((batch, height, width, 3), dtype)
-    try:
-        exported = jax.export.export(jax.jit(fn), platforms=PLATFORMS)(spec)
-    except Exception as e:  # noqa: BLE001 - any lowering failure is reported in one line
-        raise ExportError(f"the model cannot be lowered to StableHLO: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
+                                input_type=input_type)
     outputs = dict(zip(_output_names(exported), exported.out_avals, strict=True))
     shape = ["batch" if batch_size is None else batch_size, height, width, 3]
     signature = _signature(config, input_type, shape, outputs, ids, names, layout, PLATFORMS)
     signature["checkpoint_step"] = step if isinstance(step, int) else str(step)
     return _write(out_dir, exported.serialize(), signature)
+
+
+def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None,
+                     input_type: str = "image_tensor") -> jax.export.Exported:
+    """``jax.export`` of a serving function for images of ``size`` (H, W): batch
+    ``batch_size`` or polymorphic (None), uint8 (``image_tensor``) or float32 input, lowered
+    for :data:`PLATFORMS`. Raises ExportError (one line) when it cannot be lowered."""
+    batch = jax.export.symbolic_shape("batch")[0] if batch_size is None else batch_size
+    dtype = np.uint8 if input_type == "image_tensor" else np.float32
+    spec = jax.ShapeDtypeStruct((batch, *size, 3), dtype)
+    try:
+        return jax.export.export(jax.jit(fn), platforms=PLATFORMS)(spec)
+    except Exception as e:  # noqa: BLE001 - any lowering failure is reported in one line
+        raise ExportError(f"the model cannot be lowered to StableHLO: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
 
 
 def _output_names(exported: jax.export.Exported) -> list[str]:
@@ -183,4 +192,5 @@ def _write(out_dir: Path, payload: bytes, signature: dict) -> ExportResult:
     return ExportResult(out_dir, artifact, artifact.stat().st_size, signature)
 
 
-__all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model"]
+__all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model",
+           "export_stablehlo"]

@@ -1,0 +1,107 @@
+"""Exported artifacts against jaxdet's own predict, in one run; prints one JSON object.
+
+    python benchmarks/export_speed.py --configs ssd_mobilenet_v2_320 efficientdet_d0 \
+        --batch-sizes 1 16 --iters 5
+
+Per config (initial weights; the speed does not depend on them) and batch size, on uint8
+images at the model's input size:
+
+* ``jaxdet_predict``: what ``jaxdet predict`` runs per batch: the host eval transforms
+  (normalization, the resizer) and the jitted ``task.predict``;
+* ``jaxdet_jit``: the jitted ``task.predict`` alone, on already normalized images;
+* ``stablehlo``: the ``jaxdet export`` artifact (``jax.export.deserialize(...).call`` under
+  ``jax.jit``), preprocessing inside; its serialized size in MB.
+
+Latency is the median of ``--iters`` calls after a warm-up call; ``ratio`` is
+``jaxdet_predict`` time / artifact time (> 1: the artifact is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+from inference_throughput import machine_info, summarize, timed_calls
+from jaxdet import builders, tasks
+from jaxdet.config.loader import load_config
+from jaxdet.export.exporter import export_stablehlo
+from jaxdet.export.serving import serving_function
+
+
+def _host_batch(config, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    samples = []
+    for image in images:
+        sample = {"image": image.astype(np.float32), "boxes": np.zeros((0, 4), np.float32),
+                  "classes": np.zeros((0,), np.int32),
+                  "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
+        for op in builders.transforms_of(config, training=False):
+            sample = op(sample)
+        samples.append(sample)
+    return (np.stack([s["image"] for s in samples]),
+            np.stack([s["image_info"] for s in samples]))
+
+
+def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[str]) -> dict:
+    config = load_config(name, overrides)
+    task = builders.build_task(config)
+    params, stats = task.initial_variables()
+    ids = list(range(1, config.model.num_classes + 1))
+    fn = serving_function(task, config, params, stats, class_ids=ids,
+                          pads_raw_pixels=tasks.family(config).pads_raw_pixels)
+    size = builders.input_size(config.data)
+    t0 = time.perf_counter()
+    payload = export_stablehlo(fn, size).serialize()
+    export_s = time.perf_counter() - t0
+    artifact = jax.export.deserialize(payload)
+    call = jax.jit(artifact.call)
+    predict = jax.jit(task.predict)
+    rows = []
+    for b in batch_sizes:
+        images = np.random.default_rng(0).integers(0, 256, (b, *size, 3)).astype(np.uint8)
+        x, info = _host_batch(config, images)
+
+        def ours(images=images):
+            xx, ii = _host_batch(config, images)
+            jax.block_until_ready(predict(params, stats, xx, ii))
+
+        def ours_jit(x=x, info=info):
+            jax.block_until_ready(predict(params, stats, x, info))
+
+        def exported(images=images):
+            jax.block_until_ready(call(images))
+
+        row = {"batch_size": b}
+        for label, f in (("jaxdet_predict", ours), ("jaxdet_jit", ours_jit),
+                         ("stablehlo", exported)):
+            f()  # compile / warm up
+            row[label] = summarize(timed_calls(f, iters), b)
+        row["ratio_stablehlo"] = round(row["jaxdet_predict"]["latency_ms"]
+                                       / row["stablehlo"]["latency_ms"], 3)
+        rows.append(row)
+    return {"config": name, "input_size": list(size), "export_s": round(export_s, 1),
+            "stablehlo_mb": round(len(payload) / 1e6, 2), "results": rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+",
+                        default=["ssd_mobilenet_v2_320", "efficientdet_d0"])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--set", dest="overrides", action="append",
+                        default=["precision=fp32"])
+    args = parser.parse_args(argv)
+    result = {"benchmark": "export_speed",
+              "models": [bench_config(n, args.batch_sizes, args.iters, args.overrides)
+                         for n in args.configs],
+              **machine_info()}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
