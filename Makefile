@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
-.PHONY: install install-test demo test lint bench peer-venv bench-peer clean
+.PHONY: install install-test install-export demo test lint bench peer-venv bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,13 +14,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e .
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+## Export extras: ONNX (jax2onnx pins an older orbax it does not need, hence --no-deps).
+$(VENV)/.installed-export: $(VENV)/.installed
+	$(PIP) install "onnx>=1.20" "onnx-ir>=0.2" "onnxruntime>=1.24" "equinox>=0.13" "dm-pix>=0.4.4"
+	$(PIP) install --no-deps "jax2onnx==0.17.1"
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed $(VENV)/.installed-export
 	$(PIP) install -e '.[test]'
 	@touch $@
 
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
+
+install-export: $(VENV)/.installed-export
 
 ## Generate shapes data, train the tiny shapes_demo detector, evaluate and print COCO metrics.
 demo: install

@@ -10,7 +10,9 @@ images at the model's input size:
   (normalization, the resizer) and the jitted ``task.predict``;
 * ``jaxdet_jit``: the jitted ``task.predict`` alone, on already normalized images;
 * ``stablehlo``: the ``jaxdet export`` artifact (``jax.export.deserialize(...).call`` under
-  ``jax.jit``), preprocessing inside; its serialized size in MB.
+  ``jax.jit``), preprocessing inside; its serialized size in MB;
+* ``onnx``: the ONNX artifact (a fixed batch per batch size) in ONNX Runtime's CPU provider
+  with its default threads (when ``make install-export`` installed it).
 
 Latency is the median of ``--iters`` calls after a warm-up call; ``ratio`` is
 ``jaxdet_predict`` time / artifact time (> 1: the artifact is faster).
@@ -28,7 +30,7 @@ import numpy as np
 from inference_throughput import machine_info, summarize, timed_calls
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.export.exporter import export_stablehlo
+from jaxdet.export.exporter import _output_names, export_onnx, export_stablehlo
 from jaxdet.export.serving import serving_function
 
 
@@ -43,6 +45,19 @@ def _host_batch(config, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         samples.append(sample)
     return (np.stack([s["image"] for s in samples]),
             np.stack([s["image_info"] for s in samples]))
+
+
+def _onnx_session(fn, size, batch: int):
+    """(ONNX Runtime session, model bytes) of the serving function, or None without
+    onnxruntime / jax2onnx."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    names = _output_names(export_stablehlo(fn, size, batch_size=batch, platforms=("cpu",)))
+    payload = export_onnx(fn, size, batch_size=batch, input_type="image_tensor",
+                          output_names=names)
+    return ort.InferenceSession(payload, providers=["CPUExecutionProvider"]), len(payload)
 
 
 def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[str]) -> dict:
@@ -74,13 +89,19 @@ def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[
         def exported(images=images):
             jax.block_until_ready(call(images))
 
+        runners = [("jaxdet_predict", ours), ("jaxdet_jit", ours_jit), ("stablehlo", exported)]
         row = {"batch_size": b}
-        for label, f in (("jaxdet_predict", ours), ("jaxdet_jit", ours_jit),
-                         ("stablehlo", exported)):
+        session = _onnx_session(fn, size, b)
+        if session is not None:
+            row["onnx_mb"] = round(session[1] / 1e6, 2)
+            runners.append(("onnx", lambda images=images, s=session[0]: s.run(
+                None, {"image_tensor": images})))
+        for label, f in runners:
             f()  # compile / warm up
             row[label] = summarize(timed_calls(f, iters), b)
-        row["ratio_stablehlo"] = round(row["jaxdet_predict"]["latency_ms"]
-                                       / row["stablehlo"]["latency_ms"], 3)
+            if label not in ("jaxdet_predict", "jaxdet_jit"):
+                row[f"ratio_{label}"] = round(row["jaxdet_predict"]["latency_ms"]
+                                              / row[label]["latency_ms"], 3)
         rows.append(row)
     return {"config": name, "input_size": list(size), "export_s": round(export_s, 1),
             "stablehlo_mb": round(len(payload) / 1e6, 2), "results": rows}

@@ -132,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_checkpoint_args(p)
     p.add_argument("--out", required=True, help="a new folder for the artifact")
     p.add_argument("--format", default="stablehlo",
-                   help="stablehlo (onnx, saved_model and tflite are planned)")
+                   help="stablehlo (default; jax alone, any batch) or onnx (ONNX Runtime, a "
+                        "fixed batch; make install-export); saved_model and tflite are planned")
     p.add_argument("--input-type", default="image_tensor",
                    help="image_tensor (uint8 [B, H, W, 3]) or float_image_tensor (float32 "
                         "0..255)")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxdet.core.portable import reduce_window_2d
+
 PEAK_EPSILON = 1e-6  # a pixel is a peak when it equals its 3x3 max up to this
 
 
@@ -117,8 +119,8 @@ def top_k_peaks(heatmap: jnp.ndarray, k: int, *, kernel: int = 3
     """
     b, h, w, c = heatmap.shape
     if kernel and kernel > 1:
-        pooled = jax.lax.reduce_window(heatmap, -jnp.inf, jax.lax.max, (1, kernel, kernel, 1),
-                                       (1, 1, 1, 1), "SAME")
+        pooled = reduce_window_2d(heatmap, -jnp.inf, jax.lax.max, (kernel, kernel), (1, 1),
+                                  "SAME")
         heatmap = heatmap * (jnp.abs(heatmap - pooled) < PEAK_EPSILON).astype(heatmap.dtype)
     scores, flat = jax.lax.top_k(heatmap.reshape(b, h * w * c), k)
     y = flat // (w * c)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdet.core import box_ops
+from jaxdet.core.portable import take_row
 
 
 def convert_scores(
@@ -41,28 +42,25 @@ def _greedy_nms(boxes, scores, *, score_threshold, iou_threshold, max_picks):
     k = scores.shape[0]
     remaining = jnp.where(scores > score_threshold, scores, -jnp.inf)
     positions = jnp.arange(k)
+    slots = jnp.arange(max_picks)
 
     def cond(state):
-        n, remaining, _, _ = state
+        n, remaining, _ = state
         return (n < max_picks) & jnp.any(remaining > -jnp.inf)
 
     def body(state):
-        n, remaining, indices, valid = state
+        n, remaining, indices = state
         best = jnp.argmax(remaining)
-        overlap = box_ops.elementwise_iou(boxes[best][None, :], boxes)
+        overlap = box_ops.elementwise_iou(take_row(boxes, best)[None, :], boxes)
         suppress = (overlap > iou_threshold) | (positions == best)
         remaining = jnp.where(suppress, -jnp.inf, remaining)
-        indices = indices.at[n].set(best.astype(jnp.int32))
-        valid = valid.at[n].set(True)
-        return n + 1, remaining, indices, valid
+        # a select, not a scatter: exporters (ONNX) lower it everywhere
+        indices = jnp.where(slots == n, best.astype(jnp.int32), indices)
+        return n + 1, remaining, indices
 
-    init = (
-        jnp.int32(0),
-        remaining,
-        jnp.zeros((max_picks,), jnp.int32),
-        jnp.zeros((max_picks,), bool),
-    )
-    _, _, indices, valid = jax.lax.while_loop(cond, body, init)
+    init = (jnp.int32(0), remaining, jnp.zeros((max_picks,), jnp.int32))
+    picked, _, indices = jax.lax.while_loop(cond, body, init)
+    valid = slots < picked  # picks fill the slots in order
     return indices, valid
 
 
@@ -207,7 +205,7 @@ def clip_to_window(detections: dict[str, jnp.ndarray], window: jnp.ndarray) -> d
     # stable: valid boxes first, each group in its score order
     order = jnp.argsort(jnp.where(valid, 0, 1), axis=1, stable=True)
     take = lambda x: jnp.take_along_axis(x, order if x.ndim == 2 else order[..., None], axis=1)  # noqa: E731
-    valid = take(valid)
+    valid = take(valid.astype(jnp.int32)) > 0  # gathered as ints: ONNX Runtime has no bool Where
     return {
         "boxes": jnp.where(valid[..., None], take(clipped), 0.0),
         "scores": jnp.where(valid, take(detections["scores"]), 0.0),

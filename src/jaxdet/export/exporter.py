@@ -9,6 +9,10 @@ complete, so a failed export leaves nothing half-written):
   :func:`jaxdet.export.serving.serving_function` (weights inside), lowered for CPU, CUDA and
   TPU; it runs with jax alone (``jax.export.deserialize(bytes).call(images)``), no jaxdet.
   The batch is polymorphic (any B) unless ``batch_size`` fixes it.
+* ``onnx``: ``model.onnx`` (opset 23, converted by jax2onnx, ``make install-export``), for ONNX
+  Runtime; a fixed batch (default 1). Max pooling is traced as strided slices
+  (``core.portable.exportable``) and NMS has no scatter or gather in its loop, so the
+  whole model, NMS included, is one ONNX graph.
 
 Every folder also holds ``signature.json``: the format, input name / type / shape, the output
 names and shapes, the label map (id -> name) and the keypoint names per class, the config's
@@ -35,12 +39,13 @@ from jaxdet.export.serving import INPUT_TYPES, serving_function
 
 log = logging.getLogger("jaxdet")
 
-FORMATS = ("stablehlo",)
+FORMATS = ("stablehlo", "onnx")
+ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx"}
 PLANNED = {  # format -> why it is not written yet (one line for the CLI)
-    "onnx": "ONNX export is not available yet (planned: issue 19); use --format stablehlo",
     "saved_model": "TF SavedModel export is not available yet (planned: issue 19); use "
-                   "--format stablehlo",
-    "tflite": "TFLite export is not available yet (planned: issue 19); use --format stablehlo",
+                   "--format stablehlo or onnx",
+    "tflite": "TFLite export is not available yet (planned: issue 19); use --format stablehlo "
+              "or onnx",
 }
 PLATFORMS = ("cpu", "cuda", "tpu")
 
@@ -75,7 +80,7 @@ def check_request(format: str, input_type: str) -> None:
     if input_type not in INPUT_TYPES:
         raise ExportError(f"--input-type {input_type!r}: allowed {', '.join(INPUT_TYPES)}")
     if input_type == "encoded_image_string_tensor":
-        raise ExportError("--input-type encoded_image_string_tensor: a StableHLO program cannot "
+        raise ExportError(f"--input-type encoded_image_string_tensor: a {format} model cannot "
                           "decode JPEG/PNG bytes; decode on the host and use image_tensor")
 
 
@@ -99,7 +104,7 @@ def _signature(config: S.Config, input_type: str, shape: list, outputs: dict,
             entry["keypoints"] = list(group.names)
         classes.append(entry)
     return {
-        "format": "stablehlo", "config": config.name, "jax": jax.__version__,
+        "config": config.name, "jax": jax.__version__,
         "platforms": list(platforms),
         "input": {"name": input_type, "dtype": dtype, "shape": shape,
                   "layout": "[batch, height, width, 3] RGB, 0..255"},
@@ -144,28 +149,68 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels,
                           keypoint_layout=layout)
     height, width = _input_size(config, input_size)
-    exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
-                                input_type=input_type)
+    if format == "onnx":
+        batch_size = batch_size or 1
+        exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
+                                    input_type=input_type, platforms=("cpu",))
+        payload = export_onnx(fn, (height, width), batch_size=batch_size,
+                              input_type=input_type, output_names=_output_names(exported))
+        platforms: tuple[str, ...] = ("onnxruntime",)
+    else:
+        exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
+                                    input_type=input_type)
+        payload, platforms = exported.serialize(), PLATFORMS
     outputs = dict(zip(_output_names(exported), exported.out_avals, strict=True))
     shape = ["batch" if batch_size is None else batch_size, height, width, 3]
-    signature = _signature(config, input_type, shape, outputs, ids, names, layout, PLATFORMS)
+    signature = _signature(config, input_type, shape, outputs, ids, names, layout, platforms)
+    signature["format"] = format
     signature["checkpoint_step"] = step if isinstance(step, int) else str(step)
-    return _write(out_dir, exported.serialize(), signature)
+    return _write(out_dir, ARTIFACTS[format], payload, signature)
+
+
+def _input_spec(size: tuple[int, int], batch_size: int | None, input_type: str
+                ) -> jax.ShapeDtypeStruct:
+    batch = jax.export.symbolic_shape("batch")[0] if batch_size is None else batch_size
+    dtype = np.uint8 if input_type == "image_tensor" else np.float32
+    return jax.ShapeDtypeStruct((batch, *size, 3), dtype)
 
 
 def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None,
-                     input_type: str = "image_tensor") -> jax.export.Exported:
+                     input_type: str = "image_tensor",
+                     platforms: tuple[str, ...] = PLATFORMS) -> jax.export.Exported:
     """``jax.export`` of a serving function for images of ``size`` (H, W): batch
     ``batch_size`` or polymorphic (None), uint8 (``image_tensor``) or float32 input, lowered
-    for :data:`PLATFORMS`. Raises ExportError (one line) when it cannot be lowered."""
-    batch = jax.export.symbolic_shape("batch")[0] if batch_size is None else batch_size
-    dtype = np.uint8 if input_type == "image_tensor" else np.float32
-    spec = jax.ShapeDtypeStruct((batch, *size, 3), dtype)
+    for ``platforms``. Raises ExportError (one line) when it cannot be lowered."""
+    spec = _input_spec(size, batch_size, input_type)
     try:
-        return jax.export.export(jax.jit(fn), platforms=PLATFORMS)(spec)
+        return jax.export.export(jax.jit(fn), platforms=platforms)(spec)
     except Exception as e:  # noqa: BLE001 - any lowering failure is reported in one line
         raise ExportError(f"the model cannot be lowered to StableHLO: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
+
+
+def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str,
+                output_names: list[str]) -> bytes:
+    """The ONNX model (serialized ``ModelProto``) of a serving function for a fixed batch,
+    its input named ``input_type`` and its outputs ``output_names`` (the order of the
+    function's flattened outputs). Raises ExportError (one line) without jax2onnx or when the
+    conversion fails."""
+    try:
+        from jax2onnx import to_onnx
+    except ImportError as e:
+        raise ExportError("--format onnx needs jax2onnx, onnx and onnxruntime: run `make "
+                          "install-export`") from e
+    from jaxdet.core.portable import exportable
+
+    spec = _input_spec(size, batch_size, input_type)
+    try:
+        with exportable():
+            model = to_onnx(fn, [spec], input_names=[input_type], output_names=output_names,
+                            return_mode="proto")
+    except Exception as e:  # noqa: BLE001 - any conversion failure is reported in one line
+        raise ExportError(f"the model cannot be converted to ONNX: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    return model.SerializeToString()
 
 
 def _output_names(exported: jax.export.Exported) -> list[str]:
@@ -175,12 +220,13 @@ def _output_names(exported: jax.export.Exported) -> list[str]:
     return [name for name, _ in sorted(index.items(), key=lambda item: item[1])]
 
 
-def _write(out_dir: Path, payload: bytes, signature: dict) -> ExportResult:
-    """Writes into a temporary sibling folder, then moves it to ``out_dir``."""
+def _write(out_dir: Path, name: str, payload: bytes, signature: dict) -> ExportResult:
+    """Writes ``name`` and signature.json into a temporary sibling folder, then moves it to
+    ``out_dir``."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        (tmp / "model.stablehlo").write_bytes(payload)
+        (tmp / name).write_bytes(payload)
         (tmp / "signature.json").write_text(json.dumps(signature, indent=1))
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
@@ -188,9 +234,9 @@ def _write(out_dir: Path, payload: bytes, signature: dict) -> ExportResult:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    artifact = out_dir / "model.stablehlo"
+    artifact = out_dir / name
     return ExportResult(out_dir, artifact, artifact.stat().st_size, signature)
 
 
 __all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model",
-           "export_stablehlo"]
+           "export_onnx", "export_stablehlo"]

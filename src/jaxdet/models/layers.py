@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import depthwise as depthwise_lib
 from jaxdet.parallel.thin_maps import gather_thin_rows
 
@@ -393,14 +394,8 @@ def max_pool_symmetric(x: jax.Array, window: int = 3, stride: int = 2) -> jax.Ar
     """Max pooling with PyTorch-style symmetric padding (padded cells never win)."""
     p = window // 2
     init = -jnp.inf  # a Python scalar, so JAX recognizes max-pool and can differentiate it
-    return gather_thin_rows(jax.lax.reduce_window(
-        x,
-        init,
-        jax.lax.max,
-        (1, window, window, 1),
-        (1, stride, stride, 1),
-        ((0, 0), (p, p), (p, p), (0, 0)),
-    ))
+    return gather_thin_rows(reduce_window_2d(x, init, jax.lax.max, (window, window),
+                                             (stride, stride), ((p, p), (p, p))))
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:

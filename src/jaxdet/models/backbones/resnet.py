@@ -16,6 +16,7 @@ from typing import Literal
 import jax
 from flax import nnx
 
+from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import remat
 from jaxdet.models.layers import (
     ActivationName,
@@ -184,7 +185,7 @@ class ResNet(nnx.Module):
     def __call__(self, x: jax.Array) -> dict[int, jax.Array]:
         x = self.act(self.bn1(self.conv1(x)))
         if self.padding == "same":  # TF's SAME max pool (the TF OD API's Keras ResNet)
-            x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = reduce_window_2d(x, -float("inf"), jax.lax.max, (3, 3), (2, 2), "SAME")
         else:
             x = max_pool_symmetric(x, 3, 2)
         features = {}

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import remat
 from jaxdet.models.layers import BatchNormParams, conv
 from jaxdet.models.layers import batch_norm as make_batch_norm
@@ -42,8 +43,8 @@ def max_pool_zero_padded(x: jax.Array, window: int = 3, stride: int = 2) -> jax.
     """Keras ``ZeroPadding2D(window // 2)`` + VALID ``MaxPooling2D``: padded cells are 0."""
     p = window // 2
     x = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
-    return gather_thin_rows(jax.lax.reduce_window(
-        x, -jnp.inf, jax.lax.max, (1, window, window, 1), (1, stride, stride, 1), "VALID"))
+    return gather_thin_rows(reduce_window_2d(x, -jnp.inf, jax.lax.max, (window, window),
+                                             (stride, stride), "VALID"))
 
 
 class PreActBottleneck(nnx.Module):

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models.layers import (
     ActivationName,
     BatchNormParams,
@@ -85,15 +86,15 @@ def pool_same(x: jax.Array, stride: int = 2, pooling: Pooling = "max") -> jax.Ar
     """``(stride+1) x (stride+1)`` pooling with stride ``stride`` and TF ``SAME`` padding:
     ``[B,H,W,C] -> [B,ceil(H/s),ceil(W/s),C]``. Padded cells never win a max and are not
     counted in an average (TF ``AveragePooling2D(padding='same')``)."""
-    window = (1, stride + 1, stride + 1, 1)
-    strides = (1, stride, stride, 1)
+    window = (stride + 1, stride + 1)
+    strides = (stride, stride)
     if pooling == "max":
         return gather_thin_rows(
-            jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, "SAME"))
+            reduce_window_2d(x, -jnp.inf, jax.lax.max, window, strides, "SAME"))
     if pooling == "avg":
-        total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, "SAME")
+        total = reduce_window_2d(x, 0.0, jax.lax.add, window, strides, "SAME")
         ones = jnp.ones((1, *x.shape[1:3], 1), x.dtype)
-        count = jax.lax.reduce_window(ones, 0.0, jax.lax.add, window, strides, "SAME")
+        count = reduce_window_2d(ones, 0.0, jax.lax.add, window, strides, "SAME")
         return gather_thin_rows(total / count)
     raise ValueError(f"unknown pooling {pooling!r}; expected one of {_POOLINGS}")
 

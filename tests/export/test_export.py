@@ -1,10 +1,11 @@
-"""``jaxdet export --format stablehlo``: the artifact is the whole model (uint8 images in, the
-TF OD API exporter's outputs out), runs with jax alone (no jaxdet import, checked in a fresh
-process), and gives what ``jaxdet predict`` gives on the same images: the same classes (as
-label-map ids), boxes within 1e-4 (normalized), scores within 1e-4, keypoints within 1e-4, for
-an SSD-family model and a CenterNet with keypoints, at the model's input size and with the
-config's resizer inside (TF's bilinear resize, keep-aspect-ratio padding). Bad requests fail
-in one line and leave nothing behind."""
+"""``jaxdet export``: each artifact is the whole model (uint8 images in, the TF OD API
+exporter's outputs out) and, run by its own runtime, gives what ``jaxdet predict`` gives on the
+same images: the same classes (as label-map ids), boxes within 1e-4 (normalized), scores within
+1e-4, keypoints within 1e-4, for an SSD-family model and a CenterNet with keypoints, at the
+model's input size and with the config's resizer inside (TF's bilinear resize, keep-aspect-ratio
+padding). StableHLO runs with jax alone (no jaxdet import, checked in a fresh process, any
+batch); ONNX in ONNX Runtime (a fixed batch; skipped without ``make install-export``). Bad
+requests fail in one line and leave nothing behind."""
 
 from __future__ import annotations
 
@@ -82,6 +83,28 @@ def _jaxdet_predict(config, workdir, images: np.ndarray) -> dict:
     return jax.device_get(jax.jit(task.predict)(params, stats, x, info))
 
 
+def _run_onnx(out_dir, images) -> dict:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(out_dir / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {"image_tensor": images}), strict=True))
+
+
+def _aligned(out: dict, num: np.ndarray) -> list[dict]:
+    """Per image, its first ``num`` detections in a canonical order (score to 4 decimals, then
+    class, then box): runtimes may order detections of equal score differently."""
+    rows = []
+    for i, n in enumerate(np.asarray(num).astype(int)):
+        key = np.lexsort((*np.round(out["detection_boxes"][i, :n].T, 3)[::-1],
+                          out["detection_classes"][i, :n],
+                          -np.round(out["detection_scores"][i, :n], 4)))
+        rows.append({k: np.asarray(v)[i, :n][key] for k, v in out.items()
+                     if k != "num_detections"})
+    return rows
+
+
 def _run_artifact(out_dir, images, tmp_path) -> dict:
     np.savez(tmp_path / "in.npz", images=images)
     subprocess.run([sys.executable, "-c", RUNNER, str(out_dir / "model.stablehlo"),
@@ -90,30 +113,56 @@ def _run_artifact(out_dir, images, tmp_path) -> dict:
     return dict(np.load(tmp_path / "out.npz"))
 
 
+def _layout_mask(config) -> np.ndarray:
+    """[C, K]: each class's keypoint slots (squares 0..3, triangles 4..6 in the demo)."""
+    mask = np.zeros((config.model.num_classes, 7), np.float32)
+    mask[1, :4], mask[2, 4:] = 1.0, 1.0  # shapes: circle, square, triangle
+    return mask
+
+
+def _has_onnx() -> bool:
+    try:
+        import jax2onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+FORMATS = ["stablehlo", pytest.param("onnx", marks=pytest.mark.skipif(
+    not _has_onnx(), reason="ONNX export needs `make install-export`"))]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name, size", [("ssd", (64, 64)), ("center_net", (64, 64)),
                                         ("ssd_keep_aspect_tf_resize", (48, 80))])
-def test_artifact_equals_jaxdet_predict(workdirs, tmp_path, name, size):
+def test_artifact_equals_jaxdet_predict(workdirs, tmp_path, name, size, fmt):
     config, workdir = workdirs[name]
     out_dir = tmp_path / "exported"
-    result = export_model(config, workdir, out_dir, input_size=size)
-    assert result.signature["input"]["shape"] == ["batch", *size, 3]
-    images = _images((3, *size, 3))  # any batch: the artifact's batch is polymorphic
-    got = _run_artifact(out_dir, images, tmp_path)
+    batch = None if fmt == "stablehlo" else 3  # StableHLO: any batch; ONNX: a fixed one
+    result = export_model(config, workdir, out_dir, format=fmt, input_size=size,
+                          batch_size=batch)
+    assert result.signature["input"]["shape"] == [batch or "batch", *size, 3]
+    images = _images((3, *size, 3))
+    got = (_run_artifact(out_dir, images, tmp_path) if fmt == "stablehlo"
+           else _run_onnx(out_dir, images))
     want = _jaxdet_predict(config, workdir, images)
     h, w = size
     np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
     ids = np.arange(1, config.model.num_classes + 1)  # shapes: category ids 1..C
-    np.testing.assert_array_equal(got["detection_classes"], ids[want["classes"]])
-    np.testing.assert_allclose(got["detection_scores"], want["scores"], atol=1e-4)
-    np.testing.assert_allclose(got["detection_boxes"], want["boxes"] / [h, w, h, w], atol=1e-4)
-    if "keypoints" in want:
-        own = np.asarray(got["detection_keypoint_scores"]) != 0
-        np.testing.assert_allclose(got["detection_keypoints"][own],
-                                   (want["keypoints"] / [h, w])[own], atol=1e-4)
-        np.testing.assert_allclose(got["detection_keypoint_scores"][own],
-                                   want["keypoint_scores"][own], atol=1e-4)
-        square = np.asarray(got["detection_classes"]) == 2  # square: slots 0..3 only
-        assert own[square][:, :4].any() and not own[square][:, 4:].any()
+    expected = {"detection_classes": ids[want["classes"]], "detection_scores": want["scores"],
+                "detection_boxes": want["boxes"] / [h, w, h, w]}
+    if "keypoints" in want:  # zero outside the detection's class's keypoint slots
+        slots = _layout_mask(config)[want["classes"]]
+        expected["detection_keypoints"] = want["keypoints"] / [h, w] * slots[..., None]
+        expected["detection_keypoint_scores"] = want["keypoint_scores"] * slots
+    for got_row, want_row in zip(_aligned(got, got["num_detections"]),
+                                 _aligned(expected, want["num_detections"]), strict=True):
+        np.testing.assert_array_equal(got_row["detection_classes"],
+                                      want_row["detection_classes"])
+        for key in got_row:
+            if key != "detection_classes":
+                np.testing.assert_allclose(got_row[key], want_row[key], atol=1e-4, err_msg=key)
 
 
 def test_cli_writes_the_artifact_and_refuses_bad_requests_in_one_line(workdirs, tmp_path,
@@ -125,7 +174,7 @@ def test_cli_writes_the_artifact_and_refuses_bad_requests_in_one_line(workdirs, 
     assert sorted(p.name for p in out.iterdir()) == ["model.stablehlo", "signature.json"]
     assert "image_tensor uint8[2, 64, 64, 3]" in capsys.readouterr().out
     cases = [
-        (["--format", "onnx"], "ONNX export is not available yet"),
+        (["--format", "saved_model"], "TF SavedModel export is not available yet"),
         (["--format", "tflite"], "TFLite export is not available yet"),
         (["--format", "bogus"], "allowed stablehlo"),
         (["--input-type", "encoded_image_string_tensor"], "cannot decode JPEG/PNG bytes"),

@@ -1,0 +1,82 @@
+"""Ops with a second, exporter-friendly formulation of the same values, picked at trace time.
+
+Training and jaxdet's own predict trace the fast XLA form. Under :func:`exportable` (what
+``jaxdet export --format onnx`` traces in) they trace forms every converter lowers:
+
+* :func:`reduce_window_2d` (max / sum pooling over H, W of NHWC maps): the reduction of the
+  window's strided slices of the padded input; an NHWC ``reduce_window`` becomes an ONNX
+  MaxPool that ONNX Runtime refuses;
+* :func:`take_row` (one row of a matrix by a traced index, e.g. NMS's best box): a one-hot
+  sum instead of a gather, which jax2onnx mis-lowers inside a batched loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+
+_EXPORTABLE = contextvars.ContextVar("jaxdet_exportable", default=False)
+
+Padding = str | Sequence[tuple[int, int]]
+
+
+@contextlib.contextmanager
+def exportable() -> Iterator[None]:
+    """Within the block, this module's ops trace their exporter-friendly form."""
+    token = _EXPORTABLE.set(True)
+    try:
+        yield
+    finally:
+        _EXPORTABLE.reset(token)
+
+
+def take_row(matrix: jax.Array, index: jax.Array) -> jax.Array:
+    """``matrix[index]`` of a [k, n] matrix and a scalar int index -> [n] (exact either way)."""
+    if not _EXPORTABLE.get():
+        return matrix[index]
+    hit = jnp.arange(matrix.shape[0]) == index
+    return jnp.sum(jnp.where(hit[:, None], matrix, 0.0), axis=0)
+
+
+def _pads(size: int, window: int, stride: int, padding: str) -> tuple[int, int]:
+    if padding == "VALID":
+        return 0, 0
+    if padding != "SAME":
+        raise ValueError(f"padding {padding!r}: expected 'SAME', 'VALID' or explicit pairs")
+    out = -(-size // stride)
+    total = max((out - 1) * stride + window - size, 0)
+    return total // 2, total - total // 2
+
+
+def reduce_window_2d(x: jax.Array, init: float, op: Callable, window: tuple[int, int],
+                     strides: tuple[int, int], padding: Padding) -> jax.Array:
+    """``op``-reduction over ``window`` (kh, kw) windows of ``x`` [B, H, W, C] with ``strides``
+    (sh, sw), padded with ``init`` per ``padding`` ("SAME", "VALID" or ((top, bottom), (left,
+    right))); ``op`` is ``jax.lax.max`` or ``jax.lax.add``. Returns [B, H', W', C]."""
+    (kh, kw), (sh, sw) = window, strides
+    if isinstance(padding, str):
+        pad_h = _pads(x.shape[1], kh, sh, padding)
+        pad_w = _pads(x.shape[2], kw, sw, padding)
+    else:
+        pad_h, pad_w = (tuple(p) for p in padding)
+    if not _EXPORTABLE.get():
+        return jax.lax.reduce_window(x, init, op, (1, kh, kw, 1), (1, sh, sw, 1),
+                                     ((0, 0), pad_h, pad_w, (0, 0)))
+    xp = jnp.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=init)
+    b, h, w, c = xp.shape
+    out_h, out_w = (h - kh) // sh + 1, (w - kw) // sw + 1
+    result = None
+    for dy in range(kh):
+        for dx in range(kw):
+            part = jax.lax.slice(xp, (0, dy, dx, 0),
+                                 (b, dy + (out_h - 1) * sh + 1, dx + (out_w - 1) * sw + 1, c),
+                                 (1, sh, sw, 1))
+            result = part if result is None else op(result, part)
+    return result
+
+
+__all__ = ["exportable", "reduce_window_2d", "take_row"]
