@@ -30,21 +30,9 @@ import numpy as np
 from inference_throughput import machine_info, summarize, timed_calls
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.export.exporter import _output_names, export_onnx, export_stablehlo
+from jaxdet.export.exporter import export_onnx, export_stablehlo, output_names_of
 from jaxdet.export.serving import serving_function
-
-
-def _host_batch(config, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    samples = []
-    for image in images:
-        sample = {"image": image.astype(np.float32), "boxes": np.zeros((0, 4), np.float32),
-                  "classes": np.zeros((0,), np.int32),
-                  "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
-        for op in builders.transforms_of(config, training=False):
-            sample = op(sample)
-        samples.append(sample)
-    return (np.stack([s["image"] for s in samples]),
-            np.stack([s["image_info"] for s in samples]))
+from jaxdet.predict import preprocess_images
 
 
 def _onnx_session(fn, size, batch: int):
@@ -54,7 +42,7 @@ def _onnx_session(fn, size, batch: int):
         import onnxruntime as ort
     except ImportError:
         return None
-    names = _output_names(export_stablehlo(fn, size, batch_size=batch, platforms=("cpu",)))
+    names = output_names_of(export_stablehlo(fn, size, batch_size=batch, platforms=("cpu",)))
     payload = export_onnx(fn, size, batch_size=batch, input_type="image_tensor",
                           output_names=names)
     return ort.InferenceSession(payload, providers=["CPUExecutionProvider"]), len(payload)
@@ -77,10 +65,10 @@ def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[
     rows = []
     for b in batch_sizes:
         images = np.random.default_rng(0).integers(0, 256, (b, *size, 3)).astype(np.uint8)
-        x, info = _host_batch(config, images)
+        x, info = preprocess_images(config, images)
 
         def ours(images=images):
-            xx, ii = _host_batch(config, images)
+            xx, ii = preprocess_images(config, images)
             jax.block_until_ready(predict(params, stats, xx, ii))
 
         def ours_jit(x=x, info=info):

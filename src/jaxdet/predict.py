@@ -259,6 +259,22 @@ def keypoint_layout(config: S.Config, names: list[str]):
         return None
 
 
+def preprocess_images(config: S.Config, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decoded RGB images ``[B, h, w, 3]`` (uint8 or 0..255 floats) through the eval transforms
+    as ``jaxdet predict`` runs them on the host: (network input f32 [B, H, W, 3], image_info
+    f32 [B, 4])."""
+    samples = []
+    for image in images:
+        sample = {"image": np.asarray(image, np.float32), "boxes": np.zeros((0, 4), np.float32),
+                  "classes": np.zeros((0,), np.int32),
+                  "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
+        for op in builders.transforms_of(config, training=False):
+            sample = op(sample)
+        samples.append(sample)
+    return (np.stack([s["image"] for s in samples]),
+            np.stack([s["image_info"] for s in samples]))
+
+
 def _select(det: dict, row: int, score_threshold: float, max_detections: int | None):
     """One image's valid detections with score >= threshold, best first, at most max: boxes,
     scores, classes, and keypoints / keypoint scores (None for a model without)."""

@@ -17,10 +17,11 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders, runs
+from jaxdet import runs
 from jaxdet.cli import main
 from jaxdet.config.loader import load_config
 from jaxdet.export import ExportError, export_model
+from jaxdet.predict import preprocess_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 
@@ -70,16 +71,7 @@ def _jaxdet_predict(config, workdir, images: np.ndarray) -> dict:
     ``task.predict`` with the restored weights."""
     task, state, _ = runs.load_for_inference(config, workdir)
     params, stats = runs.inference_variables(config, state)
-    samples = []
-    for image in images:
-        sample = {"image": image.astype(np.float32), "boxes": np.zeros((0, 4), np.float32),
-                  "classes": np.zeros((0,), np.int32),
-                  "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
-        for op in builders.transforms_of(config, training=False):
-            sample = op(sample)
-        samples.append(sample)
-    x = np.stack([s["image"] for s in samples])
-    info = np.stack([s["image_info"] for s in samples])
+    x, info = preprocess_images(config, images)
     return jax.device_get(jax.jit(task.predict)(params, stats, x, info))
 
 

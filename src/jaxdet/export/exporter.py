@@ -154,13 +154,13 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
         exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
                                     input_type=input_type, platforms=("cpu",))
         payload = export_onnx(fn, (height, width), batch_size=batch_size,
-                              input_type=input_type, output_names=_output_names(exported))
+                              input_type=input_type, output_names=output_names_of(exported))
         platforms: tuple[str, ...] = ("onnxruntime",)
     else:
         exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
                                     input_type=input_type)
         payload, platforms = exported.serialize(), PLATFORMS
-    outputs = dict(zip(_output_names(exported), exported.out_avals, strict=True))
+    outputs = dict(zip(output_names_of(exported), exported.out_avals, strict=True))
     shape = ["batch" if batch_size is None else batch_size, height, width, 3]
     signature = _signature(config, input_type, shape, outputs, ids, names, layout, platforms)
     signature["format"] = format
@@ -213,7 +213,7 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str,
     return model.SerializeToString()
 
 
-def _output_names(exported: jax.export.Exported) -> list[str]:
+def output_names_of(exported: jax.export.Exported) -> list[str]:
     """The output dict's keys in the order of ``exported.out_avals``."""
     tree = exported.out_tree
     index = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
@@ -239,4 +239,4 @@ def _write(out_dir: Path, name: str, payload: bytes, signature: dict) -> ExportR
 
 
 __all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model",
-           "export_onnx", "export_stablehlo"]
+           "export_onnx", "export_stablehlo", "output_names_of"]
