@@ -12,10 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from jaxdet import runs
 from jaxdet.cli import main
@@ -189,3 +191,38 @@ def test_a_workdir_without_checkpoint_writes_nothing(workdirs, tmp_path):
         export_model(config, empty, tmp_path / "never")
     assert not (tmp_path / "never").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["empty_run"]
+
+
+ZOO = (Path(__file__).parents[1] / "interop" / "fixtures"
+       / "tf_centernet_resnet50_v1_fpn_512x512_kpts_coco17_tpu-8")
+
+
+@pytest.mark.xdist_group("tf_detectors")
+def test_a_tf_zoo_checkpoint_exports_to_an_artifact_with_tfs_detections(tmp_path):
+    """``jaxdet export --checkpoint ckpt-0`` of the TF2 zoo's CenterNet-R50 keypoint model
+    (checkpoint written by the real TF OD API, tests/interop/fixtures): the StableHLO artifact,
+    run with jax alone on the test image, gives TF's own 100 detections (label id = TF class
+    + 1, scores within 2e-4, boxes within 1e-4) and the persons' 17 keypoints (within 1e-4)."""
+    sys.path.insert(0, str(ZOO.parent))
+    from tf_fixture_values import rebuild_data
+
+    prefix = rebuild_data(ZOO, tmp_path / "ckpt" / "ckpt-0")
+    config = load_config(ZOO / "jaxdet.yaml")
+    export_model(config, None, tmp_path / "zoo", checkpoint=prefix, batch_size=1)
+    image = np.asarray(Image.open(ZOO / "input.png").convert("RGB"))[None]
+    got = {k: v[0] for k, v in _run_artifact(tmp_path / "zoo", image, tmp_path).items()}
+    tf = np.load(ZOO / "outputs.npz")
+    assert int(got["num_detections"]) == int(tf["num_detections"]) == 100
+    free = list(range(100))
+    for i, (cls, score, box) in enumerate(zip(tf["detection_classes"].astype(int),
+                                              tf["detection_scores"], tf["detection_boxes"],
+                                              strict=True)):
+        j = next(j for j in free if got["detection_classes"][j] == cls + 1
+                 and abs(got["detection_scores"][j] - score) <= 2e-4
+                 and np.abs(got["detection_boxes"][j] - box).max() <= 1e-4)
+        free.remove(j)
+        if cls == 0:  # person: the keypoint task's class
+            np.testing.assert_allclose(got["detection_keypoints"][j], tf["detection_keypoints"][i],
+                                       atol=1e-4)
+            np.testing.assert_allclose(got["detection_keypoint_scores"][j],
+                                       tf["detection_keypoint_scores"][i], atol=1e-4)
