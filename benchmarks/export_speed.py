@@ -30,7 +30,7 @@ import numpy as np
 from inference_throughput import machine_info, summarize, timed_calls
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.export.exporter import export_onnx, export_stablehlo, output_names_of
+from jaxdet.export.exporter import export_onnx, export_stablehlo
 from jaxdet.export.serving import serving_function
 from jaxdet.predict import preprocess_images
 
@@ -42,9 +42,7 @@ def _onnx_session(fn, size, batch: int):
         import onnxruntime as ort
     except ImportError:
         return None
-    names = output_names_of(export_stablehlo(fn, size, batch_size=batch, platforms=("cpu",)))
-    payload = export_onnx(fn, size, batch_size=batch, input_type="image_tensor",
-                          output_names=names)
+    payload, _ = export_onnx(fn, size, batch_size=batch, input_type="image_tensor")
     return ort.InferenceSession(payload, providers=["CPUExecutionProvider"]), len(payload)
 
 

@@ -56,7 +56,7 @@ from jaxdet.config import schema as S
 from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
-from jaxdet.data.keypoints import KeypointSpec, resolve_layout
+from jaxdet.data.keypoints import resolve_layout
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
@@ -248,10 +248,9 @@ def _class_entry(index: int, category_id: int, name: str, layout) -> dict:
 def keypoint_layout(config: S.Config, names: list[str]):
     """The layout of the model's keypoint tasks over the classes ``names`` (None without
     keypoint tasks, or, with a warning, when a task's class is not among ``names``)."""
-    tasks = getattr(config.model, "keypoint_tasks", ())
-    if not tasks:
+    specs = builders.keypoint_specs(config)
+    if not specs:
         return None
-    specs = [KeypointSpec(t.class_name, tuple(t.keypoints), tuple(t.skeleton)) for t in tasks]
     try:
         return resolve_layout(specs, names, "the model's classes")
     except ValueError as e:

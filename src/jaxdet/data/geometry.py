@@ -39,7 +39,7 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.stack(channels, axis=-1)
 
 
-def _tf_axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def tf_resize_axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lower index, upper index, float32 weight of upper) of TF v1 bilinear along one axis:
     output pixel i samples the input at ``i * in_size / out_size`` (no half-pixel shift)."""
     scale = np.float32(in_size) / np.float32(out_size)
@@ -57,8 +57,8 @@ def resize_image_tf(image: np.ndarray, height: int, width: int) -> np.ndarray:
     image = np.asarray(image, np.float32)
     if height < 1 or width < 1:
         raise ValueError(f"cannot resize to {height}x{width}")
-    y0, y1, dy = _tf_axis(image.shape[0], height)
-    x0, x1, dx = _tf_axis(image.shape[1], width)
+    y0, y1, dy = tf_resize_axis(image.shape[0], height)
+    x0, x1, dx = tf_resize_axis(image.shape[1], width)
     dx = dx[None, :, None]
     top = image[y0][:, x0] + (image[y0][:, x1] - image[y0][:, x0]) * dx
     bottom = image[y1][:, x0] + (image[y1][:, x1] - image[y1][:, x0]) * dx

@@ -151,16 +151,14 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
     height, width = _input_size(config, input_size)
     if format == "onnx":
         batch_size = batch_size or 1
-        exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
-                                    input_type=input_type, platforms=("cpu",))
-        payload = export_onnx(fn, (height, width), batch_size=batch_size,
-                              input_type=input_type, output_names=output_names_of(exported))
+        payload, outputs = export_onnx(fn, (height, width), batch_size=batch_size,
+                                       input_type=input_type)
         platforms: tuple[str, ...] = ("onnxruntime",)
     else:
         exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
                                     input_type=input_type)
         payload, platforms = exported.serialize(), PLATFORMS
-    outputs = dict(zip(output_names_of(exported), exported.out_avals, strict=True))
+        outputs = dict(zip(output_names_of(exported), exported.out_avals, strict=True))
     shape = ["batch" if batch_size is None else batch_size, height, width, 3]
     signature = _signature(config, input_type, shape, outputs, ids, names, layout, platforms)
     signature["format"] = format
@@ -189,12 +187,12 @@ def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
 
 
-def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str,
-                output_names: list[str]) -> bytes:
-    """The ONNX model (serialized ``ModelProto``) of a serving function for a fixed batch,
-    its input named ``input_type`` and its outputs ``output_names`` (the order of the
-    function's flattened outputs). Raises ExportError (one line) without jax2onnx or when the
-    conversion fails."""
+def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
+                ) -> tuple[bytes, dict]:
+    """(the ONNX model as a serialized ``ModelProto``, {output name: shape/dtype}) of a serving
+    function for a fixed batch; its input is named ``input_type``, its outputs by their keys
+    (in the function's flattened order: sorted). Raises ExportError (one line) without
+    jax2onnx or when the conversion fails."""
     try:
         from jax2onnx import to_onnx
     except ImportError as e:
@@ -203,14 +201,15 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str,
     from jaxdet.core.portable import exportable
 
     spec = _input_spec(size, batch_size, input_type)
+    outputs = dict(sorted(jax.eval_shape(fn, spec).items()))
     try:
         with exportable():
-            model = to_onnx(fn, [spec], input_names=[input_type], output_names=output_names,
+            model = to_onnx(fn, [spec], input_names=[input_type], output_names=list(outputs),
                             return_mode="proto")
     except Exception as e:  # noqa: BLE001 - any conversion failure is reported in one line
         raise ExportError(f"the model cannot be converted to ONNX: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
-    return model.SerializeToString()
+    return model.SerializeToString(), outputs
 
 
 def output_names_of(exported: jax.export.Exported) -> list[str]:

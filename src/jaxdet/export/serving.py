@@ -26,19 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet.config import schema as S
+from jaxdet.data.geometry import tf_resize_axis
 from jaxdet.data.resize import keep_aspect_ratio_size
 
 INPUT_TYPES = ("image_tensor", "float_image_tensor", "encoded_image_string_tensor")
 OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
-
-
-def _tf_axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices and weights of TF v1 bilinear along one axis (as ``data.geometry``)."""
-    scale = np.float32(in_size) / np.float32(out_size)
-    coord = np.arange(out_size, dtype=np.float32) * scale
-    lower = np.floor(coord).astype(np.int32)
-    upper = np.minimum(lower + 1, in_size - 1)
-    return lower, upper, (coord - lower.astype(np.float32)).astype(np.float32)
 
 
 def resize(images: jax.Array, height: int, width: int, method: str) -> jax.Array:
@@ -51,8 +43,8 @@ def resize(images: jax.Array, height: int, width: int, method: str) -> jax.Array
     if (h, w) == (height, width):
         return images
     if method == "tf_bilinear":
-        y0, y1, dy = _tf_axis(h, height)
-        x0, x1, dx = _tf_axis(w, width)
+        y0, y1, dy = tf_resize_axis(h, height)
+        x0, x1, dx = tf_resize_axis(w, width)
         dx = jnp.asarray(dx)[None, None, :, None]
         rows0, rows1 = images[:, y0], images[:, y1]
         top = rows0[:, :, x0] + (rows0[:, :, x1] - rows0[:, :, x0]) * dx
