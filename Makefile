@@ -6,7 +6,8 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
-.PHONY: install install-test install-export demo test lint bench peer-venv bench-peer clean
+.PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
+	peer-venv bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,8 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 ## Export extras: ONNX (jax2onnx pins an older orbax it does not need, hence --no-deps).
+ONNX_PKGS := "onnx>=1.20" "onnx-ir>=0.2" "onnxruntime>=1.24" "equinox>=0.13" "dm-pix>=0.4.4"
 $(VENV)/.installed-export: $(VENV)/.installed
-	$(PIP) install "onnx>=1.20" "onnx-ir>=0.2" "onnxruntime>=1.24" "equinox>=0.13" "dm-pix>=0.4.4"
+	$(PIP) install $(ONNX_PKGS)
 	$(PIP) install --no-deps "jax2onnx==0.17.1"
 	@touch $@
 
@@ -38,6 +40,23 @@ demo: install
 test: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+## TF SavedModel / TFLite export needs TensorFlow (~600 MB): its own venv (with the ONNX
+## extras too: every runtime in one place), never in make test.
+TF_VENV ?= .venv-tf
+$(TF_VENV)/.installed: pyproject.toml
+	@test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install --upgrade pip
+	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install -e '.[tf-export]' \
+		"pytest>=8" "pytest-xdist>=3.5" $(ONNX_PKGS)
+	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps "jax2onnx==0.17.1"
+	@touch $@
+
+install-tf-export: $(TF_VENV)/.installed
+
+## The export tests with TensorFlow present: SavedModel and TFLite parity included.
+test-tf-export: install-tf-export
+	$(TF_VENV)/bin/python -m pytest -q tests/export
 
 ## The benchmark peer (torch + torchvision, ~5 GB) lives in its own venv, never in make test.
 PEER_VENV ?= .venv-peer

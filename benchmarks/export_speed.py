@@ -12,7 +12,11 @@ images at the model's input size:
 * ``stablehlo``: the ``jaxdet export`` artifact (``jax.export.deserialize(...).call`` under
   ``jax.jit``), preprocessing inside; its serialized size in MB;
 * ``onnx``: the ONNX artifact (a fixed batch per batch size) in ONNX Runtime's CPU provider
-  with its default threads (when ``make install-export`` installed it).
+  with its default threads (when ``make install-export`` installed it);
+* ``saved_model``: the TF SavedModel (any batch) loaded by ``tf.saved_model.load`` and called
+  through its ``serving_default`` signature; ``tflite``: the TFLite flatbuffer (a fixed batch)
+  in LiteRT's interpreter with 2 threads (both when TensorFlow is installed: run this in
+  ``.venv-tf`` from ``make install-tf-export``).
 
 Latency is the median of ``--iters`` calls after a warm-up call; ``ratio`` is
 ``jaxdet_predict`` time / artifact time (> 1: the artifact is faster).
@@ -22,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -32,6 +38,7 @@ from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
 from jaxdet.export.exporter import export_onnx, export_stablehlo
 from jaxdet.export.serving import serving_function
+from jaxdet.export.tf_formats import tflite_bytes, write_saved_model
 from jaxdet.predict import preprocess_images
 
 
@@ -46,7 +53,34 @@ def _onnx_session(fn, size, batch: int):
     return ort.InferenceSession(payload, providers=["CPUExecutionProvider"]), len(payload)
 
 
+def _tf_runners(fn, size, batch: int, tmp: Path) -> list:
+    """[(label, call(images), artifact MB)] for the SavedModel and TFLite artifacts, or []
+    without TensorFlow."""
+    try:
+        import tensorflow as tf
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        return []
+    path = tmp / "saved_model"  # any batch: written once per config
+    if not path.exists():
+        write_saved_model(fn, path, size, batch_size=None, input_type="image_tensor")
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    saved_mb = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+    payload = tflite_bytes(fn, size, batch_size=batch, input_type="image_tensor")
+    runner = Interpreter(model_content=payload, num_threads=2).get_signature_runner(
+        "serving_default")
+    return [("saved_model", lambda images: {k: v.numpy() for k, v in serve(
+                input_tensor=tf.constant(images)).items()}, saved_mb),
+            ("tflite", lambda images: runner(input_tensor=images), len(payload) / 1e6)]
+
+
 def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:  # the TF artifacts, while they run
+        return _bench_config(name, batch_sizes, iters, overrides, Path(tmp))
+
+
+def _bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[str],
+                  tmp: Path) -> dict:
     config = load_config(name, overrides)
     task = builders.build_task(config)
     params, stats = task.initial_variables()
@@ -82,6 +116,9 @@ def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[
             row["onnx_mb"] = round(session[1] / 1e6, 2)
             runners.append(("onnx", lambda images=images, s=session[0]: s.run(
                 None, {"image_tensor": images})))
+        for label, tf_call, mb in _tf_runners(fn, size, b, tmp):
+            row[f"{label}_mb"] = round(mb, 2)
+            runners.append((label, lambda images=images, tf_call=tf_call: tf_call(images)))
         for label, f in runners:
             f()  # compile / warm up
             row[label] = summarize(timed_calls(f, iters), b)

@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
 
     p = sub.add_parser("export", help="write a trained model as a serving artifact "
-                       "(StableHLO: images in, the TF OD API's detection signature out)")
+                       "(StableHLO, ONNX, TF SavedModel or TFLite: images in, the TF OD API's "
+                       "detection signature out)")
     _add_config_args(p, required=False)
     p.add_argument("--workdir", default=None,
                    help="the trained run (checkpoints/, config.yaml); not needed with "
@@ -132,13 +133,17 @@ def _parser() -> argparse.ArgumentParser:
     _add_checkpoint_args(p)
     p.add_argument("--out", required=True, help="a new folder for the artifact")
     p.add_argument("--format", default="stablehlo",
-                   help="stablehlo (default; jax alone, any batch) or onnx (ONNX Runtime, a "
-                        "fixed batch; make install-export); saved_model and tflite are planned")
+                   help="stablehlo (default; jax alone, any batch), onnx (ONNX Runtime, a "
+                        "fixed batch; make install-export), saved_model (TF Serving, any "
+                        "batch) or tflite (a fixed batch); the last two need TensorFlow: make "
+                        "install-tf-export")
     p.add_argument("--input-type", default="image_tensor",
-                   help="image_tensor (uint8 [B, H, W, 3]) or float_image_tensor (float32 "
-                        "0..255)")
+                   help="image_tensor (uint8 [B, H, W, 3]), float_image_tensor (float32 "
+                        "0..255) or encoded_image_string_tensor (JPEG/PNG bytes [B]; "
+                        "saved_model only)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="a fixed batch (default: any batch)")
+                   help="a fixed batch (default: any batch for stablehlo and saved_model, 1 "
+                        "for onnx and tflite)")
     p.add_argument("--input-size", type=int, nargs=2, default=None, metavar=("H", "W"),
                    help="the images' size (default: the model's input size; others are "
                         "resized inside as the config's resizer does)")

@@ -9,6 +9,7 @@ requests fail in one line and leave nothing behind."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from jaxdet import runs
 from jaxdet.cli import main
 from jaxdet.config.loader import load_config
 from jaxdet.export import ExportError, export_model
+from jaxdet.export.runtimes import assert_same_detections, load_artifact, predict_as_signature
 from jaxdet.predict import preprocess_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
@@ -77,28 +79,6 @@ def _jaxdet_predict(config, workdir, images: np.ndarray) -> dict:
     return jax.device_get(jax.jit(task.predict)(params, stats, x, info))
 
 
-def _run_onnx(out_dir, images) -> dict:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(out_dir / "model.onnx"),
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(None, {"image_tensor": images}), strict=True))
-
-
-def _aligned(out: dict, num: np.ndarray) -> list[dict]:
-    """Per image, its first ``num`` detections in a canonical order (score to 4 decimals, then
-    class, then box): runtimes may order detections of equal score differently."""
-    rows = []
-    for i, n in enumerate(np.asarray(num).astype(int)):
-        key = np.lexsort((*np.round(out["detection_boxes"][i, :n].T, 3)[::-1],
-                          out["detection_classes"][i, :n],
-                          -np.round(out["detection_scores"][i, :n], 4)))
-        rows.append({k: np.asarray(v)[i, :n][key] for k, v in out.items()
-                     if k != "num_detections"})
-    return rows
-
-
 def _run_artifact(out_dir, images, tmp_path) -> dict:
     np.savez(tmp_path / "in.npz", images=images)
     subprocess.run([sys.executable, "-c", RUNNER, str(out_dir / "model.stablehlo"),
@@ -123,8 +103,13 @@ def _has_onnx() -> bool:
     return True
 
 
+_NO_TF = importlib.util.find_spec("tensorflow") is None
+_TF_SKIP = pytest.mark.skipif(_NO_TF, reason="TF formats need `make install-tf-export` (run "
+                              "with `make test-tf-export`)")
 FORMATS = ["stablehlo", pytest.param("onnx", marks=pytest.mark.skipif(
-    not _has_onnx(), reason="ONNX export needs `make install-export`"))]
+    not _has_onnx(), reason="ONNX export needs `make install-export`")),
+    pytest.param("saved_model", marks=_TF_SKIP), pytest.param("tflite", marks=_TF_SKIP)]
+FIXED_BATCH = {"onnx": 3, "tflite": 3}  # the others are exported for any batch
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -133,30 +118,58 @@ FORMATS = ["stablehlo", pytest.param("onnx", marks=pytest.mark.skipif(
 def test_artifact_equals_jaxdet_predict(workdirs, tmp_path, name, size, fmt):
     config, workdir = workdirs[name]
     out_dir = tmp_path / "exported"
-    batch = None if fmt == "stablehlo" else 3  # StableHLO: any batch; ONNX: a fixed one
+    batch = FIXED_BATCH.get(fmt)
     result = export_model(config, workdir, out_dir, format=fmt, input_size=size,
                           batch_size=batch)
     assert result.signature["input"]["shape"] == [batch or "batch", *size, 3]
     images = _images((3, *size, 3))
     got = (_run_artifact(out_dir, images, tmp_path) if fmt == "stablehlo"
-           else _run_onnx(out_dir, images))
-    want = _jaxdet_predict(config, workdir, images)
-    h, w = size
-    np.testing.assert_array_equal(got["num_detections"], want["num_detections"])
+           else load_artifact(out_dir)(images))
+    _assert_equal_to_predict(got, _jaxdet_predict(config, workdir, images), config, size)
+
+
+def _assert_equal_to_predict(got: dict, det: dict, config, size) -> None:
+    """The artifact's outputs ``got`` are ``jaxdet predict``'s detections ``det`` in the TF
+    OD API's signature: same classes (label ids), boxes / scores / keypoints within 1e-4."""
     ids = np.arange(1, config.model.num_classes + 1)  # shapes: category ids 1..C
-    expected = {"detection_classes": ids[want["classes"]], "detection_scores": want["scores"],
-                "detection_boxes": want["boxes"] / [h, w, h, w]}
-    if "keypoints" in want:  # zero outside the detection's class's keypoint slots
-        slots = _layout_mask(config)[want["classes"]]
-        expected["detection_keypoints"] = want["keypoints"] / [h, w] * slots[..., None]
-        expected["detection_keypoint_scores"] = want["keypoint_scores"] * slots
-    for got_row, want_row in zip(_aligned(got, got["num_detections"]),
-                                 _aligned(expected, want["num_detections"]), strict=True):
-        np.testing.assert_array_equal(got_row["detection_classes"],
-                                      want_row["detection_classes"])
-        for key in got_row:
-            if key != "detection_classes":
-                np.testing.assert_allclose(got_row[key], want_row[key], atol=1e-4, err_msg=key)
+    assert_same_detections(got, predict_as_signature(det, size, ids, _layout_mask(config)))
+
+
+
+@_TF_SKIP
+def test_saved_model_takes_any_batch_and_encoded_images(workdirs, tmp_path):
+    """One SavedModel serves batch 1 and 3; an ``encoded_image_string_tensor`` one decodes PNG
+    (lossless) and JPEG bytes in the graph and gives predict's detections of the decoded
+    pixels."""
+    import io
+
+    import tensorflow as tf
+
+    config, workdir = workdirs["ssd"]
+    export_model(config, workdir, tmp_path / "any", format="saved_model")
+    images = _images((3, 64, 64, 3), seed=1)
+    want = _jaxdet_predict(config, workdir, images)
+    for batch in (1, 3):
+        got = load_artifact(tmp_path / "any")(images[:batch])
+        _assert_equal_to_predict(got, {k: v[:batch] for k, v in want.items()}, config,
+                                 (64, 64))
+    result = export_model(config, workdir, tmp_path / "encoded", format="saved_model",
+                          input_type="encoded_image_string_tensor")
+    assert result.signature["input"] == {
+        "name": "input_tensor", "type": "encoded_image_string_tensor", "dtype": "string",
+        "shape": ["batch"], "layout": "JPEG/PNG bytes of [64, 64, 3] RGB images"}
+    for fmt in ("PNG", "JPEG"):
+        blobs = []
+        for image in images:
+            buf = io.BytesIO()
+            Image.fromarray(image).save(buf, format=fmt)
+            blobs.append(buf.getvalue())
+        decoded = np.stack([tf.io.decode_image(b, channels=3).numpy() for b in blobs])
+        if fmt == "PNG":
+            np.testing.assert_array_equal(decoded, images)
+        got = load_artifact(tmp_path / "encoded")(np.asarray(blobs, dtype=object))
+        _assert_equal_to_predict(got, _jaxdet_predict(config, workdir, decoded), config,
+                                 (64, 64))
 
 
 def test_cli_writes_the_artifact_and_refuses_bad_requests_in_one_line(workdirs, tmp_path,
@@ -168,11 +181,14 @@ def test_cli_writes_the_artifact_and_refuses_bad_requests_in_one_line(workdirs, 
     assert sorted(p.name for p in out.iterdir()) == ["model.stablehlo", "signature.json"]
     assert "image_tensor uint8[2, 64, 64, 3]" in capsys.readouterr().out
     cases = [
-        (["--format", "saved_model"], "TF SavedModel export is not available yet"),
-        (["--format", "tflite"], "TFLite export is not available yet"),
-        (["--format", "bogus"], "allowed stablehlo"),
+        (["--format", "bogus"], "allowed stablehlo, onnx, saved_model, tflite"),
         (["--input-type", "encoded_image_string_tensor"], "cannot decode JPEG/PNG bytes"),
+        (["--format", "tflite", "--input-type", "encoded_image_string_tensor"],
+         "a tflite model cannot decode JPEG/PNG bytes (only saved_model can)"),
     ]
+    if importlib.util.find_spec("tensorflow") is None:  # make test's venv: TF is an extra
+        cases += [(["--format", "saved_model"], "needs TensorFlow: run `make install-tf-export`"),
+                  (["--format", "tflite"], "needs TensorFlow: run `make install-tf-export`")]
     for extra, message in cases:
         target = tmp_path / "bad"
         assert main(["export", "--workdir", str(workdir), "--out", str(target), *extra]) == 1

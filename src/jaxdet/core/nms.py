@@ -7,8 +7,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from jaxdet.core import box_ops
-from jaxdet.core.portable import take_row
+from jaxdet.core.greedy_nms import greedy_nms
 
 
 def convert_scores(
@@ -31,39 +30,6 @@ def convert_scores(
     return scores[..., 1:] if has_background else scores
 
 
-def _greedy_nms(boxes, scores, *, score_threshold, iou_threshold, max_picks):
-    """Greedy NMS on one set of candidates ``boxes[k, 4]``, ``scores[k]``.
-
-    Returns ``(indices[max_picks] int32, valid[max_picks] bool)``. Each pick is the best
-    remaining candidate with score > ``score_threshold``; candidates with IoU >
-    ``iou_threshold`` against it are then removed. One ``[k]`` IoU row per pick (no k x k
-    matrix); stops early once nothing is left.
-    """
-    k = scores.shape[0]
-    remaining = jnp.where(scores > score_threshold, scores, -jnp.inf)
-    positions = jnp.arange(k)
-    slots = jnp.arange(max_picks)
-
-    def cond(state):
-        n, remaining, _ = state
-        return (n < max_picks) & jnp.any(remaining > -jnp.inf)
-
-    def body(state):
-        n, remaining, indices = state
-        best = jnp.argmax(remaining)
-        overlap = box_ops.elementwise_iou(take_row(boxes, best)[None, :], boxes)
-        suppress = (overlap > iou_threshold) | (positions == best)
-        remaining = jnp.where(suppress, -jnp.inf, remaining)
-        # a select, not a scatter: exporters (ONNX) lower it everywhere
-        indices = jnp.where(slots == n, best.astype(jnp.int32), indices)
-        return n + 1, remaining, indices
-
-    init = (jnp.int32(0), remaining, jnp.zeros((max_picks,), jnp.int32))
-    picked, _, indices = jax.lax.while_loop(cond, body, init)
-    valid = slots < picked  # picks fill the slots in order
-    return indices, valid
-
-
 def non_max_suppression(
     boxes: jnp.ndarray,
     scores: jnp.ndarray,
@@ -80,7 +46,7 @@ def non_max_suppression(
     takes every finite score; NaN never); IoU > ``iou_threshold`` with a pick suppresses it.
     Invalid slots hold index 0.
     """
-    return _greedy_nms(
+    return greedy_nms(
         boxes.astype(jnp.float32),
         scores.astype(jnp.float32),
         score_threshold=score_threshold,
@@ -96,7 +62,7 @@ def _nms_one_set(boxes, scores, *, top_k, score_threshold, iou_threshold, max_pi
     """
     top_scores, top_idx = jax.lax.top_k(scores, top_k)
     top_boxes = jnp.take(boxes, top_idx, axis=0)
-    picks, valid = _greedy_nms(
+    picks, valid = greedy_nms(
         top_boxes,
         top_scores,
         score_threshold=score_threshold,
@@ -182,6 +148,18 @@ def batched_nms(
     }
 
 
+def _valid_first_order(valid: jnp.ndarray) -> jnp.ndarray:
+    """int32 [B, D]: the permutation putting the ``valid [B, D]`` entries first, each group in
+    its own order (a stable partition). Counted with cumulative sums, not sorted: TFLite has no
+    sort op."""
+    v = valid.astype(jnp.int32)
+    before_valid = jnp.cumsum(v, axis=1) - v  # valid entries before each one
+    before_invalid = jnp.cumsum(1 - v, axis=1) - (1 - v)
+    rank = jnp.where(valid, before_valid, jnp.sum(v, axis=1, keepdims=True) + before_invalid)
+    slots = jnp.arange(valid.shape[1], dtype=jnp.int32)
+    return jnp.argmax(rank[:, None, :] == slots[None, :, None], axis=2).astype(jnp.int32)
+
+
 def clip_to_window(detections: dict[str, jnp.ndarray], window: jnp.ndarray) -> dict:
     """TF OD API's post-NMS clipping: clip each detection box to ``window`` and drop the boxes
     left with zero area (they move behind the valid ones; the order stays by score).
@@ -202,8 +180,7 @@ def clip_to_window(detections: dict[str, jnp.ndarray], window: jnp.ndarray) -> d
     valid = jnp.arange(d)[None, :] < detections["num_detections"][:, None]
     area = (clipped[..., 2] - clipped[..., 0]) * (clipped[..., 3] - clipped[..., 1])
     valid = valid & (area > 0)
-    # stable: valid boxes first, each group in its score order
-    order = jnp.argsort(jnp.where(valid, 0, 1), axis=1, stable=True)
+    order = _valid_first_order(valid)
     take = lambda x: jnp.take_along_axis(x, order if x.ndim == 2 else order[..., None], axis=1)  # noqa: E731
     valid = take(valid.astype(jnp.int32)) > 0  # gathered as ints: ONNX Runtime has no bool Where
     return {

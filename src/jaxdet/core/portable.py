@@ -1,42 +1,71 @@
 """Ops with a second, exporter-friendly formulation of the same values, picked at trace time.
 
-Training and jaxdet's own predict trace the fast XLA form. Under :func:`exportable` (what
-``jaxdet export --format onnx`` traces in) they trace forms every converter lowers:
+Training and jaxdet's own predict trace the fast XLA form. Within :func:`exportable` (what
+``jaxdet export`` traces in) they trace forms the target converter lowers:
 
 * :func:`reduce_window_2d` (max / sum pooling over H, W of NHWC maps): the reduction of the
   window's strided slices of the padded input; an NHWC ``reduce_window`` becomes an ONNX
-  MaxPool that ONNX Runtime refuses;
+  MaxPool that ONNX Runtime refuses (``pooling_as_slices``);
 * :func:`take_row` (one row of a matrix by a traced index, e.g. NMS's best box): a one-hot
-  sum instead of a gather, which jax2onnx mis-lowers inside a batched loop.
+  sum instead of a gather, which jax2onnx mis-lowers inside a batched loop (``row_as_sum``);
+* greedy NMS (``core.greedy_nms``): one primitive an exporter maps onto its runtime's NMS
+  kernel, instead of a data-dependent loop (``nms_as_op``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 
-_EXPORTABLE = contextvars.ContextVar("jaxdet_exportable", default=False)
+
+@dataclasses.dataclass(frozen=True)
+class Forms:
+    """Which exporter forms to trace (all False: the XLA forms)."""
+
+    pooling_as_slices: bool = False
+    row_as_sum: bool = False
+    nms_as_op: bool = False
+
+
+_XLA_FORMS = Forms()
+_FORMS: contextvars.ContextVar[Forms] = contextvars.ContextVar("jaxdet_exportable",
+                                                            default=_XLA_FORMS)  # noqa: B039
 
 Padding = str | Sequence[tuple[int, int]]
 
 
 @contextlib.contextmanager
-def exportable() -> Iterator[None]:
-    """Within the block, this module's ops trace their exporter-friendly form."""
-    token = _EXPORTABLE.set(True)
+def exportable(*, pooling_as_slices: bool = True, row_as_sum: bool = True,
+               nms_as_op: bool = True) -> Iterator[None]:
+    """Within the block, the ops trace the chosen exporter forms (the defaults are ONNX's:
+    pooling as slices, rows as one-hot sums, NMS as one primitive)."""
+    token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op))
     try:
         yield
     finally:
-        _EXPORTABLE.reset(token)
+        _FORMS.reset(token)
+
+
+def forms() -> Forms:
+    """The exporter forms in effect (all off outside :func:`exportable`)."""
+    return _FORMS.get()
+
+
+def fresh_trace(fn: Callable) -> Callable:
+    """``fn`` as a new function object, so ``jax.jit`` traces it again instead of reusing a
+    trace cached under other forms: jax keys its trace cache on the function, not on the
+    forms (or ``models.depthwise.reference_convolutions``), which are read while tracing."""
+    return lambda *args, **kwargs: fn(*args, **kwargs)
 
 
 def take_row(matrix: jax.Array, index: jax.Array) -> jax.Array:
     """``matrix[index]`` of a [k, n] matrix and a scalar int index -> [n] (exact either way)."""
-    if not _EXPORTABLE.get():
+    if not _FORMS.get().row_as_sum:
         return matrix[index]
     hit = jnp.arange(matrix.shape[0]) == index
     return jnp.sum(jnp.where(hit[:, None], matrix, 0.0), axis=0)
@@ -63,7 +92,7 @@ def reduce_window_2d(x: jax.Array, init: float, op: Callable, window: tuple[int,
         pad_w = _pads(x.shape[2], kw, sw, padding)
     else:
         pad_h, pad_w = (tuple(p) for p in padding)
-    if not _EXPORTABLE.get():
+    if not _FORMS.get().pooling_as_slices:
         return jax.lax.reduce_window(x, init, op, (1, kh, kw, 1), (1, sh, sw, 1),
                                      ((0, 0), pad_h, pad_w, (0, 0)))
     xp = jnp.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=init)
@@ -79,4 +108,4 @@ def reduce_window_2d(x: jax.Array, init: float, op: Callable, window: tuple[int,
     return result
 
 
-__all__ = ["exportable", "reduce_window_2d", "take_row"]
+__all__ = ["Forms", "exportable", "forms", "fresh_trace", "reduce_window_2d", "take_row"]

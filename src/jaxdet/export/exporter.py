@@ -10,9 +10,15 @@ complete, so a failed export leaves nothing half-written):
   TPU; it runs with jax alone (``jax.export.deserialize(bytes).call(images)``), no jaxdet.
   The batch is polymorphic (any B) unless ``batch_size`` fixes it.
 * ``onnx``: ``model.onnx`` (opset 23, converted by jax2onnx, ``make install-export``), for ONNX
-  Runtime; a fixed batch (default 1). Max pooling is traced as strided slices
-  (``core.portable.exportable``) and NMS has no scatter or gather in its loop, so the
-  whole model, NMS included, is one ONNX graph.
+  Runtime; a fixed batch (default 1). Max pooling is traced as strided slices and greedy NMS
+  as one primitive (``core.portable.exportable``) that becomes ONNX ``NonMaxSuppression``
+  (``export/onnx_nms.py``), so the whole model, NMS included, is one ONNX graph without loops;
+  convolutions as plain convolutions (ONNX Runtime's kernels, not jaxdet's CPU rewrites).
+* ``saved_model``: ``saved_model/`` (TF Serving, ``tf.saved_model.load``; signature
+  ``serving_default``, input ``input_tensor``), any batch unless ``batch_size`` fixes it; also
+  takes ``encoded_image_string_tensor`` (JPEG/PNG bytes decoded in the graph).
+* ``tflite``: ``model.tflite`` (TFLite builtin ops only), a fixed batch (default 1).
+  Both need TensorFlow (``make install-tf-export``); see :mod:`jaxdet.export.tf_formats`.
 
 Every folder also holds ``signature.json``: the format, input name / type / shape, the output
 names and shapes, the label map (id -> name) and the keypoint names per class, the config's
@@ -26,6 +32,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,19 +42,22 @@ import numpy as np
 
 from jaxdet import builders, runs, tasks
 from jaxdet.config import schema as S
+from jaxdet.core.portable import fresh_trace
 from jaxdet.export.serving import INPUT_TYPES, serving_function
+from jaxdet.export.tf_formats import INPUT_NAME
+from jaxdet.models.depthwise import reference_convolutions
 
 log = logging.getLogger("jaxdet")
 
-FORMATS = ("stablehlo", "onnx")
-ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx"}
-PLANNED = {  # format -> why it is not written yet (one line for the CLI)
-    "saved_model": "TF SavedModel export is not available yet (planned: issue 19); use "
-                   "--format stablehlo or onnx",
-    "tflite": "TFLite export is not available yet (planned: issue 19); use --format stablehlo "
-              "or onnx",
-}
-PLATFORMS = ("cpu", "cuda", "tpu")
+FORMATS = ("stablehlo", "onnx", "saved_model", "tflite")
+ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx",
+             "saved_model": "saved_model", "tflite": "model.tflite"}
+TF_FORMATS = ("saved_model", "tflite")
+DECODES_IMAGES = ("saved_model",)  # formats whose runtime decodes JPEG/PNG in the graph
+FIXED_BATCH = ("onnx", "tflite")  # formats written for one batch size (default 1)
+RUNTIMES = {"stablehlo": ("cpu", "cuda", "tpu"), "onnx": ("onnxruntime",),
+            "saved_model": ("tensorflow", "tf-serving"), "tflite": ("tflite",)}
+PLATFORMS = RUNTIMES["stablehlo"]
 
 
 class ExportError(ValueError):
@@ -72,16 +82,21 @@ class ExportResult:
 
 def check_request(format: str, input_type: str) -> None:
     """Refuses, in one line, a format or input type this exporter cannot write."""
-    if format in PLANNED:
-        raise ExportError(PLANNED[format])
     if format not in FORMATS:
-        raise ExportError(f"--format {format!r}: allowed {', '.join(FORMATS)} (planned: "
-                          f"{', '.join(PLANNED)})")
+        raise ExportError(f"--format {format!r}: allowed {', '.join(FORMATS)}")
     if input_type not in INPUT_TYPES:
         raise ExportError(f"--input-type {input_type!r}: allowed {', '.join(INPUT_TYPES)}")
-    if input_type == "encoded_image_string_tensor":
+    if input_type == "encoded_image_string_tensor" and format not in DECODES_IMAGES:
         raise ExportError(f"--input-type encoded_image_string_tensor: a {format} model cannot "
-                          "decode JPEG/PNG bytes; decode on the host and use image_tensor")
+                          "decode JPEG/PNG bytes (only saved_model can); decode on the host "
+                          "and use image_tensor")
+    if format in TF_FORMATS:
+        from jaxdet.export.tf_formats import TFUnavailable, import_tf
+
+        try:
+            import_tf()
+        except TFUnavailable as e:
+            raise ExportError(f"--format {format} {e}") from e
 
 
 def _input_size(config: S.Config, input_size: tuple[int, int] | None) -> tuple[int, int]:
@@ -94,8 +109,13 @@ def _input_size(config: S.Config, input_size: tuple[int, int] | None) -> tuple[i
 
 
 def _signature(config: S.Config, input_type: str, shape: list, outputs: dict,
-               ids: list[int], names: list[str], layout: Any, platforms: tuple) -> dict:
-    dtype = "uint8" if input_type == "image_tensor" else "float32"
+               ids: list[int], names: list[str], layout: Any, platforms: tuple,
+               input_name: str) -> dict:
+    dtype = {"image_tensor": "uint8", "float_image_tensor": "float32"}.get(input_type, "string")
+    if input_type == "encoded_image_string_tensor":
+        shape, pixels = shape[:1], f"JPEG/PNG bytes of [{shape[1]}, {shape[2]}, 3] RGB images"
+    else:
+        pixels = "[batch, height, width, 3] RGB, 0..255"
     classes = []
     for k, (i, n) in enumerate(zip(ids, names, strict=True)):
         entry = {"id": int(i), "name": n}
@@ -106,8 +126,8 @@ def _signature(config: S.Config, input_type: str, shape: list, outputs: dict,
     return {
         "config": config.name, "jax": jax.__version__,
         "platforms": list(platforms),
-        "input": {"name": input_type, "dtype": dtype, "shape": shape,
-                  "layout": "[batch, height, width, 3] RGB, 0..255"},
+        "input": {"name": input_name, "type": input_type, "dtype": dtype, "shape": shape,
+                  "layout": pixels},
         "outputs": {k: {"dtype": str(v.dtype), "shape": [str(d) for d in v.shape]}
                     for k, v in outputs.items()},
         "label_map": classes,
@@ -122,9 +142,11 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
     """Writes the artifact of ``workdir``'s checkpoint (or ``checkpoint``) to ``out_dir``.
 
     Args:
-      format: one of :data:`FORMATS`; input_type: ``image_tensor`` (uint8) or
-        ``float_image_tensor`` (float32 0..255).
-      batch_size: a fixed batch; None: any batch (polymorphic).
+      format: one of :data:`FORMATS`; input_type: ``image_tensor`` (uint8),
+        ``float_image_tensor`` (float32 0..255) or ``encoded_image_string_tensor`` (JPEG/PNG
+        bytes; saved_model only).
+      batch_size: a fixed batch; None: any batch (polymorphic) for stablehlo and
+        saved_model, 1 for onnx and tflite.
       input_size: (height, width) of the images the artifact takes (default: the model's
         input size); other sizes are resized inside, as the config's resizer does.
     Raises:
@@ -148,22 +170,77 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
     fn = serving_function(task, config, params, batch_stats, class_ids=ids,
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels,
                           keypoint_layout=layout)
-    height, width = _input_size(config, input_size)
-    if format == "onnx":
+    return export_serving_function(fn, config, out_dir, _input_size(config, input_size),
+                                   format=format, input_type=input_type,
+                                   batch_size=batch_size, class_ids=ids, class_names=names,
+                                   keypoint_layout=layout, step=step)
+
+
+def export_serving_function(fn: Callable, config: S.Config, out_dir: str | Path,
+                            size: tuple[int, int], *, format: str, input_type: str,
+                            batch_size: int | None, class_ids: list[int],
+                            class_names: list[str], keypoint_layout: Any = None,
+                            step: Any = None) -> ExportResult:
+    """Writes the artifact of a :func:`serving_function` ``fn`` for ``size`` (H, W) images to
+    the new folder ``out_dir`` (atomically, with signature.json); what :func:`export_model`
+    does once the weights are loaded. ``class_ids`` / ``class_names`` / ``keypoint_layout``
+    go into the signature."""
+    check_request(format, input_type)
+    out_dir = Path(out_dir)
+    if format in FIXED_BATCH:
         batch_size = batch_size or 1
-        payload, outputs = export_onnx(fn, (height, width), batch_size=batch_size,
-                                       input_type=input_type)
-        platforms: tuple[str, ...] = ("onnxruntime",)
-    else:
-        exported = export_stablehlo(fn, (height, width), batch_size=batch_size,
-                                    input_type=input_type)
-        payload, platforms = exported.serialize(), PLATFORMS
-        outputs = dict(zip(output_names_of(exported), exported.out_avals, strict=True))
-    shape = ["batch" if batch_size is None else batch_size, height, width, 3]
-    signature = _signature(config, input_type, shape, outputs, ids, names, layout, platforms)
+    write, outputs = _writer(format, fn, size, batch_size, input_type)
+    shape = ["batch" if batch_size is None else batch_size, *size, 3]
+    input_name = INPUT_NAME if format in TF_FORMATS else input_type
+    signature = _signature(config, input_type, shape, outputs, class_ids, class_names,
+                           keypoint_layout, RUNTIMES[format], input_name)
     signature["format"] = format
     signature["checkpoint_step"] = step if isinstance(step, int) else str(step)
-    return _write(out_dir, ARTIFACTS[format], payload, signature)
+    return _write(out_dir, ARTIFACTS[format], write, signature)
+
+
+def _writer(format: str, fn, size: tuple[int, int], batch_size: int | None,
+            input_type: str) -> tuple[Callable[[Path], None], dict]:
+    """(a function writing the artifact at a given path, {output name: shape/dtype})."""
+    if format == "stablehlo":
+        exported = export_stablehlo(fn, size, batch_size=batch_size, input_type=input_type)
+        payload = exported.serialize()
+        return (lambda path: path.write_bytes(payload),
+                dict(zip(output_names_of(exported), exported.out_avals, strict=True)))
+    if format == "onnx":
+        payload, outputs = export_onnx(fn, size, batch_size=batch_size, input_type=input_type)
+        return lambda path: path.write_bytes(payload), outputs
+    from jaxdet.export import tf_formats
+
+    image_type = "float_image_tensor" if input_type == "float_image_tensor" else "image_tensor"
+    outputs = dict(sorted(jax.eval_shape(fn, _input_spec(size, batch_size or 1,
+                                                         image_type)).items()))
+    if batch_size is None:  # traced at batch 1 for the shapes: the signature says "batch"
+        outputs = {k: _Spec(("batch", *v.shape[1:]), v.dtype) for k, v in outputs.items()}
+
+    def write(path: Path) -> None:
+        try:
+            if format == "saved_model":
+                tf_formats.write_saved_model(fn, path, size, batch_size=batch_size,
+                                             input_type=input_type)
+            else:
+                path.write_bytes(tf_formats.tflite_bytes(fn, size, batch_size=batch_size,
+                                                         input_type=input_type))
+        except Exception as e:  # noqa: BLE001 - any conversion failure is said in one line
+            raise ExportError(f"the model cannot be converted to {format}: "
+                              f"{type(e).__name__}: {_first_line(e)}") from e
+
+    return write, outputs
+
+
+@dataclass(frozen=True)
+class _Spec:
+    shape: tuple
+    dtype: Any
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else ""
 
 
 def _input_spec(size: tuple[int, int], batch_size: int | None, input_type: str
@@ -181,10 +258,10 @@ def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None
     for ``platforms``. Raises ExportError (one line) when it cannot be lowered."""
     spec = _input_spec(size, batch_size, input_type)
     try:
-        return jax.export.export(jax.jit(fn), platforms=platforms)(spec)
+        return jax.export.export(jax.jit(fresh_trace(fn)), platforms=platforms)(spec)
     except Exception as e:  # noqa: BLE001 - any lowering failure is reported in one line
         raise ExportError(f"the model cannot be lowered to StableHLO: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
+                          f"{_first_line(e)}") from e
 
 
 def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
@@ -199,16 +276,17 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
         raise ExportError("--format onnx needs jax2onnx, onnx and onnxruntime: run `make "
                           "install-export`") from e
     from jaxdet.core.portable import exportable
+    from jaxdet.export import onnx_nms  # noqa: F401 - registers NMS -> NonMaxSuppression
 
     spec = _input_spec(size, batch_size, input_type)
     outputs = dict(sorted(jax.eval_shape(fn, spec).items()))
     try:
-        with exportable():
-            model = to_onnx(fn, [spec], input_names=[input_type], output_names=list(outputs),
-                            return_mode="proto")
+        with exportable(), reference_convolutions():  # ONNX Conv, not the CPU rewrites
+            model = to_onnx(fresh_trace(fn), [spec], input_names=[input_type],
+                            output_names=list(outputs), return_mode="proto")
     except Exception as e:  # noqa: BLE001 - any conversion failure is reported in one line
         raise ExportError(f"the model cannot be converted to ONNX: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
+                          f"{_first_line(e)}") from e
     return model.SerializeToString(), outputs
 
 
@@ -219,13 +297,14 @@ def output_names_of(exported: jax.export.Exported) -> list[str]:
     return [name for name, _ in sorted(index.items(), key=lambda item: item[1])]
 
 
-def _write(out_dir: Path, name: str, payload: bytes, signature: dict) -> ExportResult:
-    """Writes ``name`` and signature.json into a temporary sibling folder, then moves it to
-    ``out_dir``."""
+def _write(out_dir: Path, name: str, write: Callable[[Path], None], signature: dict
+           ) -> ExportResult:
+    """Writes the artifact ``name`` (by ``write(path)``) and signature.json into a temporary
+    sibling folder, then moves it to ``out_dir``."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        (tmp / name).write_bytes(payload)
+        write(tmp / name)
         (tmp / "signature.json").write_text(json.dumps(signature, indent=1))
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
@@ -234,8 +313,11 @@ def _write(out_dir: Path, name: str, payload: bytes, signature: dict) -> ExportR
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     artifact = out_dir / name
-    return ExportResult(out_dir, artifact, artifact.stat().st_size, signature)
+    size = (sum(f.stat().st_size for f in artifact.rglob("*") if f.is_file())
+            if artifact.is_dir() else artifact.stat().st_size)
+    return ExportResult(out_dir, artifact, size, signature)
 
 
 __all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model",
+           "export_serving_function",
            "export_onnx", "export_stablehlo", "output_names_of"]

@@ -1,0 +1,129 @@
+"""Every shipped config of a family, exported to every format, against ``jaxdet predict``.
+
+    python benchmarks/export_parity.py --family ssd --formats stablehlo onnx
+    .venv-tf/bin/python benchmarks/export_parity.py --family ssd     # + saved_model, tflite
+
+Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some),
+with the config's initial weights whose kernels are re-drawn with a larger spread (so
+scores differ between anchors and NMS has real work), on ``--batch`` random uint8 images at
+the model's input size: the artifact written by ``jaxdet export``'s own code path, run in its
+runtime (``jaxdet.export.runtimes.load_artifact``), and compared with the jitted
+``task.predict`` on the host-preprocessed images. Prints one JSON object: per config and
+format the detection count and classes equal or not, the largest box / score difference,
+``ok`` (both equal, differences <= 1e-4) and the seconds export + first run took. A format
+the environment lacks (ONNX without ``make install-export``, SavedModel / TFLite without
+``make install-tf-export``) is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference_throughput import machine_info
+from jaxdet import builders, tasks
+from jaxdet.config.loader import load_config
+from jaxdet.export.exporter import FORMATS, export_serving_function
+from jaxdet.export.runtimes import differences, load_artifact, predict_as_signature
+from jaxdet.export.serving import serving_function
+from jaxdet.predict import preprocess_images
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+NEEDS = {"onnx": ("jax2onnx", "onnxruntime"), "saved_model": ("tensorflow",),
+         "tflite": ("tensorflow", "ai_edge_litert")}
+ATOL = 1e-4
+
+
+def family_configs(family: str) -> list[str]:
+    """Names of the shipped configs whose ``model.type`` is ``family``."""
+    names = []
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        if load_config(path.stem).model.type == family:
+            names.append(path.stem)
+    return names
+
+
+def spread_kernels(params, seed: int = 0, gain: float = 3.0):
+    """Conv / dense kernels times ``gain`` with a random sign per output channel: initial
+    weights give near-constant scores (the prior bias), which would test NMS on ties."""
+    leaves, tree = jax.tree_util.tree_flatten_with_path(params)
+    key = jax.random.PRNGKey(seed)
+    out = []
+    for i, (path, leaf) in enumerate(leaves):
+        if "kernel" in jax.tree_util.keystr(path) and leaf.ndim >= 2:
+            sign = jax.random.rademacher(jax.random.fold_in(key, i), leaf.shape[-1:],
+                                         dtype=leaf.dtype)
+            leaf = leaf * gain * sign
+        out.append(leaf)
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def check_config(name: str, formats: list[str], batch: int, overrides: list[str],
+                 tmp: Path) -> dict:
+    config = load_config(name, overrides)
+    task = builders.build_task(config)
+    params, stats = task.initial_variables()
+    params = spread_kernels(params)
+    size = builders.input_size(config.data)
+    ids = list(range(1, config.model.num_classes + 1))
+    fn = serving_function(task, config, params, stats, class_ids=ids,
+                          pads_raw_pixels=tasks.family(config).pads_raw_pixels)
+    images = np.random.default_rng(0).integers(0, 256, (batch, *size, 3)).astype(np.uint8)
+    x, info = preprocess_images(config, images)
+    det = jax.device_get(jax.jit(task.predict)(params, stats, jnp.asarray(x), info))
+    want = predict_as_signature(det, size, np.asarray(ids))
+    row: dict = {"config": name, "input_size": list(size),
+                 "detections": [int(n) for n in det["num_detections"]]}
+    for fmt in formats:
+        missing = [m for m in NEEDS.get(fmt, ()) if importlib.util.find_spec(m) is None]
+        if missing:
+            row[fmt] = {"skipped": f"needs {', '.join(missing)}"}
+            continue
+        t0 = time.perf_counter()
+        out = tmp / f"{name}_{fmt}"
+        export_serving_function(fn, config, out, size, format=fmt, input_type="image_tensor",
+                                batch_size=batch, class_ids=ids,
+                                class_names=[str(i) for i in ids])
+        got = load_artifact(out)(images)
+        d = differences(got, want)
+        d["ok"] = (d["num_detections_equal"] and d["classes_equal"]
+                   and all(v <= ATOL for v in d["max_abs"].values()))
+        d["max_abs"] = {k: float(f"{v:.2e}") for k, v in d["max_abs"].items()}
+        d["seconds"] = round(time.perf_counter() - t0, 1)
+        row[fmt] = d
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="ssd")
+    parser.add_argument("--configs", nargs="*", default=None,
+                        help="default: every shipped config of --family")
+    parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    names = args.configs or family_configs(args.family)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            rows.append(check_config(name, args.formats, args.batch, args.overrides,
+                                     Path(tmp)))
+            print(json.dumps(rows[-1]), flush=True)
+    ok = all(r[f].get("ok", True) for r in rows for f in args.formats)
+    result = {"benchmark": "export_parity", "family": args.family, "formats": args.formats,
+              "all_ok": ok, "configs": rows, **machine_info()}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""``greedy_nms_p`` in ONNX: the ``NonMaxSuppression`` operator, padded back to static picks.
+
+Importing this module registers the lowering with jax2onnx (``export_onnx`` does). Each set
+of the primitive's leading axes (an image x class in ``core.nms.batched_nms``) becomes one
+"batch" of ``NonMaxSuppression`` with one class, so every set keeps its own boxes:
+
+    boxes [*L, k, 4] -> [N, k, 4];  scores [*L, k] -> [N, 1, k]        (N = prod(L))
+    selected [M, 3] = NonMaxSuppression(boxes, scores, P, iou, score)  (set, 0, box)
+    slot of row r = r - (rows of earlier sets)   (rows come grouped by set, in pick order)
+    indices [N, P] = ScatterND(zeros, (set, slot), box);  valid = slot < picks of the set
+
+ONNX Runtime's kernel keeps a candidate whose score is > the score threshold, suppresses
+IoU > the IoU threshold and picks in descending score: :func:`greedy_nms_loop`'s rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from jax2onnx.plugins._ir_shapes import _ensure_value_metadata, _stamp_type_and_shape
+from jax2onnx.plugins.plugin_system import PrimitiveLeafPlugin, register_primitive
+
+from jaxdet.core.greedy_nms import greedy_nms_p
+
+_I64, _F32, _BOOL, _I32 = (ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.BOOL,
+                           ir.DataType.INT32)
+
+
+@register_primitive(jaxpr_primitive=greedy_nms_p.name, jax_doc="jaxdet.core.greedy_nms",
+                    onnx=[{"component": "NonMaxSuppression",
+                           "doc": "https://onnx.ai/onnx/operators/onnx__NonMaxSuppression.html"}],
+                    since="jaxdet", context="primitives.jaxdet", component="greedy_nms",
+                    testcases=[])
+class GreedyNmsPlugin(PrimitiveLeafPlugin):
+    """Lowers ``jaxdet_greedy_nms`` to ONNX ``NonMaxSuppression`` (see the module doc)."""
+
+    def lower(self, ctx: Any, eqn: Any) -> None:
+        p = eqn.params
+        boxes_var, scores_var = eqn.invars
+        indices_var, valid_var = eqn.outvars
+        lead = tuple(scores_var.aval.shape[:-1])
+        k, picks = scores_var.aval.shape[-1], int(p["max_picks"])
+        n = int(np.prod(lead, dtype=np.int64))
+
+        def op(name: str, *inputs, dtype, shape, **attrs) -> ir.Value:
+            out = getattr(ctx.builder, name)(*inputs, **attrs,
+                                              _outputs=[ctx.fresh_name(f"nms_{name}")])
+            out.type = ir.TensorType(dtype)
+            _stamp_type_and_shape(out, shape)
+            _ensure_value_metadata(ctx, out)
+            return out
+
+        def const(value, dtype) -> ir.Value:
+            return ctx.bind_const_for_var(object(), np.asarray(value, dtype=dtype))
+
+        boxes = ctx.get_value_for_var(boxes_var, name_hint=ctx.fresh_name("nms_boxes"))
+        scores = ctx.get_value_for_var(scores_var, name_hint=ctx.fresh_name("nms_scores"))
+        boxes = op("Reshape", boxes, const([n, k, 4], np.int64), dtype=_F32, shape=(n, k, 4))
+        scores = op("Reshape", scores, const([n, 1, k], np.int64), dtype=_F32,
+                    shape=(n, 1, k))
+        selected = op("NonMaxSuppression", boxes, scores, const([picks], np.int64),
+                      const([p["iou_threshold"]], np.float32),
+                      const([p["score_threshold"]], np.float32), center_point_box=0,
+                      dtype=_I64, shape=("M", 3))
+        sets = op("Gather", selected, const(0, np.int64), axis=1, dtype=_I64, shape=("M",))
+        box = op("Gather", selected, const(2, np.int64), axis=1, dtype=_I64, shape=("M",))
+        rows = op("Shape", selected, start=0, end=1, dtype=_I64, shape=(1,))
+        ones = op("Expand", const(1, np.int64), rows, dtype=_I64, shape=("M",))
+        counts = op("ScatterElements", const(np.zeros(n), np.int64), sets, ones, axis=0,
+                    reduction="add", dtype=_I64, shape=(n,))
+        first = op("CumSum", counts, const(0, np.int64), exclusive=1, dtype=_I64, shape=(n,))
+        row = op("Range", const(0, np.int64), op("Squeeze", rows, dtype=_I64, shape=()),
+                 const(1, np.int64), dtype=_I64, shape=("M",))
+        slot = op("Sub", row, op("Gather", first, sets, axis=0, dtype=_I64, shape=("M",)),
+                  dtype=_I64, shape=("M",))
+        where = op("Concat", op("Unsqueeze", sets, const([1], np.int64), dtype=_I64,
+                                shape=("M", 1)),
+                   op("Unsqueeze", slot, const([1], np.int64), dtype=_I64, shape=("M", 1)),
+                   axis=1, dtype=_I64, shape=("M", 2))
+        picked = op("ScatterND", const(np.zeros((n, picks)), np.int64), where, box,
+                    dtype=_I64, shape=(n, picks))
+        indices = op("Cast", op("Reshape", picked, const([*lead, picks], np.int64),
+                                dtype=_I64, shape=(*lead, picks)),
+                     to=int(_I32.value), dtype=_I32, shape=(*lead, picks))
+        valid = op("Less", const(np.arange(picks)[None, :], np.int64),
+                   op("Unsqueeze", counts, const([1], np.int64), dtype=_I64, shape=(n, 1)),
+                   dtype=_BOOL, shape=(n, picks))
+        valid = op("Reshape", valid, const([*lead, picks], np.int64), dtype=_BOOL,
+                   shape=(*lead, picks))
+        ctx.bind_value_for_var(indices_var, indices)
+        ctx.bind_value_for_var(valid_var, valid)
+
+
+__all__ = ["GreedyNmsPlugin"]
