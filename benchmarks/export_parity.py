@@ -4,8 +4,8 @@
     .venv-tf/bin/python benchmarks/export_parity.py --family ssd     # + saved_model, tflite
 
 Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some),
-with the config's initial weights whose kernels are re-drawn with a larger spread (so
-scores differ between anchors and NMS has real work), on ``--batch`` random uint8 images at
+with the config's initial weights whose kernels are re-drawn He-normal (so scores differ
+between anchors and NMS has real work), on ``--batch`` random uint8 images at
 the model's input size: the artifact written by ``jaxdet export``'s own code path, run in its
 runtime (``jaxdet.export.runtimes.load_artifact``), and compared with the jitted
 ``task.predict`` on the host-preprocessed images. Prints one JSON object: per config and
@@ -51,17 +51,24 @@ def family_configs(family: str) -> list[str]:
     return names
 
 
-def spread_kernels(params, seed: int = 0, gain: float = 3.0):
-    """Conv / dense kernels times ``gain`` with a random sign per output channel: initial
-    weights give near-constant scores (the prior bias), which would test NMS on ties."""
+def redraw_kernels(params, seed: int = 0):
+    """Conv / dense kernels re-drawn: He-normal (std sqrt(2 / fan_in), fan_in = all axes but
+    the last) in the network, and LeCun-normal (std sqrt(1 / fan_in)) in the last layer of the
+    box and class predictors, so logits are the prior bias plus O(1) noise. The configs' own
+    initializers give near-constant scores (vanishing activations: NMS would be tested on
+    ties), He-normal predictors saturated ones (many scores exactly 1.0 in float32, whose
+    order then depends on the last bit of each runtime's sigmoid)."""
     leaves, tree = jax.tree_util.tree_flatten_with_path(params)
     key = jax.random.PRNGKey(seed)
     out = []
     for i, (path, leaf) in enumerate(leaves):
-        if "kernel" in jax.tree_util.keystr(path) and leaf.ndim >= 2:
-            sign = jax.random.rademacher(jax.random.fold_in(key, i), leaf.shape[-1:],
-                                         dtype=leaf.dtype)
-            leaf = leaf * gain * sign
+        name = jax.tree_util.keystr(path)
+        if "kernel" in name and leaf.ndim >= 2:
+            fan_in = int(np.prod(leaf.shape[:-1]))
+            last = "_predictor" in name and "depthwise" not in name
+            std = np.sqrt((1.0 if last else 2.0) / fan_in)
+            leaf = (jax.random.normal(jax.random.fold_in(key, i), leaf.shape, leaf.dtype)
+                    * std).astype(leaf.dtype)
         out.append(leaf)
     return jax.tree_util.tree_unflatten(tree, out)
 
@@ -71,7 +78,7 @@ def check_config(name: str, formats: list[str], batch: int, overrides: list[str]
     config = load_config(name, overrides)
     task = builders.build_task(config)
     params, stats = task.initial_variables()
-    params = spread_kernels(params)
+    params = redraw_kernels(params)
     size = builders.input_size(config.data)
     ids = list(range(1, config.model.num_classes + 1))
     fn = serving_function(task, config, params, stats, class_ids=ids,

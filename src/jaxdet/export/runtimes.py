@@ -68,35 +68,41 @@ def predict_as_signature(det: dict, size: tuple[int, int], class_ids: np.ndarray
     return out
 
 
-def _aligned(out: Outputs) -> list[Outputs]:
-    """Per image, its first ``num_detections`` detections in a canonical order (score to 4
-    decimals, then class, then box): runtimes may order detections of equal score
-    differently."""
-    rows = []
-    for i, n in enumerate(np.asarray(out["num_detections"]).astype(int)):
-        key = np.lexsort((*np.round(out["detection_boxes"][i, :n].T, 3)[::-1],
-                          out["detection_classes"][i, :n],
-                          -np.round(out["detection_scores"][i, :n], 4)))
-        rows.append({k: np.asarray(v)[i, :n][key] for k, v in out.items()
-                     if k != "num_detections"})
-    return rows
+def _match(got: Outputs, want: Outputs, i: int) -> tuple[bool, dict[str, float]]:
+    """Pairs image ``i``'s detections one to one: each expected one with the closest unused
+    detection of the same class (runtimes may order detections of equal score differently).
+    Returns (every expected detection found a partner, {output: largest difference})."""
+    n = int(want["num_detections"][i])
+    keys = [k for k in want if k not in ("num_detections", "detection_classes")]
+    free = list(range(int(got["num_detections"][i])))
+    worst: dict[str, float] = {}
+    for d in range(n):
+        same = [j for j in free
+                if got["detection_classes"][i, j] == want["detection_classes"][i, d]]
+        if not same:
+            return False, worst
+        gaps = [{k: float(np.max(np.abs(np.asarray(got[k][i, j]) - want[k][i, d])))
+                 for k in keys} for j in same]
+        best = min(range(len(same)), key=lambda m: max(gaps[m].values()))
+        free.remove(same[best])
+        for k, v in gaps[best].items():
+            worst[k] = max(worst.get(k, 0.0), v)
+    return True, worst
 
 
 def differences(got: Outputs, want: Outputs) -> dict:
     """How far an artifact's outputs are from the expected ones: ``{"num_detections_equal",
-    "classes_equal": bool, "max_abs": {output: float}}`` over the valid detections (compared
-    in :func:`_aligned` order)."""
+    "classes_equal": bool, "max_abs": {output: float}}``, each expected detection paired with
+    the closest one of its class in ``got`` (see :func:`_match`)."""
     same_count = bool(np.array_equal(got["num_detections"], want["num_detections"]))
     result = {"num_detections_equal": same_count, "classes_equal": same_count, "max_abs": {}}
     if not same_count:
         return result
-    for g, w in zip(_aligned(got), _aligned(want), strict=True):
-        result["classes_equal"] &= bool(np.array_equal(g["detection_classes"],
-                                                       w["detection_classes"]))
-        for key in g:
-            if key != "detection_classes" and g[key].size:
-                d = float(np.max(np.abs(g[key] - w[key])))
-                result["max_abs"][key] = max(result["max_abs"].get(key, 0.0), d)
+    for i in range(len(want["num_detections"])):
+        matched, worst = _match(got, want, i)
+        result["classes_equal"] &= matched
+        for k, v in worst.items():
+            result["max_abs"][k] = max(result["max_abs"].get(k, 0.0), v)
     return result
 
 
