@@ -26,6 +26,8 @@ from jaxdet.builders_data import (  # noqa: F401  (re-exported: builders is the 
     check_data_paths,
     input_size,
     keypoint_specs,
+    load_masks,
+    mask_shape,
     transforms_of,
 )
 from jaxdet.config import schema as S

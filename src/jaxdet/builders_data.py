@@ -40,11 +40,13 @@ def input_size(data: S.DataConfig) -> tuple[int, int]:
 
 
 def build_resizer(cfg: S.DataConfig):
+    """The resizer; instance masks (``data.load_masks``) leave it on the input size's grid
+    divided by ``data.mask_stride``."""
     r = cfg.resizer
     if isinstance(r, S.FixedShapeResizerConfig):
-        return resize.FixedShapeResizer(r.height, r.width, r.method)
+        return resize.FixedShapeResizer(r.height, r.width, r.method, mask_stride=cfg.mask_stride)
     return resize.KeepAspectRatioResizer(r.min_dimension, r.max_dimension, r.pad_to_max_dimension,
-                                         r.method)
+                                         r.method, mask_stride=cfg.mask_stride)
 
 
 def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
@@ -164,24 +166,38 @@ def keypoint_specs(config: S.Config) -> tuple[KeypointSpec, ...]:
                               skeleton=tuple(tuple(e) for e in t.skeleton)) for t in tasks)
 
 
+def load_masks(config: S.Config) -> bool:
+    """Whether sources read instance masks (``data.load_masks``): pass it to
+    :func:`build_source` as ``masks``."""
+    return bool(config.data.load_masks)
+
+
+def mask_shape(config: S.Config) -> tuple[int, int]:
+    """The static (Hm, Wm) of batch ``masks``: the input size // ``data.mask_stride``."""
+    h, w = input_size(config.data)
+    return h // config.data.mask_stride, w // config.data.mask_stride
+
+
 def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
                  num_classes: int | None = None, field: str | None = None,
-                 keypoints: Sequence[KeypointSpec] = ()):
+                 keypoints: Sequence[KeypointSpec] = (), masks: bool = False):
     """A data source. Relative shapes ``output_dir`` paths are placed under ``workdir``.
 
     ``num_classes`` (the model's) bounds TFRecord labels (default: the label map's largest
     id); ``field`` ("data.train" / "data.eval") names the config section in errors.
     ``keypoints`` (:func:`keypoint_specs`): the keypoint groups the records carry (COCO JSON,
     TFRecord and generated shapes; Pascal VOC has no keypoints and refuses them).
+    ``masks`` (:func:`load_masks`): the records carry instance masks (every kind of source;
+    generated shapes are written with their exact masks).
     """
     keypoints = tuple(keypoints)
     if isinstance(cfg, S.TfRecordDataConfig):
         _check_configured(cfg, field)
         return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes,
-                              keypoints=keypoints)
+                              keypoints=keypoints, masks=masks)
     if isinstance(cfg, S.CocoDataConfig):
         return CocoSource(cfg.annotation_file, cfg.image_dir, class_index=cfg.class_index,
-                          keypoints=keypoints)
+                          keypoints=keypoints, masks=masks)
     if isinstance(cfg, S.VocDataConfig):
         if keypoints:
             classes = ", ".join(sorted({k.class_name for k in keypoints}))
@@ -190,7 +206,7 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
                 f"keypoint tasks (model.keypoint_tasks, classes {classes}) need them; use a "
                 "COCO JSON or TFRecord dataset with keypoints, or remove the keypoint tasks")
         names = list(cfg.class_names) if cfg.class_names else None
-        return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names)
+        return VocSource(cfg.annotation_dir, cfg.image_dir, class_names=names, masks=masks)
     out = Path(cfg.output_dir)
     if not out.is_absolute() and workdir is not None:
         out = Path(workdir) / out
@@ -204,8 +220,10 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
         min_size_frac=cfg.min_size_frac,
         max_size_frac=cfg.max_size_frac,
         keypoints=cfg.keypoints,
+        masks=masks,
     )
-    return CocoSource(annotations, Path(annotations).parent / "images", keypoints=keypoints)
+    return CocoSource(annotations, Path(annotations).parent / "images", keypoints=keypoints,
+                      masks=masks)
 
 
 def check_class_count(config: S.Config, source) -> None:

@@ -35,8 +35,10 @@ from PIL import Image
 
 from jaxdet.data.decode import CorruptImageError, load_record_image, read_image_bytes
 from jaxdet.data.label_map import write_label_map
+from jaxdet.data.masks import load_record_masks
 from jaxdet.data.records import Record, coco_ground_truth
 from jaxdet.data.tfrecord import TfRecordWriter, encode_example
+from jaxdet.data.tfrecord_source import mask_features
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -92,7 +94,8 @@ def _file_name(record: Record) -> str:
 def tf_example(record: Record, data: bytes, fmt: str, class_names: list[str], *,
                crowd_key: str = "image/object/is_crowd") -> bytes:
     """A serialized TF OD API ``tf.train.Example`` for a record (PIXEL boxes -> normalized;
-    PIXEL (y, x) keypoints [n, K, 2] -> normalized, flattened [n * K], when it has them)."""
+    PIXEL (y, x) keypoints [n, K, 2] -> normalized, flattened [n * K], and instance masks ->
+    ``image/object/mask`` PNGs, when it has them)."""
     height, width = int(record["height"]), int(record["width"])
     boxes = np.asarray(record["boxes"], np.float64).reshape(-1, 4)
     norm = (boxes / np.array([height, width, height, width], np.float64)).astype(np.float32)
@@ -118,6 +121,9 @@ def tf_example(record: Record, data: bytes, fmt: str, class_names: list[str], *,
     if "keypoints" in record:
         features.update(keypoint_features(record["keypoints"], record["keypoint_visibility"],
                                           height, width))
+    masks = load_record_masks(record)
+    if masks is not None:  # PNG per instance, the TF OD API layout
+        features.update(mask_features(masks))
     return encode_example(features)
 
 
@@ -293,6 +299,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label-map-out", default=None, help="tfrecord output: write a label map")
     p.add_argument("--preview", default=None, metavar="PNG",
                    help="also draw the first images with their boxes into this PNG")
+    p.add_argument("--masks", action="store_true",
+                   help="coco / voc / tfrecord input: carry the instance masks (COCO "
+                        "polygons or RLE, VOC SegmentationObject PNGs, TFRecord PNGs) into "
+                        "the output (TFRecord image/object/mask PNGs, COCO RLE)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -304,20 +314,22 @@ def open_source(args: argparse.Namespace):
             raise ValueError("--from tfrecord needs --input FILE_OR_GLOB")
         from jaxdet.data.tfrecord_source import TfRecordSource
 
-        return TfRecordSource(args.input, args.label_map)
+        return TfRecordSource(args.input, args.label_map, masks=args.masks)
     if not args.annotations or not args.images:
         raise ValueError(f"--from {kind} needs --annotations and --images")
     if kind == "coco":
         from jaxdet.data.coco import CocoSource
 
-        return CocoSource(args.annotations, args.images)
+        return CocoSource(args.annotations, args.images, masks=args.masks)
     if kind == "boxes-json":
         from jaxdet.data.boxes_json import BoxesJsonSource
 
+        if args.masks:
+            raise ValueError("--masks: boxes-json annotations have no masks")
         return BoxesJsonSource(args.annotations, args.images, class_name=args.class_name)
     from jaxdet.data.voc import VocSource
 
-    return VocSource(args.annotations, args.images)
+    return VocSource(args.annotations, args.images, masks=args.masks)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -120,7 +120,8 @@ def _build_source(config: Config, workdir: Path, split: str):
     def build():
         return builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
                                      field=f"data.{split}",
-                                     keypoints=builders.keypoint_specs(config))
+                                     keypoints=builders.keypoint_specs(config),
+                                     masks=builders.load_masks(config))
 
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils

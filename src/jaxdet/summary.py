@@ -136,7 +136,8 @@ def data_fit(config: Config, anchors_px: np.ndarray, *, split: str = "train",
         raise ValueError(f"data.{split} is not set: no dataset to compare the anchors with")
     source = builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
                                    field=f"data.{split}",
-                                   keypoints=builders.keypoint_specs(config))
+                                   keypoints=builders.keypoint_specs(config),
+                                   masks=builders.load_masks(config))
     matcher = config.model.matcher
     threshold = matcher.matched_threshold if matcher.name == "argmax" else 0.5
     boxes = boxes_at_input(source, builders.build_resizer(config.data).box_scale)

@@ -86,7 +86,10 @@ class CocoDataConfig(Strict):
 
 
 class VocDataConfig(Strict):
-    """Pascal VOC: a folder of XML annotations and a folder of images."""
+    """Pascal VOC: a folder of XML annotations and a folder of images. With
+    ``data.load_masks`` the instance masks are the ``SegmentationObject`` PNGs beside
+    ``annotation_dir`` (VOC's layout); images without one are left out, so use the
+    segmentation image set."""
 
     type: Literal["voc"]
     annotation_dir: str
@@ -165,7 +168,16 @@ ResizerConfig = Annotated[
 
 
 class DataConfig(Strict):
-    """Where images come from, how they are augmented and brought to one static shape."""
+    """Where images come from, how they are augmented and brought to one static shape.
+
+    ``load_masks``: read every object's instance mask (COCO ``segmentation`` polygons or RLE,
+    TFRecord ``image/object/mask`` PNGs, Pascal VOC ``SegmentationObject`` PNGs, generated
+    shapes' exact masks) and move it with the image through every augment op and the resizer
+    (nearest neighbour: masks stay 0 / 1). Batches then hold ``masks`` uint8
+    [B, max_number_of_boxes, H // mask_stride, W // mask_stride] (H x W: the input size),
+    all 0 past the valid boxes. ``mask_stride``: how much coarser than the input the masks
+    are kept; memory per image is max_number_of_boxes x (H / s) x (W / s) bytes, e.g. 100
+    boxes at a 1024 x 1024 input: 6.6 MB at stride 4, 105 MB at stride 1."""
 
     train: DatasetConfig | None = None
     eval: DatasetConfig | None = None
@@ -175,6 +187,9 @@ class DataConfig(Strict):
     std: tuple[float, float, float] = (58.395, 57.12, 57.375)
     max_number_of_boxes: int = Field(100, ge=1)
     worker_count: int = Field(0, ge=0)
+    # masks: 100 boxes x (1024 / 4)^2 = 6.6 MB per image as uint8 (105 MB at stride 1)
+    load_masks: bool = later_field(False)
+    mask_stride: int = later_field(4, ge=1)
 
 
 # --------------------------------------------------------------------------- train

@@ -2,9 +2,11 @@
 
 A sample holds ``"image"`` float32 [H, W, 3] in 0..255, ``"boxes"`` float32 [n, 4] NORMALIZED
 (ymin, xmin, ymax, xmax), ``"classes"`` int32 [n], ``"is_crowd"`` bool [n], optionally
-``"keypoints"`` [n, K, 2] NORMALIZED (y, x) with ``"keypoint_visibility"`` [n, K], plus
-passthrough keys (``"image_info"``, ``"image_id"``, ...). Image, boxes and keypoints always
-move together (a keypoint that leaves the image becomes unlabelled); boxes
+``"keypoints"`` [n, K, 2] NORMALIZED (y, x) with ``"keypoint_visibility"`` [n, K] and
+``"masks"`` uint8 [n, H, W] (instance masks covering the image, see ``data.masks``), plus
+passthrough keys (``"image_info"``, ``"image_id"``, ...). Image, boxes, keypoints and masks
+always move together (a keypoint that leaves the image becomes unlabelled; masks are moved by
+nearest-neighbour sampling and stay binary); boxes
 that leave a crop are clipped, and dropped (with their classes / is_crowd) when nothing, or
 less than ``min_visible_fraction`` of their area, is left. Ops never modify their input.
 
@@ -30,6 +32,7 @@ from jaxdet.data.geometry import (
     resize_image,
     set_content_size,
 )
+from jaxdet.data.masks import resample_masks, with_masks
 
 # Boxes with less than this fraction of their area left inside a crop are dropped.
 MIN_VISIBLE_FRACTION = 0.05
@@ -47,7 +50,7 @@ def _check_range(name: str, value, lo: float = 0.0) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RandomHorizontalFlip:
-    """Mirrors image, boxes and keypoints left-right with the given probability.
+    """Mirrors image, boxes, keypoints and masks left-right with the given probability.
 
     ``keypoint_flip_permutation`` (TF's): slot ``i`` of a flipped object takes the mirrored
     keypoint of slot ``permutation[i]``; empty keeps the slots. Its length must equal the
@@ -66,7 +69,8 @@ class RandomHorizontalFlip:
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         if rng.random() >= self.probability:
             return sample
-        out = move_keypoints(sample, (1.0, -1.0), (0.0, 1.0), bounds=None)
+        out = with_masks(move_keypoints(sample, (1.0, -1.0), (0.0, 1.0), bounds=None),
+                         lambda m: np.ascontiguousarray(m[:, :, ::-1]))
         if "keypoints" in out and self.keypoint_flip_permutation:
             perm = np.asarray(self.keypoint_flip_permutation)
             k = out["keypoints"].shape[1]
@@ -114,6 +118,9 @@ class RandomScaleCropAndPadToSquare:
         crop = scaled[off_y:off_y + size, off_x:off_x + size]
         canvas = np.zeros((size, size, image.shape[2]), np.float32)
         canvas[: crop.shape[0], : crop.shape[1]] = crop
+        sy, sx = height / scaled_h, width / scaled_w  # input pixels per scaled pixel
+        sample = with_masks(sample, lambda m: resample_masks(m, (size, size), (sy, sx),
+                                                             (off_y * sy, off_x * sx)))
         out = reframe_boxes(
             sample, src_size=(scaled_h, scaled_w), offset=(-off_y, -off_x),
             window=(0.0, 0.0, float(crop.shape[0]), float(crop.shape[1])),
@@ -189,8 +196,9 @@ class SSDRandomCrop:
                     continue
             else:
                 keep = np.zeros((0,), bool)
+            cropped = with_masks(sample, lambda m: m[:, y0:y1, x0:x1].copy())  # noqa: B023
             out = reframe_boxes(
-                sample, src_size=(height, width), offset=(-y0, -x0), window=None,
+                cropped, src_size=(height, width), offset=(-y0, -x0), window=None,
                 canvas_size=(ch, cw), keep=keep,
             )
             out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])

@@ -3,7 +3,9 @@
 Each op follows ``object_detection/core/preprocessor.py`` of the TF Object Detection API, with
 the same parameter names and defaults as ``protos/preprocessor.proto``. Samples are as in
 :mod:`jaxdet.data.augment`: float32 image [H, W, 3] in 0..255, NORMALIZED (ymin, xmin, ymax,
-xmax) boxes [n, 4]; boxes that an op drops take their classes / is_crowd with them. After a
+xmax) boxes [n, 4], optional keypoints and instance masks [n, H, W] (cropped and padded exactly
+as the image, see ``data.masks``); boxes that an op drops take their classes / is_crowd /
+keypoints / masks with them. After a
 crop or pad ``image_info`` holds (orig_h, orig_w, new_h, new_w): the whole new canvas counts as
 image content, and the resizer brings it to the static input size later.
 """
@@ -17,6 +19,7 @@ import sys
 import numpy as np
 
 from jaxdet.data.geometry import Sample, filter_boxes, move_keypoints, set_content_size
+from jaxdet.data.masks import paste_masks, with_masks
 
 
 def _check_unit(name: str, value: float, *, open_low: bool = False) -> None:
@@ -194,7 +197,8 @@ class RandomCropImage:
         new = _change_frame(boxes, window)
         if self.clip_boxes:
             new = np.clip(new, 0.0, 1.0)
-        out = _keypoints_to_frame(sample, window)
+        out = with_masks(_keypoints_to_frame(sample, window),
+                         lambda m: m[:, y0:y1, x0:x1].copy())
         out["boxes"] = new
         out = filter_boxes(out, keep)
         out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])
@@ -258,7 +262,8 @@ class RandomSquareCropByScale:
                            (crop_x0 + size) / width], np.float32)
         new = _change_frame(_boxes(sample), window)
         keep = _inside_window(new, (0.0, 0.0, 1.0, 1.0))
-        out = _keypoints_to_frame(sample, window)
+        out = with_masks(_keypoints_to_frame(sample, window), lambda m: paste_masks(
+            m, (size, size), (y0, x0, y1, x1), (y0 - crop_y0, x0 - crop_x0)))
         out["boxes"] = np.clip(new, 0.0, 1.0)
         out = filter_boxes(out, keep)
         out["image"] = canvas
@@ -300,7 +305,8 @@ def pad_image(
     canvas[off_y:off_y + height, off_x:off_x + width] = image
     window = np.array([-off_y / height, -off_x / width, (new_h - off_y) / height,
                        (new_w - off_x) / width], np.float32)
-    out = _keypoints_to_frame(sample, window, prune=False)
+    out = with_masks(_keypoints_to_frame(sample, window, prune=False), lambda m: paste_masks(
+        m, (new_h, new_w), (0, 0, height, width), (off_y, off_x)))
     out["boxes"] = _change_frame(_boxes(sample), window)
     out["image"] = canvas
     return set_content_size(out, new_h, new_w, (height, width))

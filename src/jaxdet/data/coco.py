@@ -31,10 +31,27 @@ fills its class group's slots only; objects of other classes, and annotations wi
     one with ``v`` outside 0..2: unlabelled (``keypoint_bad_visibility``), an unlabelled one
     with coordinates: coordinates zeroed (``keypoint_unlabelled_with_coordinates``).
 
+Instance masks (``masks=True``, ``data.load_masks``): every kept annotation's ``segmentation``
+(polygons, or RLE uncompressed or compressed) is checked and encoded once, when the source is
+built, with :func:`jaxdet.data.masks.coco_segmentation` (pycocotools' rasterization, what
+COCO's mask evaluation uses), and records get ``mask_ref`` (:class:`~jaxdet.data.masks.RleMasks`,
+decoded by the loader into ``masks`` uint8 [n, H, W]). Crowd annotations (``iscrowd`` 1) keep
+their mask as they keep their box (``is_crowd``: ignored in training and evaluation). A file in
+which no annotation has a ``segmentation`` is refused (ValueError naming it). Per annotation:
+  * no segmentation, or an empty list: dropped (``missing_mask``),
+  * polygons with fewer than 3 points (or an odd number of coordinates): left out, and the
+    annotation dropped when none is left (``degenerate_polygon``),
+  * not a polygon list / RLE, non-finite coordinates, RLE run lengths that are negative,
+    undecodable or do not add up to h x w: dropped (``malformed_mask``),
+  * an RLE whose ``size`` is not the image's: dropped (``mask_size_mismatch``),
+  * a mask with no pixel: kept with its empty mask (``empty_mask``),
+  * a self-intersecting polygon: filled as pycocotools fills it (even-odd), not counted.
+
 The source holds only compact numpy arrays, so it pickles cheaply into loader workers;
 :meth:`CocoSource.ground_truth` re-reads the JSON for the evaluator and leaves out exactly the
-image entries and annotations dropped here, and gives the boxes clipped here (by more than
-``CLIP_TOLERANCE_PX``) their clipped extent, so training and evaluation see the same objects.
+image entries and annotations dropped here, gives the boxes clipped here (by more than
+``CLIP_TOLERANCE_PX``) their clipped extent and the polygons repaired here their kept
+polygons, so training and evaluation see the same objects.
 """
 
 from __future__ import annotations
@@ -54,6 +71,7 @@ from jaxdet.data.keypoints import (
     check_object_keypoints,
     resolve_layout,
 )
+from jaxdet.data.masks import RleMasks, coco_segmentation
 from jaxdet.data.records import Record, SkipCounter, make_record, pixel_box
 
 logger = logging.getLogger("jaxdet.data")
@@ -115,7 +133,8 @@ class CocoSource:
     """Random-access source over a COCO-format detection annotation file.
 
     ``keypoints``: the keypoint groups to read (``model.keypoint_tasks``; see the module
-    docstring); ``source.keypoint_layout`` is their layout (empty without).
+    docstring); ``source.keypoint_layout`` is their layout (empty without). ``masks``: read
+    the instance masks (``segmentation``; see the module docstring).
     """
 
     def __init__(
@@ -126,6 +145,7 @@ class CocoSource:
         skips: SkipCounter | None = None,
         class_index: str = "contiguous",
         keypoints: Sequence[KeypointSpec] = (),
+        masks: bool = False,
     ):
         if class_index not in ("contiguous", "id_minus_one", "id"):
             raise ValueError(f"class_index={class_index!r}; allowed: contiguous, id_minus_one, id")
@@ -134,6 +154,7 @@ class CocoSource:
         self.image_dir = str(image_dir)
         self.skips = skips if skips is not None else SkipCounter()
         self._keypoint_specs = tuple(keypoints)
+        self.load_masks = bool(masks)
         data = _load_json(self.annotation_file)
         if not os.path.isdir(self.image_dir):
             raise FileNotFoundError(
@@ -183,6 +204,7 @@ class CocoSource:
         self._clipped_annotations: dict[int, list[float]] = {}  # position -> clipped xywh
         # position -> (repaired COCO keypoints [x, y, v] * count, num_keypoints)
         self._repaired_keypoints: dict[int, tuple[list[float], int]] = {}
+        self._repaired_segmentation: dict[int, list] = {}  # position -> polygons kept
         for position, entry in enumerate(data["images"]):
             try:
                 image_id = int(entry["id"])
@@ -221,10 +243,16 @@ class CocoSource:
         self._widths = np.asarray(widths, np.int32)
         row_of = {image_id: row for row, image_id in enumerate(ids)}
 
-        rows, classes, crowd, boxes, points, visible = [], [], [], [], [], []
+        rows, classes, crowd, boxes, points, visible, rles = [], [], [], [], [], [], []
         annotations = data.get("annotations") or []
         if not isinstance(annotations, list):
             raise ValueError(f"{file}: 'annotations' must be a list")
+        if self.load_masks and annotations and not any(
+                isinstance(a, dict) and a.get("segmentation") is not None for a in annotations):
+            raise ValueError(
+                f"{file}: no annotation has a 'segmentation' (an instance mask), but instance "
+                "masks were asked for (data.load_masks); use a file with masks or set "
+                "data.load_masks false")
         for position, ann in enumerate(annotations):
             ann_id = ann.get("id", f"#{position}") if isinstance(ann, dict) else f"#{position}"
             where = f"annotation id {ann_id}"
@@ -253,6 +281,15 @@ class CocoSource:
                 self.skips.add("box_outside_image", file, image_where,
                                f"bbox {[x, y, w, h]} in a {width}x{height} image")
                 continue
+            if self.load_masks:
+                seg = coco_segmentation(ann.get("segmentation"), height, width)
+                if seg.reason is not None:
+                    self.skips.add(seg.reason, file, image_where, seg.detail)
+                if seg.counts is None:
+                    continue
+                if seg.polygons is not None:
+                    self._repaired_segmentation[position] = seg.polygons
+                rles.append(seg.counts)
             cy0, cx0, cy1, cx1 = box
             if problem == "box_clipped":
                 self.skips.add("box_clipped", file, image_where,
@@ -280,6 +317,10 @@ class CocoSource:
         if k and n_boxes:
             self._keypoints = np.stack(points).astype(np.float32)[order]
             self._keypoint_visibility = np.stack(visible).astype(np.int32)[order]
+        counts = [rles[i] for i in order] if self.load_masks else []
+        self._mask_counts = b"".join(counts)
+        self._mask_offsets = np.concatenate(
+            [[0], np.cumsum([len(c) for c in counts], dtype=np.int64)]).astype(np.int64)
         sorted_rows = rows_arr[order]
         n = len(ids)
         self._offsets = np.searchsorted(sorted_rows, np.arange(n + 1)).astype(np.int64)
@@ -372,17 +413,24 @@ class CocoSource:
         index %= len(self)
         lo, hi = self._offsets[index], self._offsets[index + 1]
         with_keypoints = bool(self.keypoint_layout)
+        height, width = int(self._heights[index]), int(self._widths[index])
+        mask_ref = None
+        if self.load_masks:
+            cuts = self._mask_offsets[lo:hi + 1]
+            mask_ref = RleMasks(height, width, tuple(
+                self._mask_counts[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)))
         return make_record(
             image_path=os.path.join(self.image_dir, self._file_names[index]),
             image_id=int(self._image_ids[index]),
-            height=int(self._heights[index]),
-            width=int(self._widths[index]),
+            height=height,
+            width=width,
             boxes=self._boxes[lo:hi].copy(),
             classes=self._classes[lo:hi].copy(),
             is_crowd=self._crowd[lo:hi].copy(),
             keypoints=self._keypoints[lo:hi].copy() if with_keypoints else None,
             keypoint_visibility=(self._keypoint_visibility[lo:hi].copy() if with_keypoints
                                  else None),
+            mask_ref=mask_ref,
         )
 
     def ground_truth(self) -> dict[str, Any]:
@@ -391,14 +439,15 @@ class CocoSource:
         Image entries and annotations dropped while parsing (see the module docstring) are
         left out and boxes clipped by more than ``CLIP_TOLERANCE_PX`` get their clipped
         ``bbox``; annotations whose keypoints were repaired get the repaired ``keypoints``
-        (COCO order, [x, y, v] * k) and ``num_keypoints``. Everything else is as stored in the
-        file (what pycocotools evaluates: categories keep their ``keypoints`` names and
-        ``skeleton``, annotations their ``keypoints`` and ``num_keypoints``). On a clean file
-        this is the file's dict unchanged.
+        (COCO order, [x, y, v] * k) and ``num_keypoints``, those whose degenerate polygons
+        were left out (with masks) the polygons kept as ``segmentation``. Everything else is as
+        stored in the file (what pycocotools evaluates: categories keep their ``keypoints``
+        names and ``skeleton``, annotations their ``keypoints``, ``num_keypoints`` and
+        ``segmentation``). On a clean file this is the file's dict unchanged.
         """
         data = _load_json(self.annotation_file)
         if not (self._dropped_images or self._dropped_annotations or self._clipped_annotations
-                or self._repaired_keypoints):
+                or self._repaired_keypoints or self._repaired_segmentation):
             return data
         out = dict(data)
         drop = set(self._dropped_images)
@@ -413,6 +462,8 @@ class CocoSource:
             if i in self._repaired_keypoints:
                 points, num = self._repaired_keypoints[i]
                 ann = dict(ann, keypoints=points, num_keypoints=num)
+            if i in self._repaired_segmentation:
+                ann = dict(ann, segmentation=self._repaired_segmentation[i])
             annotations.append(ann)
         out["annotations"] = annotations
         return out

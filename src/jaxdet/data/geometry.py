@@ -2,10 +2,11 @@
 
 Samples carry float32 images [H, W, 3] (0..255) and NORMALIZED yxyx boxes, and may carry
 NORMALIZED (y, x) ``keypoints`` [n, K, 2] with ``keypoint_visibility`` [n, K] (see
-``data.keypoints``). Per-box arrays (:data:`PER_BOX_KEYS`) are filtered together whenever
-boxes are dropped; keypoints move with the boxes, and one that leaves the visible window
-becomes unlabelled (v = 0, coordinates 0), as the TF OD API's ``prune_outside_window`` makes it
-NaN.
+``data.keypoints``) and uint8 instance ``masks`` [n, h, w] covering the image (see
+``data.masks``; each op moves them as it moves the image). Per-box arrays
+(:data:`PER_BOX_KEYS`) are filtered together whenever boxes are dropped; keypoints move with
+the boxes, and one that leaves the visible window becomes unlabelled (v = 0, coordinates 0), as
+the TF OD API's ``prune_outside_window`` makes it NaN.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-PER_BOX_KEYS = ("boxes", "classes", "is_crowd", "keypoints", "keypoint_visibility")
+PER_BOX_KEYS = ("boxes", "classes", "is_crowd", "keypoints", "keypoint_visibility", "masks")
 
 Sample = dict[str, Any]
 

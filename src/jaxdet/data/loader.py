@@ -33,7 +33,11 @@ Batches are numpy dicts::
     "mask"       bool    [B]         False on eval padding
 
 and, from a source with keypoints (``data.keypoints``), ``"keypoints"`` float32 [B, N, K, 2]
-normalized (y, x) and ``"keypoint_visibility"`` int32 [B, N, K].
+normalized (y, x) and ``"keypoint_visibility"`` int32 [B, N, K]; from a source with instance
+masks (``data.load_masks``), ``"masks"`` uint8 [B, N, H // s, W // s] (s = the resizer's
+``mask_stride``; 0 / 1, all 0 past the valid boxes; see ``data.masks``): 100 boxes at a
+1024 x 1024 input and s = 4 are 6.6 MB per image. A record's masks are decoded next to its
+image; a mask file that cannot be read skips the sample as an unreadable image does.
 
 Determinism: the training stream is a function of (source, transforms, seed) only. Sample k of
 the stream is record ``perm_epoch[k mod n]`` augmented with an RNG seeded by
@@ -66,6 +70,7 @@ from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
 from jaxdet.data.keypoints import KEYPOINT_KEYS
+from jaxdet.data.masks import MASK_KEYS, has_masks, load_record_masks, resample_masks
 from jaxdet.data.records import EpochTally, Record, SkipCounter
 from jaxdet.tasks.base import BatchLayout, check_batch
 
@@ -79,7 +84,10 @@ BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore", "image_id", "imag
 
 
 def build_sample(record: Record, image: np.ndarray) -> Sample:
-    """Decoded image + record -> augmentable sample (float32 image, normalized boxes)."""
+    """Decoded image + record -> augmentable sample (float32 image, normalized boxes).
+
+    A record's decoded ``masks`` [n, h, w] become the sample's (resampled, nearest, to the
+    decoded image's size when the annotated size differs from it)."""
     height, width = image.shape[:2]
     ann_h = record.get("height") or height
     ann_w = record.get("width") or width
@@ -100,6 +108,15 @@ def build_sample(record: Record, image: np.ndarray) -> Sample:
         kp = kp / np.array([ann_h, ann_w], np.float32)
         sample["keypoints"] = np.where(visibility[..., None] > 0, kp, 0.0).astype(np.float32)
         sample["keypoint_visibility"] = visibility
+    if "masks" in record:
+        masks = np.asarray(record["masks"], np.uint8)
+        if masks.ndim != 3 or masks.shape[0] != n:
+            raise ValueError(f"{record.get('image_path')}: masks have shape {masks.shape}, "
+                             f"expected [{n}, H, W] (one per box)")
+        if masks.shape[1:] != (height, width):
+            masks = resample_masks(masks, (height, width), (masks.shape[1] / height,
+                                                            masks.shape[2] / width), (0.0, 0.0))
+        sample["masks"] = masks
     return sample
 
 
@@ -126,7 +143,7 @@ class _Pipeline:
             "mask": np.bool_(mask),
             "num_truncated": int(sample["num_truncated"]),
         }
-        for key in KEYPOINT_KEYS:
+        for key in KEYPOINT_KEYS + MASK_KEYS:
             if key in sample:
                 out[key] = sample[key]
         return out
@@ -135,6 +152,8 @@ class _Pipeline:
         record = self.source[index]
         try:
             image = load_record_image(record)
+            if "mask_ref" in record:
+                record = dict(record, masks=load_record_masks(record))
         except CorruptImageError as e:
             return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
         sample = self.finish(build_sample(record, image), rng, mask=True)
@@ -155,6 +174,9 @@ class _Pipeline:
                 len(record["boxes"]), -1).shape[1]
             empty["keypoints"] = np.zeros((0, k, 2), np.float32)
             empty["keypoint_visibility"] = np.zeros((0, k), np.int32)
+        if has_masks(record):
+            empty.pop("mask_ref", None)
+            empty["masks"] = np.zeros((0, height, width), np.uint8)
         sample = build_sample(empty, np.zeros((height, width, 3), np.uint8))
         return self.finish(sample, np.random.default_rng(0), mask=False)
 
@@ -282,7 +304,7 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
         "image_info": np.stack([s["image_info"] for s in samples]).astype(np.float32),
         "mask": np.array([s["mask"] for s in samples], bool),
     }
-    for key in KEYPOINT_KEYS:
+    for key in KEYPOINT_KEYS + MASK_KEYS:
         if key in samples[0]:
             batch[key] = np.stack([s[key] for s in samples])
     batch["_stream_index"] = np.array([s.get("_stream_index", -1) for s in samples], np.int64)

@@ -11,7 +11,10 @@ A *record* is a plain dict describing one annotated image, before decoding:
     "is_crowd":   bool [n]   COCO iscrowd / VOC difficult: ignored in training and eval
 
 and, from a source built with a keypoint layout (``data.keypoints``), ``"keypoints"`` float32
-[n, K, 2] PIXEL (y, x) and ``"keypoint_visibility"`` int32 [n, K] (COCO's v).
+[n, K, 2] PIXEL (y, x) and ``"keypoint_visibility"`` int32 [n, K] (COCO's v); from a source
+built with ``masks=True`` (``data.load_masks``), the objects' instance masks: ``"masks"`` uint8
+[n, height, width] (0 / 1, one per box, in box order), or, as sources give them, ``"mask_ref"``
+(their encoded form, decoded by the loader: :func:`jaxdet.data.masks.load_record_masks`).
 
 Sources validate and repair annotations once, when they are built, and report every
 dropped or repaired item through a :class:`SkipCounter` (one WARNING line naming the file and
@@ -53,11 +56,14 @@ def make_record(
     is_crowd: Any = None,
     keypoints: Any = None,
     keypoint_visibility: Any = None,
+    masks: Any = None,
+    mask_ref: Any = None,
 ) -> Record:
     """Builds a record with the canonical dtypes and shapes (empty annotations allowed).
 
     ``keypoints`` [n, K, 2] pixel (y, x) and ``keypoint_visibility`` [n, K] come together or
-    not at all (see ``data.keypoints``)."""
+    not at all (see ``data.keypoints``). ``masks`` uint8 [n, height, width] or ``mask_ref``
+    (one of the encoded forms of ``data.masks``, ``len(mask_ref) == n``), or neither."""
     boxes = np.zeros((0, 4), np.float32) if boxes is None else np.asarray(boxes, np.float32)
     boxes = boxes.reshape(-1, 4)
     n = boxes.shape[0]
@@ -88,6 +94,20 @@ def make_record(
         k = visibility.shape[1]
         kp = np.asarray(keypoints, np.float32).reshape(n, k, 2)
         record["keypoints"], record["keypoint_visibility"] = kp, visibility
+    if masks is not None and mask_ref is not None:
+        raise ValueError(f"record for {image_path!r}: give masks or mask_ref, not both")
+    if masks is not None:
+        masks = np.asarray(masks)
+        if masks.shape != (n, int(height), int(width)):
+            raise ValueError(f"record for {image_path!r}: masks have shape {masks.shape}, "
+                             f"expected [{n}, {int(height)}, {int(width)}] (one per box, "
+                             "at the image's size)")
+        record["masks"] = (masks > 0).astype(np.uint8) if masks.dtype != np.uint8 else masks
+    if mask_ref is not None:
+        if len(mask_ref) != n:
+            raise ValueError(f"record for {image_path!r}: {len(mask_ref)} encoded masks for "
+                             f"{n} boxes")
+        record["mask_ref"] = mask_ref
     return record
 
 
@@ -206,12 +226,23 @@ def coco_ground_truth(records, category_names: Sequence[str], description: str,
     ``keypoint_visibility`` [n, K]), every annotation of a class with a group gets COCO's
     ``keypoints`` [x, y, v] * k (the group's slots, in its order) and ``num_keypoints`` (the
     count of v > 0), and the group's category its ``keypoints`` names and ``skeleton``
-    (1-based pairs, as COCO writes them). A record without keypoints counts as unlabelled."""
+    (1-based pairs, as COCO writes them). A record without keypoints counts as unlabelled.
+
+    Records with instance masks (``masks`` or ``mask_ref``) give their annotations a COCO
+    ``segmentation`` (compressed RLE); those of an image whose masks cannot be read get none
+    (the loaders skip that image, so it is not scored)."""
+    from jaxdet.data.decode import CorruptImageError
+    from jaxdet.data.masks import coco_rle, load_record_masks
+
     layout = layout or None
     images, annotations = [], []
     for r in records:
         images.append({"id": r["image_id"], "file_name": file_name(r),
                        "height": r["height"], "width": r["width"]})
+        try:
+            masks = load_record_masks(r)
+        except CorruptImageError:
+            masks = None
         for i, (box, c, crowd) in enumerate(zip(r["boxes"], r["classes"], r["is_crowd"],
                                                 strict=True)):
             y0, x0, y1, x1 = (float(v) for v in box)
@@ -223,6 +254,8 @@ def coco_ground_truth(records, category_names: Sequence[str], description: str,
             group = layout.group_of_class(int(c)) if layout else None
             if group is not None:
                 ann.update(_coco_keypoints(r, i, group.slots))
+            if masks is not None:
+                ann["segmentation"] = coco_rle(masks[i])
             annotations.append(ann)
     categories = [{"id": i + 1, "name": n} for i, n in enumerate(category_names)]
     for group in layout.groups if layout else ():

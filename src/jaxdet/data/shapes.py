@@ -6,7 +6,9 @@ that contrast with the background and with the shapes they overlap. Sizes are lo
 between ``min_size_frac`` and ``max_size_frac`` of the shorter image side, so there are tiny
 and large objects. Later shapes are drawn on top of earlier ones; a candidate shape that would
 leave an earlier one less than ``min_visible_frac`` visible is not drawn at all, so every
-visible shape is annotated. Each annotation is the tight pixel box of the full shape.
+visible shape is annotated. Each annotation is the tight pixel box of the full shape; with
+``masks=True`` also its exact instance mask: the pixels it covers in the image (the shape as
+drawn, less what later shapes cover), as a COCO RLE ``segmentation``.
 
 Everything is derived from ``seed`` (one generator per image), so the same call writes the same
 bytes. A ``params.json`` stamp lets a second call with the same parameters return at once.
@@ -24,6 +26,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from jaxdet.data.masks import coco_rle
 
 SHAPE_NAMES = ("circle", "square", "triangle", "star", "ellipse", "cross", "hexagon", "ring")
 GENERATOR_VERSION = 1
@@ -175,8 +179,9 @@ def render_shapes_image(
     max_size_frac: float = 0.6,
     min_visible_frac: float = 0.3,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Renders one image; returns (uint8 [H, W, 3], objects with class, box xyxy, area and
-    the (x, y) corners of squares and triangles)."""
+    """Renders one image; returns (uint8 [H, W, 3], objects with class, box xyxy, area, the
+    (x, y) corners of squares and triangles, and ``mask``: bool [H, W], the pixels the object
+    covers in the image, i.e. its shape less what later shapes cover)."""
     image, (c1, c2) = _background(rng, height, width)
     owner = np.full((height, width), -1, np.int16)
     objects: list[dict[str, Any]] = []
@@ -226,6 +231,8 @@ def render_shapes_image(
             })
             visible.append(area)
             break
+    for k, obj in enumerate(objects):
+        obj["mask"] = owner == k
     image += rng.normal(0, rng.uniform(0, 6), image.shape).astype(np.float32)
     return np.clip(np.rint(image), 0, 255).astype(np.uint8), objects
 
@@ -244,6 +251,7 @@ def generate_shapes(
     min_visible_frac: float = 0.3,
     image_format: str = "jpg",
     keypoints: bool = False,
+    masks: bool = False,
 ) -> Path:
     """Writes ``out_dir/images/*`` and ``out_dir/annotations.json``; returns the JSON path.
 
@@ -254,6 +262,11 @@ def generate_shapes(
     ``keypoints``: squares and triangles also get COCO keypoints, their corners (x, y, v=2) in
     the order of :data:`SHAPE_KEYPOINTS`, and their categories the keypoint names and
     skeleton; the images are the same as without.
+
+    ``masks``: every annotation also gets its exact instance mask as a ``segmentation``
+    (compressed RLE): the pixels of the image its shape covers (later shapes drawn over it
+    excluded, so the masks of an image are disjoint; its box stays the full shape's). The
+    images are the same as without.
     """
     if not 1 <= num_classes <= len(SHAPE_NAMES):
         raise ValueError(f"num_classes must be in 1..{len(SHAPE_NAMES)}, got {num_classes}")
@@ -283,6 +296,8 @@ def generate_shapes(
     }
     if keypoints:  # only then: stamps written before keypoints existed stay valid
         stamp["keypoints"] = True
+    if masks:
+        stamp["masks"] = True
     if _is_done(stamp_path, stamp, ann_path, images_dir, num_images, fmt):
         return ann_path
 
@@ -318,6 +333,8 @@ def generate_shapes(
                 annotation["keypoints"] = [round(float(v), 2) for x, y in obj["corners"]
                                            for v in (x, y, 2)]
                 annotation["num_keypoints"] = len(obj["corners"])
+            if masks:
+                annotation["segmentation"] = coco_rle(obj["mask"])
             annotations.append(annotation)
     categories = [{"id": c + 1, "name": SHAPE_NAMES[c], "supercategory": "shape"}
                   for c in range(num_classes)]

@@ -10,6 +10,8 @@ Feature keys (those of the TF OD API's dataset tools)::
     image/object/weight                        0 -> is_crowd as well
     image/object/keypoint/{y,x}                NORMALIZED keypoints, [n * K] flattened
     image/object/keypoint/visibility           COCO v per keypoint, [n * K] (optional)
+    image/object/mask                          instance masks: one PNG per object (TF's
+                                               PNG_MASKS), or floats [n * H * W] (NUMERICAL)
 
 Class index = label - 1 (jaxdet classes are 0-based; id 0 is TF's background). ``num_classes``
 is, in order: the argument (the model's), else the label map's largest id, else the largest
@@ -50,6 +52,18 @@ always kept:
   * the checks of :func:`~jaxdet.data.keypoints.check_object_keypoints`
     (``keypoint_outside_image``, ``keypoint_bad_visibility``,
     ``keypoint_unlabelled_with_coordinates``).
+
+Instance masks (``masks=True``, ``data.load_masks``), read as TF's ``tf_example_decoder`` does
+(a pixel > 0 is the object): records get ``mask_ref``, decoded by the loader into ``masks``
+uint8 [n, H, W] (:mod:`jaxdet.data.masks`). PNG masks stay in the file (the source keeps their
+byte ranges and checks only their headers; a PNG whose pixels cannot be decoded is found by the
+loader, which skips the image as unreadable); numerical masks are kept as COCO RLE. Checks:
+  * a record with objects but no ``image/object/mask``, or whose mask list is not one PNG per
+    object (or n x H x W floats), is dropped (``missing_mask``, ``malformed_mask``),
+  * an object whose PNG header cannot be read is dropped (``malformed_mask``), one whose PNG
+    is of another size than the image too (``mask_size_mismatch``),
+  * a numerical mask with no pixel is kept (``empty_mask``).
+:func:`mask_features` writes masks in this layout.
 """
 
 from __future__ import annotations
@@ -76,6 +90,14 @@ from jaxdet.data.label_map import (
     class_names_from_label_map,
     read_label_map_items,
     text_to_id,
+)
+from jaxdet.data.masks import (
+    MASK_KEY,
+    MaskListError,
+    PngMasks,
+    RleMasks,
+    encode_png,
+    example_mask_items,
 )
 from jaxdet.data.records import (
     Record,
@@ -133,6 +155,12 @@ class _Malformed(Exception):
     pass
 
 
+def mask_features(masks) -> dict[str, list[bytes]]:
+    """The TF OD API feature of instance ``masks`` [n, H, W] (binary): ``image/object/mask``,
+    one PNG (one channel, 0 / 1) per object, as TF's ``create_coco_tf_record`` writes it."""
+    return {MASK_KEY: [encode_png(m) for m in np.asarray(masks)]}
+
+
 class TfRecordSource:
     """Random-access source over TFRecord files of TF OD API ``tf.train.Example`` records.
 
@@ -143,6 +171,7 @@ class TfRecordSource:
       num_classes: the model's class count (labels beyond it are dropped and counted).
       keypoints: the keypoint groups to read (``model.keypoint_tasks``; see the module
         docstring); ``source.keypoint_layout`` is their layout (empty without).
+      masks: read the instance masks (``image/object/mask``; see the module docstring).
     """
 
     def __init__(
@@ -153,6 +182,7 @@ class TfRecordSource:
         *,
         skips: SkipCounter | None = None,
         keypoints: Sequence[KeypointSpec] = (),
+        masks: bool = False,
     ):
         paths = [input_path] if isinstance(input_path, str | os.PathLike) else input_path
         self.input_path = tuple(os.fspath(p) for p in paths)
@@ -168,6 +198,7 @@ class TfRecordSource:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         self._max_label = num_classes
         self._keypoint_specs = tuple(keypoints)
+        self.load_masks = bool(masks)
         self._num_keypoints = sum(len(spec.names) for spec in self._keypoint_specs)
         self._label_items = items
         if num_classes is not None:  # refuse a bad keypoint class before reading the files
@@ -186,6 +217,8 @@ class TfRecordSource:
         # per image, with keypoints: (object index in the Example [m], PIXEL (y, x) [m, K, 2],
         # v [m, K]) of its kept objects, before the layout's checks
         self._points: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        # per kept object, with masks: (file offset, length) of its PNG, or its RLE counts
+        self._masks: list[tuple[int, int] | bytes] = []
         total = sum(os.path.getsize(f) for f in self.files)
         # A bar only when indexing is slow (large datasets): tqdm stays hidden for 2 s.
         with tqdm(total=total, unit="B", unit_scale=True, delay=2.0, leave=False,
@@ -224,7 +257,10 @@ class TfRecordSource:
             reason, detail = e.args
             self.skips.add(reason, file, where, detail)
             return
-        (a, b), size, name, source_id, boxes, classes, crowd, points = parsed
+        (a, b), size, name, source_id, boxes, classes, crowd, points, masks = parsed
+        start = offset + RECORD_HEADER_BYTES
+        self._masks.extend(m if isinstance(m, bytes) else (start + m[0], m[1] - m[0])
+                           for m in masks)
         self._file_index.append(file_index)
         self._offsets.append(offset)
         self._image_refs.append((offset + RECORD_HEADER_BYTES + a, b - a))
@@ -291,9 +327,16 @@ class TfRecordSource:
             raise _Malformed("malformed_example", "per-object lists differ in length: "
                              + ", ".join(f"{k}: {v}" for k, v in lengths.items()))
 
-        boxes, classes, crowd, kept = [], [], [], []
+        boxes, classes, crowd, kept, masks = [], [], [], [], []
         scale = (height, width, height, width)
         points = self._read_keypoints(spans, n, height, width, file, where)
+        mask_items = None
+        if self.load_masks:
+            try:
+                mask_items = example_mask_items(*spans.get(MASK_KEY, ("bytes", [])), data, n,
+                                                height, width)
+            except MaskListError as e:
+                raise _Malformed(*e.args) from None
         for k in range(n):
             obj = f"{where}, object {k}"
             if labels:
@@ -317,13 +360,22 @@ class TfRecordSource:
                                f"normalized box {norm} in a {width}x{height} image")
             if box is None:
                 continue
+            if mask_items is not None:
+                item = mask_items[k]
+                if isinstance(item, tuple) and isinstance(item[0], str):
+                    reason, detail, keep = item
+                    self.skips.add(reason, file, obj, detail)
+                    if not keep:
+                        continue
+                    item = keep
+                masks.append(item)
             boxes.append(box)
             classes.append(label - 1)
             crowd.append(any(bool(f[k]) for f in flags if f)
                          or bool(weights and float(weights[k]) == 0.0))
             kept.append(k)
         points = None if points is None else (kept, points[0][kept], points[1][kept])
-        return (a, b), (height, width), name, source_id, boxes, classes, crowd, points
+        return (a, b), (height, width), name, source_id, boxes, classes, crowd, points, masks
 
     # ---------------------------------------------------------------- keypoints
 
@@ -425,11 +477,17 @@ class TfRecordSource:
             [p[1] for p in self._points] + [np.zeros((0, k, 2))]).astype(np.float32)
         self._visibility_array = np.concatenate(
             [p[2] for p in self._points] + [np.zeros((0, k))]).astype(np.int32)
+        self._mask_png = np.asarray([m if isinstance(m, tuple) else (-1, -1)
+                                     for m in self._masks], np.int64).reshape(-1, 2)
+        counts = [m if isinstance(m, bytes) else b"" for m in self._masks]
+        self._mask_rle = b"".join(counts)
+        self._mask_rle_offsets = np.concatenate(
+            [[0], np.cumsum([len(c) for c in counts], dtype=np.int64)]).astype(np.int64)
         self._file_index = np.asarray(self._file_index, np.int32)
         self._offsets = np.asarray(self._offsets, np.int64)
         self._image_refs = np.asarray(self._image_refs, np.int64).reshape(-1, 2)
         self._sizes = np.asarray(self._sizes, np.int32).reshape(-1, 2)
-        del self._boxes, self._classes, self._crowd, self._source_ids, self._points
+        del self._boxes, self._classes, self._crowd, self._source_ids, self._points, self._masks
         del self._label_items
 
     # ---------------------------------------------------------------- API
@@ -472,11 +530,21 @@ class TfRecordSource:
             keypoints=self._keypoint_array[lo:hi].copy() if with_keypoints else None,
             keypoint_visibility=(self._visibility_array[lo:hi].copy() if with_keypoints
                                  else None),
+            mask_ref=self._mask_ref(index, file, lo, hi) if self.load_masks else None,
         )
         start, length = (int(v) for v in self._image_refs[index])
         record["image_bytes_ref"] = (file, start, length)
         record["file_name"] = self._names[index]
         return record
+
+    def _mask_ref(self, index: int, file: str, lo: int, hi: int) -> PngMasks | RleMasks:
+        height, width = (int(v) for v in self._sizes[index])
+        if hi > lo and self._mask_png[lo, 0] >= 0:
+            return PngMasks(height, width, file,
+                            tuple((int(a), int(b)) for a, b in self._mask_png[lo:hi]))
+        cuts = self._mask_rle_offsets[lo:hi + 1]
+        return RleMasks(height, width, tuple(self._mask_rle[a:b]
+                                             for a, b in zip(cuts[:-1], cuts[1:], strict=True)))
 
     def ground_truth(self) -> dict[str, Any]:
         """A COCO-format dict of the kept images and boxes (category ids = labels 1..C,
@@ -503,4 +571,4 @@ def _spec_by_shown_name(spec: KeypointSpec, items: Sequence[LabelMapItem],
     return spec
 
 
-__all__ = ["TfRecordSource", "pixel_box", "resolve_input_paths"]
+__all__ = ["MASK_KEY", "TfRecordSource", "mask_features", "pixel_box", "resolve_input_paths"]

@@ -17,6 +17,19 @@ and the object, counted in ``source.skips`` by reason; one summary line follows)
   * objects whose name is not in the class list are dropped,
   * images without objects are kept (all-negative images).
 Unreadable image files are found later, by the loaders (skipped and counted there).
+
+Instance masks (``masks=True``, ``data.load_masks``) come from the ``SegmentationObject`` PNGs
+(``mask_dir``, by default the ``SegmentationObject`` folder beside ``annotation_dir``), one per
+image, named as the image with ``.png``: a palette image whose pixel value k is the k-th
+``<object>`` of the XML file (1-based, counting every object, also those dropped here), 0 the
+background and 255 the object borders ("void": background in the masks). Records get
+``mask_ref`` (:class:`~jaxdet.data.masks.InstancePngMasks`), decoded by the loader into
+``masks`` uint8 [n, H, W]. Only some VOC images have instance masks (use the segmentation
+image set, ``ImageSets/Segmentation/train.txt``). The PNGs are read once here; each problem
+drops the image (its objects cannot all have masks), one WARNING naming the XML file:
+  * no PNG (``missing_mask``), a PNG that cannot be decoded or is not a palette / grey image
+    (``malformed_mask``), a PNG of another size than the image (``mask_size_mismatch``);
+an object without a pixel in its PNG is kept with an empty mask (``empty_mask``).
 """
 
 from __future__ import annotations
@@ -29,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet.data.decode import CorruptImageError
+from jaxdet.data.masks import InstancePngMasks, read_instance_png
 from jaxdet.data.records import (
     Record,
     SkipCounter,
@@ -64,6 +79,8 @@ class VocSource:
         Objects whose name is not in the list are dropped and counted.
       image_set: optional file listing the image ids to use, one per line (VOC
         ``ImageSets/Main/train.txt``); by default every XML file, sorted by name.
+      masks: read the instance masks (see the module docstring) from ``mask_dir`` (default:
+        ``SegmentationObject`` beside ``annotation_dir``).
     """
 
     def __init__(
@@ -74,6 +91,8 @@ class VocSource:
         *,
         image_set: str | os.PathLike | None = None,
         skips: SkipCounter | None = None,
+        masks: bool = False,
+        mask_dir: str | os.PathLike | None = None,
     ):
         self.annotation_dir = str(annotation_dir)
         self.image_dir = str(image_dir)
@@ -82,6 +101,16 @@ class VocSource:
             raise FileNotFoundError(f"VOC annotation folder not found: {self.annotation_dir}")
         if not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"VOC image folder not found: {self.image_dir}")
+        self.load_masks = bool(masks)
+        self.mask_dir = None
+        if self.load_masks:
+            self.mask_dir = str(mask_dir) if mask_dir is not None else os.path.join(
+                os.path.dirname(os.path.normpath(self.annotation_dir)), "SegmentationObject")
+            if not os.path.isdir(self.mask_dir):
+                raise FileNotFoundError(
+                    f"VOC instance mask folder not found: {self.mask_dir} (instance masks were "
+                    "asked for: data.load_masks; set the dataset's mask_dir to the "
+                    "SegmentationObject folder)")
         before = self.skips.as_dict()
         if image_set is not None:
             with open(image_set, encoding="utf-8") as f:
@@ -108,17 +137,20 @@ class VocSource:
 
         self._records: list[Record] = []
         for image_id, p in enumerate(parsed, start=1):
-            boxes, classes, crowd = [], [], []
-            for k, (name, box, difficult) in enumerate(p["objects"]):
+            boxes, classes, crowd, ids = [], [], [], []
+            for name, box, difficult, k in p["objects"]:
                 if name not in index_of:
                     self.skips.add("unknown_category", p["xml"], f"object {k}", f"name {name!r}")
                     continue
                 boxes.append(box)
                 classes.append(index_of[name])
                 crowd.append(difficult)
+                ids.append(k + 1)
+            mask_ref = (InstancePngMasks(p["height"], p["width"], p["mask_path"], tuple(ids))
+                        if self.load_masks else None)
             self._records.append(
                 make_record(p["image_path"], image_id, p["height"], p["width"],
-                            boxes, classes, crowd)
+                            boxes, classes, crowd, mask_ref=mask_ref)
             )
         dropped = {k: n - before.get(k, 0) for k, n in self.skips.as_dict().items()
                    if n != before.get(k, 0)}
@@ -181,9 +213,39 @@ class VocSource:
                 continue
             if problem == "box_clipped":
                 self.skips.add("box_clipped", xml_file, f"object {k} ({name})")
-            objects.append((name, c, difficult))
+            objects.append((name, c, difficult, k))
+        mask_path = None
+        if self.load_masks:
+            mask_path = self._check_masks(xml_file, filename, objects, height, width)
+            if mask_path is None:
+                return None
         return {"xml": xml_file, "image_path": image_path, "height": height, "width": width,
-                "objects": objects}
+                "objects": objects, "mask_path": mask_path}
+
+    def _check_masks(self, xml_file: str, filename: str, objects: list, height: int,
+                     width: int) -> str | None:
+        """The image's SegmentationObject PNG, or None (counted) when the image must go."""
+        path = os.path.join(self.mask_dir, Path(filename).stem + ".png")
+        if not os.path.isfile(path):
+            self.skips.add("missing_mask", xml_file, detail=f"no instance mask file {path}; "
+                           "images without one are left out when masks are loaded")
+            return None
+        try:
+            labels = read_instance_png(path)
+        except CorruptImageError as e:
+            self.skips.add("malformed_mask", xml_file, detail=f"{path}: {e.reason}")
+            return None
+        if labels.shape != (height, width):
+            self.skips.add("mask_size_mismatch", xml_file,
+                           detail=f"{path} is {labels.shape[1]}x{labels.shape[0]}, the image "
+                                  f"{width}x{height} (w x h)")
+            return None
+        pixels = np.bincount(labels.ravel().astype(np.int64), minlength=256)
+        for name, _, _, k in objects:
+            if k + 1 >= len(pixels) or pixels[k + 1] == 0:
+                self.skips.add("empty_mask", xml_file, f"object {k} ({name})",
+                               f"no pixel of value {k + 1} in {path}; kept with an empty mask")
+        return path
 
     # ---------------------------------------------------------------- API
 
