@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: every shipped config of --family")
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--set", dest="overrides", action="append",
+                        default=["precision=fp32"])
     args = parser.parse_args(argv)
     names = args.configs or family_configs(args.family)
     rows = []

@@ -199,6 +199,19 @@ def test_cli_writes_the_artifact_and_refuses_bad_requests_in_one_line(workdirs, 
     assert "is not empty" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not _has_onnx(), reason="ONNX export needs `make install-export`")
+def test_a_bf16_model_exports_to_onnx_in_float32(workdirs, tmp_path, caplog):
+    """ONNX Runtime computes in float32: a bf16 config is exported in float32 (one warning)
+    and its artifact equals predict at precision fp32."""
+    config, workdir = workdirs["ssd"]
+    bf16 = config.model_copy(update={"precision": "bf16"})
+    export_model(bf16, workdir, tmp_path / "onnx", format="onnx", batch_size=2)
+    assert "exporting the bf16 model in float32" in caplog.text
+    images = _images((2, 64, 64, 3), seed=3)
+    _assert_equal_to_predict(load_artifact(tmp_path / "onnx")(images),
+                             _jaxdet_predict(config, workdir, images), config, (64, 64))
+
+
 def test_a_workdir_without_checkpoint_writes_nothing(workdirs, tmp_path):
     config, _ = workdirs["ssd"]
     empty = tmp_path / "empty_run"

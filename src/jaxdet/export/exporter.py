@@ -55,6 +55,7 @@ ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx",
 TF_FORMATS = ("saved_model", "tflite")
 DECODES_IMAGES = ("saved_model",)  # formats whose runtime decodes JPEG/PNG in the graph
 FIXED_BATCH = ("onnx", "tflite")  # formats written for one batch size (default 1)
+FLOAT32_ONLY = ("onnx", "tflite")  # runtimes without bfloat16 / float16 compute on CPU
 RUNTIMES = {"stablehlo": ("cpu", "cuda", "tpu"), "onnx": ("onnxruntime",),
             "saved_model": ("tensorflow", "tf-serving"), "tflite": ("tflite",)}
 PLATFORMS = RUNTIMES["stablehlo"]
@@ -167,6 +168,11 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
     ids, names = class_labels(config, workdir or out_dir.parent)
     layout = keypoint_layout(config, names)
     params, batch_stats = runs.inference_variables(config, state)
+    if format in FLOAT32_ONLY and config.precision != "fp32":
+        log.warning("%s computes in float32: exporting the %s model in float32 (its outputs "
+                    "equal `jaxdet predict --set precision=fp32`)", format, config.precision)
+        config = config.model_copy(update={"precision": "fp32"})
+        task = builders.build_task(config)  # the weights are float32 in every precision
     fn = serving_function(task, config, params, batch_stats, class_ids=ids,
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels,
                           keypoint_layout=layout)
