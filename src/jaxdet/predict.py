@@ -19,7 +19,11 @@ sorted by score, best first. A model with keypoint tasks adds to each detection 
 keypoints ``"keypoints": [x1, y1, s1, x2, y2, s2, ...]`` (COCO's results layout: original-image
 pixels and each keypoint's score), in the order of its class's ``keypoints`` names listed in
 predictions.json's ``classes``; the drawn image shows the keypoints scoring >= the draw
-threshold and the skeleton between them.
+threshold and the skeleton between them. A model that predicts instance masks (detections
+with ``masks``, per-box mask probabilities) adds ``"segmentation": {"size": [height, width],
+"counts": "..."}`` to each detection: its mask pasted into the original image and binarized
+at 0.5 (as TF's exported Mask R-CNN does), as COCO compressed RLE (``pycocotools.mask.decode``
+reads it; ``eval.coco_mask_eval.rle_to_masks`` too); the drawn image shows the masks.
 
 Images take the evaluation path: the eval loader (decode, eval-time resize + normalize from
 ``builders.build_transforms``), batches of a fixed size (the last one padded, so predict
@@ -60,10 +64,11 @@ from jaxdet.data.keypoints import resolve_layout
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
+from jaxdet.eval.coco_mask_eval import masks_to_rle, paste_box_masks
 from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD, make_predict_fn, predict_callable
 from jaxdet.parallel.mesh import check_batch_layout
 from jaxdet.parallel.sharding import mesh_predict, replicated
-from jaxdet.visualize import draw_detections
+from jaxdet.visualize import draw_detections, resize_masks
 
 log = logging.getLogger("jaxdet")
 
@@ -207,14 +212,18 @@ def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list
 
 def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                      ids: list[int], names: list[str], keypoints: np.ndarray | None = None,
-                     keypoint_scores: np.ndarray | None = None, layout=None) -> list[dict]:
+                     keypoint_scores: np.ndarray | None = None, layout=None,
+                     masks: np.ndarray | None = None) -> list[dict]:
     """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO);
     with ``keypoints`` [n, K, 2] pixel (y, x), ``keypoint_scores`` [n, K] and the
-    ``layout``, each detection of a class with keypoints gets its group's (x, y, score)."""
+    ``layout``, each detection of a class with keypoints gets its group's (x, y, score);
+    with ``masks`` (uint8 [n, H, W] binary, original-image pixels) each gets its
+    ``segmentation`` (COCO compressed RLE, counts a str)."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     x0, y0, w, h = coco_xywh(b)
     x1, y1 = np.round(b[:, 3], BBOX_DECIMALS), np.round(b[:, 2], BBOX_DECIMALS)
     s = np.round(np.asarray(scores, np.float64), SCORE_DECIMALS)
+    rles = masks_to_rle(masks) if masks is not None else None
     out = []
     for i, k in enumerate(np.asarray(classes).astype(np.int64).tolist()):
         out.append({
@@ -231,6 +240,8 @@ def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                 for slot in group.slots
                 for j, v in enumerate((keypoints[i, slot, 1], keypoints[i, slot, 0],
                                        keypoint_scores[i, slot]))]
+        if rles is not None:
+            out[-1]["segmentation"] = rles[i]
     return out
 
 
@@ -276,7 +287,8 @@ def preprocess_images(config: S.Config, images: np.ndarray) -> tuple[np.ndarray,
 
 def _select(det: dict, row: int, score_threshold: float, max_detections: int | None):
     """One image's valid detections with score >= threshold, best first, at most max: boxes,
-    scores, classes, and keypoints / keypoint scores (None for a model without)."""
+    scores, classes, keypoints / keypoint scores and per-box masks (None for a model
+    without)."""
     n = int(det["num_detections"][row])
     scores = np.asarray(det["scores"][row][:n])
     order = np.argsort(-scores, kind="stable")
@@ -288,8 +300,20 @@ def _select(det: dict, row: int, score_threshold: float, max_detections: int | N
                   np.asarray(det["keypoint_scores"][row])[order])
     else:
         points = (None, None)
+    box_masks = np.asarray(det["masks"][row])[order] if "masks" in det else None
     return (np.asarray(det["boxes"][row])[order], scores[order],
-            np.asarray(det["classes"][row])[order], *points)
+            np.asarray(det["classes"][row])[order], *points, box_masks)
+
+
+def image_masks(boxes: np.ndarray, box_masks: np.ndarray | None, height: int,
+                width: int) -> np.ndarray | None:
+    """Per-box masks ``[n, mh, mw]`` of detections with pixel yxyx ``boxes`` [n, 4] pasted
+    into their ``height x width`` original image and binarized at 0.5 (TF's exported
+    ``detection_masks``): uint8 [n, H, W]; None for None."""
+    if box_masks is None:
+        return None
+    normalized = np.asarray(boxes, np.float64).reshape(-1, 4) / np.array([height, width] * 2)
+    return paste_box_masks(box_masks, normalized, height, width)
 
 
 def _write_json(path: Path, payload) -> None:
@@ -411,12 +435,13 @@ def predict_images(
                 if not batch["mask"][row]:
                     skipped.append((str(item.path), _reason(str(item.path))))
                     continue
-                boxes, scores, classes, points, point_scores = _select(
+                boxes, scores, classes, points, point_scores, box_masks = _select(
                     det, row, score_threshold, max_detections)
                 height, width = (int(v) for v in batch["image_info"][row][:2])
+                masks = image_masks(boxes, box_masks, height, width)
                 entry = {"image": str(item.path), "width": width, "height": height,
                          "detections": _detections_json(boxes, scores, classes, ids, names,
-                                                        points, point_scores, layout)}
+                                                        points, point_scores, layout, masks)}
                 _write_json(out_dir / f"{item.name}.json", entry)
                 shown = scores >= draw_threshold
                 drawn_points = {}
@@ -425,7 +450,10 @@ def predict_images(
                         "keypoints": points[shown], "edges": layout.edges,
                         "keypoint_mask": layout.slot_mask(classes[shown])
                         & (point_scores[shown] >= draw_threshold)}
-                drawn = draw_detections(load_image(item.path), boxes[shown], classes[shown],
+                pixels = load_image(item.path)
+                if masks is not None:
+                    drawn_points["masks"] = resize_masks(masks[shown], pixels.shape[:2])
+                drawn = draw_detections(pixels, boxes[shown], classes[shown],
                                         scores[shown], names, **drawn_points)
                 drawn.save(out_dir / f"{item.name}.jpg", quality=90)
                 results.append(entry)

@@ -18,6 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 _GOLDEN = 0.618033988749895
 WHITE = (255, 255, 255)
+MASK_ALPHA = 0.45  # weight of the class colour where an instance mask is drawn
 
 
 def class_color(class_index: int, *, color_seed: int = 0) -> tuple[int, int, int]:
@@ -152,6 +153,43 @@ def _draw_keypoints(draw: ImageDraw.ImageDraw, keypoints: np.ndarray, mask, edge
                          outline=(255, 255, 255))
 
 
+def blend_masks(pixels: np.ndarray, masks: np.ndarray, colors: Sequence[tuple[int, int, int]],
+                alpha: float = MASK_ALPHA) -> np.ndarray:
+    """Instance masks painted translucently over an image, in the given order (later on top).
+
+    Args:
+      pixels: uint8 [H, W, 3].
+      masks: [N, H, W] binary (nonzero: in the mask).
+      colors: N RGB colours; alpha: the colour's weight, in [0, 1].
+    Returns:
+      uint8 [H, W, 3]: ``(1 - alpha) * pixel + alpha * colour`` where a mask covers a pixel
+      (applied mask after mask), rounded; other pixels unchanged.
+    """
+    masks = np.asarray(masks)
+    if masks.ndim != 3 or masks.shape[1:] != pixels.shape[:2] or len(colors) != len(masks):
+        raise ValueError(f"masks must be [N, {pixels.shape[0]}, {pixels.shape[1]}] (the image's "
+                         f"size) with one colour each; got shape {masks.shape} and "
+                         f"{len(colors)} colours")
+    out = pixels.astype(np.float64)
+    for mask, color in zip(masks, colors, strict=True):
+        inside = mask != 0
+        out[inside] = (1.0 - alpha) * out[inside] + alpha * np.asarray(color, np.float64)
+    return np.clip(np.round(out), 0, 255).astype(np.uint8)
+
+
+def resize_masks(masks: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Masks ``[N, h, w]`` resampled to ``size = (H, W)``: ``[N, H, W]``, same dtype; each
+    output pixel takes the input pixel under its center (nearest neighbour, half-pixel
+    convention), so binary masks stay binary (to draw them on a scaled image)."""
+    masks = np.asarray(masks)
+    height, width = (int(v) for v in size)
+    rows = np.minimum(((np.arange(height) + 0.5) * masks.shape[1] / height).astype(np.int64),
+                      masks.shape[1] - 1)
+    cols = np.minimum(((np.arange(width) + 0.5) * masks.shape[2] / width).astype(np.int64),
+                      masks.shape[2] - 1)
+    return masks[:, rows][:, :, cols]
+
+
 def _label(name: str, score: float | None) -> str:
     return name if score is None else f"{name} {score:.2f}"
 
@@ -167,8 +205,11 @@ def draw_detections(
     keypoints: np.ndarray | None = None,
     keypoint_mask: np.ndarray | None = None,
     edges: Sequence[tuple[int, int]] = (),
+    masks: np.ndarray | None = None,
+    mask_alpha: float = MASK_ALPHA,
 ) -> Image.Image:
-    """Draws boxes with labelled tags on a copy of ``image``, and optionally keypoints.
+    """Draws boxes with labelled tags on a copy of ``image``, and optionally keypoints and
+    instance masks.
 
     Boxes are drawn lowest score first, so the best ones end up on top, and every tag after
     every box outline. Tags stay inside the image and avoid each other where a free place
@@ -185,6 +226,9 @@ def draw_detections(
       keypoints: [N, K, 2] PIXEL (y, x) per box, or None; keypoint_mask: [N, K] bool, the
         keypoints to draw (default all); edges: (slot, slot) pairs joined by a line where both
         ends are drawn (the skeleton, ``data.keypoints.KeypointLayout.edges``).
+      masks: [N, H, W] binary instance masks (nonzero: in the mask) in the image's pixels, one
+        per box, or None: each is blended into the image in its class colour with weight
+        ``mask_alpha`` (:func:`blend_masks`; lowest score first), under the outlines and tags.
     Returns:
       An RGB ``PIL.Image`` of size W x H; unchanged pixels where nothing is drawn.
     """
@@ -202,10 +246,20 @@ def draw_detections(
         scores = np.asarray(scores, np.float64).reshape(-1)
         if scores.shape[0] != boxes.shape[0]:
             raise ValueError(f"{boxes.shape[0]} boxes but {scores.shape[0]} scores")
+    if masks is not None:
+        masks = np.asarray(masks)
+        if masks.shape[:1] != boxes.shape[:1]:
+            raise ValueError(f"{boxes.shape[0]} boxes but masks of shape {masks.shape}")
     if boxes.shape[0] == 0:
         return out
 
     height, width = pixels.shape[:2]
+    if masks is not None:
+        below_first = (np.argsort(scores, kind="stable") if scores is not None
+                       else np.arange(boxes.shape[0]))
+        colors = [class_color(int(classes[i]), color_seed=color_seed) for i in below_first]
+        out = Image.fromarray(blend_masks(np.asarray(out), masks[below_first], colors,
+                                          mask_alpha), "RGB")
     lw = line_width(height, width)
     font = _font(font_size(height, width))
     pad = max(1, lw)
@@ -301,5 +355,6 @@ def image_grid(
     return sheet
 
 
-__all__ = ["class_color", "draw_detections", "font_size", "image_grid", "line_width",
-           "place_tags", "tag_candidates", "tag_rect", "title_height"]
+__all__ = ["MASK_ALPHA", "blend_masks", "class_color", "draw_detections", "font_size",
+           "image_grid", "line_width", "place_tags", "resize_masks", "tag_candidates",
+           "tag_rect", "title_height"]

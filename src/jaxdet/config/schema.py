@@ -52,7 +52,10 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     CenterNetModelConfig,
     CenterNetPostProcessingConfig,
     ConvolutionalHeadConfig,
+    FasterRCNNModelConfig,
+    FasterRCNNPostProcessingConfig,
     FPNConfig,
+    GridAnchorGeneratorConfig,
     HardExampleMinerConfig,
     HeadConfig,
     IdentityNeckConfig,
@@ -402,9 +405,8 @@ class EvalConfig(Strict):
     max_images: int | None = Field(None, ge=1)
     use_ema: bool = True
     num_visualizations: int = Field(8, ge=0)
-    metrics_set: tuple[Literal["coco_detection_metrics", "pascal_voc_detection_metrics"], ...] = (
-        "coco_detection_metrics",
-    )
+    metrics_set: tuple[Literal["coco_detection_metrics", "pascal_voc_detection_metrics",
+                               "coco_mask_metrics"], ...] = ("coco_detection_metrics",)
 
 
 class ParallelConfig(Strict):

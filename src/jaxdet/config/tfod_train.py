@@ -43,7 +43,7 @@ SSD_RANDOM_CROP_DEFAULT = {
     "overlap_thresh": [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0],
     "random_coef": 0.15,
 }
-METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics")
+METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics", "coco_mask_metrics")
 OPTIMIZERS = ("momentum_optimizer", "rms_prop_optimizer", "adam_optimizer")
 SCHEDULES = ("cosine_decay_learning_rate", "manual_step_learning_rate",
              "exponential_decay_learning_rate", "constant_learning_rate")

@@ -84,6 +84,62 @@ def _json_safe(value: Any) -> Any:
 
 
 
+def results_as_coco(coco_gt: COCO, detections: list[dict]) -> COCO:
+    """The detections as pycocotools results on ``coco_gt`` (copied: ``loadRes`` edits them;
+    an empty list gives an empty result set, which ``loadRes`` cannot)."""
+    if detections:
+        return coco_gt.loadRes(copy.deepcopy(detections))
+    coco_dt = COCO()
+    coco_dt.dataset = {"images": list(coco_gt.dataset["images"]),
+                       "categories": copy.deepcopy(coco_gt.dataset["categories"]),
+                       "annotations": []}
+    coco_dt.createIndex()
+    return coco_dt
+
+
+def run_cocoeval(coco_gt: COCO, detections: list[dict], iou_type: str, image_ids: list,
+                 category_ids: list, *, oks_sigmas: np.ndarray | None = None
+                 ) -> tuple[COCOeval, str]:
+    """pycocotools' COCOeval (``bbox``, ``segm`` or ``keypoints``) of ``detections`` on the
+    given images and categories, pycocotools' printing kept out of the log: (the evaluated
+    COCOeval, its ``summarize()`` text)."""
+    log, summary = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(log):
+        coco_eval = COCOeval(coco_gt, results_as_coco(coco_gt, detections), iouType=iou_type)
+        if oks_sigmas is not None:
+            coco_eval.params.kpt_oks_sigmas = oks_sigmas.copy()
+        coco_eval.params.imgIds = image_ids
+        coco_eval.params.catIds = category_ids
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+    with contextlib.redirect_stdout(summary):
+        coco_eval.summarize()
+    return coco_eval, summary.getvalue()
+
+
+def per_class_ap(coco_eval: COCOeval, category_ids: Sequence[int],
+                 category_names: Sequence[str]) -> dict[str, float | None]:
+    """AP (IoU .50:.95, all areas, 100 detections) per class name; None: no ground truth."""
+    precision = coco_eval.eval["precision"]  # [T, R, K, A, M]
+    area_all = coco_eval.params.areaRngLbl.index("all")
+    cat_ids = list(coco_eval.params.catIds)
+    out: dict[str, float | None] = {}
+    for cid, name in zip(category_ids, category_names, strict=True):
+        p = precision[:, :, cat_ids.index(cid), area_all, -1]
+        p = p[p > -1]
+        out[name] = float(np.mean(p)) if p.size else None
+    return out
+
+
+def write_metrics_json(path: str | Path, payload: dict) -> Path:
+    """``payload`` as indented JSON (non-finite floats as null), parent folders made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(_json_safe(payload), f, indent=2)
+    return path
+
+
 def detection_batch(image_ids, boxes, scores, classes, num_detections) -> tuple[np.ndarray, ...]:
     """Checks and converts one batch of detections for an evaluator's ``add_detections``.
 
@@ -219,44 +275,16 @@ class CocoEvaluator:
 
     # ------------------------------------------------------------------ evaluate
 
-    def _coco_dt(self, detections: list[dict]) -> COCO:
-        if detections:
-            return self._coco_gt.loadRes(detections)
-        coco_dt = COCO()  # loadRes cannot take an empty list.
-        coco_dt.dataset = {
-            "images": list(self._coco_gt.dataset["images"]),
-            "categories": copy.deepcopy(self._coco_gt.dataset["categories"]),
-            "annotations": [],
-        }
-        coco_dt.createIndex()
-        return coco_dt
-
     def evaluate(self) -> dict:
         """Run COCOeval (bbox) and return the 12 summary stats plus ``per_class_AP``."""
         image_ids = sorted(self._image_ids) if self._image_ids else sorted(self._gt_image_ids)
-        cat_ids = sorted(set(self.category_ids))
-        log, summary = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(log):
-            coco_dt = self._coco_dt(self.detections())
-            coco_eval = COCOeval(self._coco_gt, coco_dt, iouType="bbox")
-            coco_eval.params.imgIds = image_ids
-            coco_eval.params.catIds = cat_ids
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-        with contextlib.redirect_stdout(summary):
-            coco_eval.summarize()
-        self.summary_text = summary.getvalue()
+        coco_eval, self.summary_text = run_cocoeval(
+            self._coco_gt, self.detections(), "bbox", image_ids, sorted(set(self.category_ids)))
         results: dict[str, Any] = {
             name: float(v) for name, v in zip(STAT_NAMES, coco_eval.stats, strict=True)
         }
-        precision = coco_eval.eval["precision"]  # [T, R, K, A, M]
-        area_all = coco_eval.params.areaRngLbl.index("all")
-        per_class: dict[str, float | None] = {}
-        for cid, name in zip(self.category_ids, self.category_names, strict=True):
-            p = precision[:, :, cat_ids.index(cid), area_all, -1]
-            p = p[p > -1]
-            per_class[name] = float(np.mean(p)) if p.size else None
-        results["per_class_AP"] = per_class
+        results["per_class_AP"] = per_class_ap(coco_eval, self.category_ids,
+                                               self.category_names)
         self.results = results
         self._coco_eval = coco_eval
         return results
@@ -268,11 +296,8 @@ class CocoEvaluator:
         payload["num_images"] = len(self._image_ids) or len(self._gt_image_ids)
         if extra:
             payload.update(extra)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(_json_safe(payload), f, indent=2)
-        return path
+        return write_metrics_json(path, payload)
 
 
-__all__ = ["CocoEvaluator", "STAT_NAMES"]
+__all__ = ["CocoEvaluator", "STAT_NAMES", "per_class_ap", "results_as_coco", "run_cocoeval",
+           "write_metrics_json"]

@@ -30,16 +30,20 @@ import contextlib
 import copy
 import io
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
-from jaxdet.eval.coco_eval import SCORE_DECIMALS, detection_batch, write_json
+from jaxdet.eval.coco_eval import (
+    SCORE_DECIMALS,
+    detection_batch,
+    run_cocoeval,
+    write_json,
+    write_metrics_json,
+)
 
 KEYPOINT_STAT_NAMES: tuple[str, ...] = (
     "AP", "AP50", "AP75", "APm", "APl", "AR", "AR50", "AR75", "ARm", "ARl",
@@ -251,32 +255,13 @@ class CocoKeypointEvaluator:
 
     # ------------------------------------------------------------------ evaluate
 
-    def _coco_dt(self, detections: list[dict]) -> COCO:
-        if detections:
-            return self._coco_gt.loadRes(copy.deepcopy(detections))
-        coco_dt = COCO()  # loadRes cannot take an empty list
-        coco_dt.dataset = {"images": list(self._coco_gt.dataset["images"]),
-                           "categories": copy.deepcopy(self._coco_gt.dataset["categories"]),
-                           "annotations": []}
-        coco_dt.createIndex()
-        return coco_dt
-
     def evaluate(self) -> dict[str, float]:
         """Run COCOeval (keypoints) and return its 10 stats by name (-1: nothing to score,
         e.g. no medium objects)."""
         image_ids = sorted(self._image_ids) if self._image_ids else sorted(self._gt_image_ids)
-        log, summary = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(log):
-            coco_dt = self._coco_dt(self.detections())
-            coco_eval = COCOeval(self._coco_gt, coco_dt, iouType="keypoints")
-            coco_eval.params.kpt_oks_sigmas = self.sigmas.copy()
-            coco_eval.params.imgIds = image_ids
-            coco_eval.params.catIds = [self.category_id]
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-        with contextlib.redirect_stdout(summary):
-            coco_eval.summarize()
-        self.summary_text = summary.getvalue()
+        coco_eval, self.summary_text = run_cocoeval(
+            self._coco_gt, self.detections(), "keypoints", image_ids, [self.category_id],
+            oks_sigmas=self.sigmas)
         self.results = {name: float(v)
                         for name, v in zip(KEYPOINT_STAT_NAMES, coco_eval.stats, strict=True)}
         self._coco_eval = coco_eval
@@ -289,13 +274,7 @@ class CocoKeypointEvaluator:
         payload["num_images"] = len(self._image_ids) or len(self._gt_image_ids)
         if extra:
             payload.update(extra)
-        payload = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                   for k, v in payload.items()}
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(payload, f, indent=2)
-        return path
+        return write_metrics_json(path, payload)
 
 
 __all__ = ["CocoKeypointEvaluator", "KEYPOINT_STAT_NAMES", "keypoint_ground_truth"]

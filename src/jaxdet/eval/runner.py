@@ -17,9 +17,10 @@ from tqdm.auto import tqdm
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
+from jaxdet.eval.coco_mask_eval import CocoMaskEvaluator, mask_metrics, paste_box_masks
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
 from jaxdet.tasks.base import Task
-from jaxdet.visualize import draw_detections, image_grid
+from jaxdet.visualize import draw_detections, image_grid, resize_masks
 
 PyTree = Any
 log = logging.getLogger("jaxdet")
@@ -27,7 +28,7 @@ log = logging.getLogger("jaxdet")
 SAMPLES_SCORE_THRESHOLD = 0.3  # predictions drawn in samples.png ...
 SAMPLES_TOP_K = 5  # ... or the top-k when none reaches the threshold
 SAMPLES_CELL_SIZE = 320
-METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics")
+METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics", "coco_mask_metrics")
 
 
 def predict_callable(task: Task, *, allow_tf32: bool = True) -> Callable:
@@ -61,7 +62,12 @@ def run_detection(
     total_batches: int | None = None,
     progress: bool = True,
 ) -> int:
-    """Feed every real (mask=True) image's detections to ``evaluator``; returns images seen."""
+    """Feed every real (mask=True) image's detections to ``evaluator``; returns images seen.
+
+    Detections with ``keypoints`` pass them (and ``keypoint_scores``) on; detections with
+    ``masks`` (``[B, D, mh, mw]`` per-box mask probabilities, TF's ``detection_masks``) pass
+    them on with ``image_sizes``, each image's original (height, width) from ``image_info``.
+    """
     seen = 0
     bar = tqdm(batches, total=total_batches, desc="eval", unit="batch", disable=not progress,
                leave=False)
@@ -74,6 +80,9 @@ def run_detection(
             extra = ({"keypoints": det["keypoints"][keep],
                       "keypoint_scores": det["keypoint_scores"][keep]}
                      if "keypoints" in det else {})
+            if "masks" in det:
+                extra["masks"] = det["masks"][keep]
+                extra["image_sizes"] = np.asarray(batch["image_info"])[keep][:, :2]
             evaluator.add_detections(
                 np.asarray(batch["image_id"])[keep],
                 det["boxes"][keep],
@@ -118,6 +127,13 @@ def evaluate_and_write(
     is scored by COCO keypoint AP (OKS with its sigmas, ``eval.coco_keypoint_eval``) into
     ``keypoints/<task>/AP`` ... ``ARl``, with ``keypoint_AP`` the mean AP of the tasks; its
     detections go to ``keypoint_detections_<task>.json``.
+
+    ``coco_mask_metrics`` (a model whose detections carry ``masks``; the source's ground truth
+    needs a ``segmentation`` per annotation) scores the masks, pasted into each original image
+    and binarized at 0.5 (``eval.coco_mask_eval``), by COCO ``segm`` AP into ``segm/AP`` ...
+    ``segm/ARl``, ``segm/per_class_AP`` and the headline ``mask_AP``; the masks go to
+    ``mask_detections.json`` (compressed RLE). The sample grid draws masks where the records
+    or the detections have them.
     """
     unknown = [m for m in metrics_set if m not in METRICS_SETS]
     if unknown or not metrics_set:
@@ -140,8 +156,12 @@ def evaluate_and_write(
     shown = [int(source[i]["image_id"]) for i in range(min(n, max(num_visualizations, 0)))]
     layout = getattr(source, "keypoint_layout", None)
     keypoint_evaluators = _keypoint_evaluators(keypoint_tasks, ground_truth, source, layout)
+    mask_evaluator = (CocoMaskEvaluator(ground_truth, source.category_ids,
+                                        source.category_names)
+                      if "coco_mask_metrics" in metrics_set else None)
     recorder = _KeepDetections(evaluators, shown, len(source.category_ids),
-                               [(e, slots) for _, e, slots in keypoint_evaluators])
+                               [(e, slots) for _, e, slots in keypoint_evaluators],
+                               mask_evaluator=mask_evaluator)
     seen = run_detection(
         predict,
         params,
@@ -167,13 +187,17 @@ def evaluate_and_write(
         kp_evaluator.write_detections(out_dir / f"keypoint_detections_{name}.json")
     if task_aps:
         metrics["keypoint_AP"] = float(np.mean(task_aps))
+    if mask_evaluator is not None:
+        metrics.update(mask_metrics(mask_evaluator.evaluate()))
+        mask_evaluator.write_detections(out_dir / "mask_detections.json")
     evaluator.results = dict(metrics)  # what write_metrics writes
     metrics["num_images"] = seen
     evaluator.write_detections(out_dir / "detections.json")
     evaluator.write_metrics(out_dir / "metrics.json", extra=extra)
     if shown:
         write_samples(out_dir / "samples.png", source, recorder.kept, source.category_names,
-                      len(shown), keypoint_layout=layout if keypoint_evaluators else None)
+                      len(shown), keypoint_layout=layout if keypoint_evaluators else None,
+                      masks=recorder.kept_masks)
     return metrics
 
 
@@ -246,19 +270,48 @@ class _KeepDetections:
 
     Keypoints (``[n, D, K, 2]`` and scores ``[n, D, K]``, K the layout's slots), when given,
     go to the ``keypoint_evaluators``: ``(evaluator, slots)`` pairs, each evaluator fed its
-    task's slots."""
+    task's slots.
+
+    Masks (``[n, D, mh, mw]`` per-box probabilities, with ``image_sizes`` [n, 2], each row's
+    original (height, width)), when given, are pasted into the original images
+    (:func:`~jaxdet.eval.coco_mask_eval.paste_box_masks`, binarized at 0.5) for the
+    ``mask_evaluator`` and the kept images (``kept_masks``: image id -> uint8 [k, H, W])."""
 
     def __init__(self, evaluators: Sequence, image_ids: Iterable[int], num_classes: int,
-                 keypoint_evaluators: Sequence = ()):
+                 keypoint_evaluators: Sequence = (), *,
+                 mask_evaluator: CocoMaskEvaluator | None = None):
         self.evaluators = list(evaluators)
         self.keypoint_evaluators = list(keypoint_evaluators)
+        self.mask_evaluator = mask_evaluator
         self.wanted = set(image_ids)
         self.kept: dict[int, tuple[np.ndarray, ...]] = {}
+        self.kept_masks: dict[int, np.ndarray] = {}
         self.num_classes = num_classes
         self.dropped = 0
 
+    def _add_masks(self, image_ids, boxes, scores, classes, num_detections, masks,
+                   image_sizes) -> None:
+        masks = np.asarray(masks)
+        sizes = np.asarray(image_sizes).reshape(-1, 2)
+        for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):
+            if image_id < 0 or (self.mask_evaluator is None and image_id not in self.wanted):
+                continue
+            k = int(num_detections[row])
+            height, width = (int(round(float(v))) for v in sizes[row])
+            normalized = np.asarray(boxes[row][:k], np.float64) / np.array([height, width] * 2)
+            pasted = paste_box_masks(masks[row][:k], normalized, height, width)
+            if self.mask_evaluator is not None:
+                self.mask_evaluator.add_image(image_id, pasted, np.asarray(scores[row][:k]),
+                                              np.asarray(classes[row][:k]))
+            if image_id in self.wanted:
+                self.kept_masks[image_id] = pasted
+
     def add_detections(self, image_ids, boxes, scores, classes, num_detections,
-                       keypoints=None, keypoint_scores=None) -> None:
+                       keypoints=None, keypoint_scores=None, masks=None,
+                       image_sizes=None) -> None:
+        if masks is None and self.mask_evaluator is not None:
+            raise ValueError("metrics_set has coco_mask_metrics but the model's detections "
+                             "carry no masks")
         order, num_detections, dropped = _kept_first(classes, num_detections,
                                                      self.num_classes)
         boxes, scores, classes = (_reorder(a, order) for a in (boxes, scores, classes))
@@ -272,6 +325,9 @@ class _KeepDetections:
                 evaluator.add_detections(image_ids, boxes, scores, classes,
                                          keypoints[:, :, slots], keypoint_scores[:, :, slots],
                                          num_detections)
+        if masks is not None:
+            self._add_masks(image_ids, boxes, scores, classes, num_detections,
+                            _reorder(masks, order), image_sizes)
         for row, image_id in enumerate(np.asarray(image_ids).reshape(-1).tolist()):
             if image_id in self.wanted:
                 k = int(num_detections[row])
@@ -303,6 +359,7 @@ def write_samples(
     top_k: int = SAMPLES_TOP_K,
     cell_size: int = SAMPLES_CELL_SIZE,
     keypoint_layout=None,
+    masks: dict[int, np.ndarray] | None = None,
 ) -> Path | None:
     """Writes a PNG grid: per image, ground truth (left) next to predictions (right).
 
@@ -318,6 +375,10 @@ def write_samples(
         the records' labelled ones, and each detection's own group's slots (detections then
         carry ``keypoints`` [n, K, 2] and ``keypoint_scores`` [n, K] after the classes;
         keypoints scoring below ``score_threshold`` are left out).
+      masks: image_id -> uint8 [n, H, W] binary masks of its detections (in the order of
+        ``detections[image_id]``, in the original image's pixels), drawn translucently in
+        the class colours; records carrying masks (``masks`` / ``mask_ref``) get theirs drawn
+        on the ground truth.
     Returns:
       ``path``, or None when no image could be drawn.
     """
@@ -344,23 +405,26 @@ def write_samples(
         pixels, factor = _fit(image, cell_size)
         gt_boxes = gt_boxes * factor
         pred_boxes = np.asarray(boxes, np.float64).reshape(-1, 4)[keep] * factor
-        gt_kp, pred_kp = {}, {}
+        gt_extra, pred_extra = _ground_truth_masks(record, pixels.shape[:2]), {}
+        found_masks = (masks or {}).get(int(record["image_id"]))
+        if found_masks is not None and len(found_masks) == len(scores):
+            pred_extra["masks"] = resize_masks(np.asarray(found_masks)[keep], pixels.shape[:2])
         if keypoint_layout:
             point_scale = factor[:2] * np.array([height / ann_h, width / ann_w])
             if "keypoints" in record:
-                gt_kp = {"keypoints": np.asarray(record["keypoints"]) * point_scale,
-                         "keypoint_mask": np.asarray(record["keypoint_visibility"]) > 0,
-                         "edges": keypoint_layout.edges}
+                gt_extra.update(keypoints=np.asarray(record["keypoints"]) * point_scale,
+                             keypoint_mask=np.asarray(record["keypoint_visibility"]) > 0,
+                             edges=keypoint_layout.edges)
             if len(found) > 3:
                 pred_cls = np.asarray(classes)[keep]
-                pred_kp = {"keypoints": np.asarray(found[3])[keep] * factor[:2],
-                           "keypoint_mask": keypoint_layout.slot_mask(pred_cls)
-                           & (np.asarray(found[4])[keep] >= score_threshold),
-                           "edges": keypoint_layout.edges}
+                pred_extra.update(keypoints=np.asarray(found[3])[keep] * factor[:2],
+                               keypoint_mask=keypoint_layout.slot_mask(pred_cls)
+                               & (np.asarray(found[4])[keep] >= score_threshold),
+                               edges=keypoint_layout.edges)
         rows.append([
-            draw_detections(pixels, gt_boxes, record["classes"], None, class_names, **gt_kp),
+            draw_detections(pixels, gt_boxes, record["classes"], None, class_names, **gt_extra),
             draw_detections(pixels, pred_boxes, np.asarray(classes)[keep],
-                            np.asarray(scores)[keep], class_names, **pred_kp),
+                            np.asarray(scores)[keep], class_names, **pred_extra),
         ])
         titles.append(f"image {record['image_id']}: ground truth | predictions ({shown})")
     if not rows:
@@ -371,6 +435,23 @@ def write_samples(
     path = Path(path)
     image_grid(rows, titles, cell).save(path)
     return path
+
+
+def _ground_truth_masks(record: dict, size: tuple[int, int]) -> dict:
+    """``{"masks": [n, H, W]}`` of a record that carries masks (at the drawn ``size``), for
+    ``draw_detections``; ``{}`` for one without (or whose masks cannot be read: logged)."""
+    if "masks" not in record and "mask_ref" not in record:
+        return {}
+    from jaxdet.data.masks import load_record_masks  # only sources with masks need it
+
+    try:
+        masks = load_record_masks(record)
+    except (CorruptImageError, OSError, ValueError) as e:
+        log.warning("samples.png: no masks drawn for image id %s (%s)", record["image_id"], e)
+        return {}
+    if masks is None or len(masks) != len(np.asarray(record["classes"]).reshape(-1)):
+        return {}
+    return {"masks": resize_masks(masks, size)}
 
 
 def _first_images(ground_truth: dict, source, max_images: int) -> dict:
@@ -389,6 +470,8 @@ def headline_metrics(metrics: dict) -> str:
         parts.append(f"VOC mAP@0.5 {_fmt(metrics[map_key()])}")
     if "keypoint_AP" in metrics:
         parts.append(f"keypoint AP {_fmt(metrics['keypoint_AP'])}")
+    if "mask_AP" in metrics:
+        parts.append(f"mask AP {_fmt(metrics['mask_AP'])}")
     return " ".join(parts)
 
 
@@ -415,6 +498,10 @@ def format_metrics(metrics: dict) -> str:
         cells = [f"{k} {_fmt(metrics[f'keypoints/{task}/{k}'])}" for k in ("AP", "AP50", "AP75")
                  if f"keypoints/{task}/{k}" in metrics]
         lines.append(f"keypoints {task}: " + "  ".join(cells))
+    segm = [f"{k} {_fmt(metrics[f'segm/{k}'])}" for k in ("AP", "AP50", "AP75", "APs", "APm",
+                                                          "APl") if f"segm/{k}" in metrics]
+    if segm:
+        lines.append("segm: " + "  ".join(segm))
     return "\n".join(lines)
 
 
