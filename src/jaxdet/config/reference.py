@@ -124,13 +124,18 @@ def shipped_configs_table() -> str:
         backbone = m.backbone.name + (
             f" x{m.backbone.depth_multiplier:g}" if m.backbone.depth_multiplier != 1 else ""
         )
-        n = m.neck
-        levels = f" P{n.min_level}-P{n.max_level}" if n.name in ("fpn", "bifpn") else ""
-        width = (f" d{n.depth}" if n.name == "fpn" else
-                 f" d{n.num_filters} x{n.num_iterations}" if n.name == "bifpn" else "")
-        neck = n.name + levels + width + (" (depthwise)" if getattr(n, "use_depthwise", False)
-                                          else "")
-        if m.type == "center_net":
+        n = getattr(m, "neck", None)  # faster_rcnn (C4) has none
+        levels = (f" P{n.min_level}-P{n.max_level}" if n is not None
+                  and n.name in ("fpn", "bifpn") else "")
+        width = (f" d{n.depth}" if n is not None and n.name == "fpn" else
+                 f" d{n.num_filters} x{n.num_iterations}" if n is not None
+                 and n.name == "bifpn" else "")
+        neck = ("-" if n is None else n.name) + levels + width + (
+            " (depthwise)" if getattr(n, "use_depthwise", False) else "")
+        if m.type == "faster_rcnn":
+            head = (f"rpn d{m.first_stage_box_predictor_depth} + conv5 box classifier "
+                    f"({m.first_stage_max_proposals} proposals)")
+        elif m.type == "center_net":
             head = f"center_net P{m.feature_level} d{m.head_depth}"
         else:
             head = m.head.name + (

@@ -35,6 +35,7 @@ def _families() -> dict[str, TaskFamily]:
     from jaxdet import summary
     from jaxdet.tasks import ssd
     from jaxdet.tasks.center_net import build as center_net
+    from jaxdet.tasks.faster_rcnn import build as faster_rcnn
 
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
@@ -43,6 +44,10 @@ def _families() -> dict[str, TaskFamily]:
                                  center_net.center_net_fingerprint_fields,
                                  center_net.center_net_summary,
                                  center_net.format_center_net_summary, pads_raw_pixels=True),
+        "faster_rcnn": TaskFamily(faster_rcnn.build_faster_rcnn_task,
+                                  faster_rcnn.faster_rcnn_fingerprint_fields,
+                                  faster_rcnn.faster_rcnn_summary,
+                                  faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True),
     }
 
 

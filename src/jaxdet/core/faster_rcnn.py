@@ -1,0 +1,216 @@
+"""Faster R-CNN's pure functions (static shapes; TF OD API ``FasterRCNNMetaArch`` semantics):
+first-stage (RPN) targets and losses, the proposals from the RPN outputs, the second-stage
+minibatch, targets and losses, and the second stage's per-class NMS.
+
+Conventions: boxes are normalized ``(ymin, xmin, ymax, xmax)``; a batch is ``[B, ...]``;
+per-image functions are vmapped by the caller or here. Losses come back as *sums over the
+images of per-image normalized losses*: TF divides each image's loss by its own count (the
+sampled anchors / proposals, at least 1) and averages over the batch, so the caller divides
+by the batch size (the accumulation normalizer: micro-batch sums then add up exactly).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdet.core import losses
+from jaxdet.core.nms import batched_nms, clip_to_window
+from jaxdet.core.target_assigner import assign_targets
+
+# TF's target assigners ``create_target_assigner("FasterRCNN", "proposal" / "detection")``
+RPN_MATCHED, RPN_UNMATCHED = 0.7, 0.3
+DETECTION_MATCHED = 0.5
+
+
+# --------------------------------------------------------------------------- first stage
+
+
+def rpn_targets(anchors: jax.Array, gt_boxes: jax.Array, gt_valid: jax.Array,
+                gt_ignore: jax.Array, box_coder, *, anchor_valid: jax.Array | None = None,
+                matched_threshold: float = RPN_MATCHED,
+                unmatched_threshold: float = RPN_UNMATCHED) -> dict:
+    """One image's RPN targets over ``anchors [A, 4]`` against ``gt_boxes [N, 4]``.
+
+    ArgMax matcher (IoU >= 0.7 positive, < 0.3 negative, between ignored; every valid box
+    forces its best anchor), as TF's ``proposal`` target assigner. Returns ``objectness [A]``
+    (1 positive, 0 else), ``weight [A]`` (1 where the anchor may be sampled: negatives and
+    positives, not ignored; 0 for anchors matched to an ``ignore`` box and, with
+    ``anchor_valid``, outside anchors), ``box_targets [A, 4]`` (codes of the matched box),
+    ``box_weights [A]`` (positives)."""
+    t = assign_targets(anchors, gt_boxes, jnp.zeros(gt_boxes.shape[:1], jnp.int32), gt_valid,
+                       gt_ignore, num_classes=1, box_coder=box_coder,
+                       matched_threshold=matched_threshold,
+                       unmatched_threshold=unmatched_threshold,
+                       negatives_lower_than_unmatched=True, force_match_for_each_row=True,
+                       matcher="argmax")
+    weight = t["cls_weights"]
+    box_weights = t["box_weights"]
+    if anchor_valid is not None:
+        weight = weight * anchor_valid
+        box_weights = box_weights * anchor_valid
+    return {"objectness": t["cls_targets"][:, 0] * weight, "weight": weight,
+            "box_targets": t["box_targets"], "box_weights": box_weights}
+
+
+def rpn_losses(objectness_logits: jax.Array, box_encodings: jax.Array, targets: dict,
+               sampled: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(objectness, localization) RPN losses of a batch, each the sum over images of the
+    image's loss divided by its number of sampled anchors (at least 1), as TF's ``_loss_rpn``
+    before its batch mean.
+
+    Args:
+      objectness_logits: ``[B, A, 2]`` (background, object) logits (softmax loss).
+      box_encodings: ``[B, A, 4]``.
+      targets: batched :func:`rpn_targets`.
+      sampled: ``[B, A]`` bool, the minibatch (``core.samplers.balanced_sample``).
+    """
+    s = sampled.astype(jnp.float32)
+    normalizer = jnp.maximum(jnp.sum(s, axis=1), 1.0)  # [B]
+    one_hot = jax.nn.one_hot(targets["objectness"].astype(jnp.int32), 2)
+    obj = losses.softmax_cross_entropy_loss(objectness_logits.astype(jnp.float32), one_hot) * s
+    loc = losses.smooth_l1_loss(box_encodings.astype(jnp.float32), targets["box_targets"],
+                                delta=1.0) * s * targets["box_weights"]
+    return (jnp.sum(jnp.sum(obj, axis=1) / normalizer),
+            jnp.sum(jnp.sum(loc, axis=1) / normalizer))
+
+
+def proposals(box_encodings: jax.Array, objectness_logits: jax.Array, anchors: jax.Array,
+              window: jax.Array, box_coder, *, max_proposals: int, iou_threshold: float,
+              score_threshold: float = 0.0, anchor_valid: jax.Array | None = None) -> dict:
+    """The RPN's proposals: decode every anchor, score it by the softmax objectness, greedy
+    NMS (IoU > ``iou_threshold`` suppresses; a score must be > ``score_threshold``) to at most
+    ``max_proposals``, then clip to ``window [B, 4]`` (the image content) and drop boxes left
+    empty, as TF's first-stage ``batch_multiclass_non_max_suppression``.
+
+    Returns ``boxes [B, P, 4]``, ``scores [B, P]``, ``valid [B, P]`` bool (valid ones first,
+    by descending score; zeros after) with ``P = max_proposals``. ``anchor_valid [A]``:
+    anchors that take no part (their score is -inf)."""
+    boxes = box_coder.decode(box_encodings.astype(jnp.float32), anchors[None])
+    scores = jax.nn.softmax(objectness_logits.astype(jnp.float32), axis=-1)[..., 1:2]
+    if anchor_valid is not None:
+        scores = jnp.where(anchor_valid[None, :, None] > 0, scores, -jnp.inf)
+    det = batched_nms(boxes, scores, score_threshold=score_threshold,
+                      iou_threshold=iou_threshold, max_detections_per_class=max_proposals,
+                      max_total_detections=max_proposals, pre_nms_top_k=anchors.shape[0])
+    det = clip_to_window(det, window)
+    valid = jnp.arange(max_proposals)[None, :] < det["num_detections"][:, None]
+    return {"boxes": det["boxes"], "scores": det["scores"], "valid": valid}
+
+
+# --------------------------------------------------------------------------- second stage
+
+
+def detection_targets(proposal_boxes: jax.Array, proposal_valid: jax.Array,
+                      gt_boxes: jax.Array, gt_classes: jax.Array, gt_valid: jax.Array,
+                      gt_ignore: jax.Array, *, num_classes: int, box_coder,
+                      matched_threshold: float = DETECTION_MATCHED) -> dict:
+    """One image's second-stage targets over ``proposal_boxes [P, 4]``: ArgMax matcher with
+    one threshold (IoU >= 0.5 positive, else background; no forced matches), as TF's
+    ``detection`` target assigner. Returns ``classes [P]`` int32 (0 background, ``c + 1`` for
+    class ``c``), ``weight [P]`` (valid proposals not matched to an ``ignore`` box),
+    ``box_targets [P, 4]`` and ``box_weights [P]`` (valid positives)."""
+    t = assign_targets(proposal_boxes, gt_boxes, gt_classes, gt_valid, gt_ignore,
+                       num_classes=num_classes, box_coder=box_coder,
+                       matched_threshold=matched_threshold,
+                       unmatched_threshold=matched_threshold,
+                       negatives_lower_than_unmatched=True, force_match_for_each_row=False,
+                       matcher="argmax")
+    valid = proposal_valid.astype(jnp.float32)
+    positive = t["box_weights"] * valid
+    classes = jnp.where(positive > 0, jnp.argmax(t["cls_targets"], axis=-1) + 1, 0)
+    return {"classes": classes.astype(jnp.int32), "weight": t["cls_weights"] * valid,
+            "box_targets": t["box_targets"], "box_weights": positive}
+
+
+def compact(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+    """The indices of ``mask [N]``'s True entries in index order, padded to ``size``:
+    ``(indices [size] int32, valid [size] bool)`` (TF's static ``boolean_mask``; padding
+    slots hold index 0 and are not valid)."""
+    order = jnp.argsort(~mask.astype(bool), stable=True)
+    if size > mask.shape[0]:
+        order = jnp.pad(order, (0, size - mask.shape[0]))
+    count = jnp.sum(mask.astype(jnp.int32))
+    valid = jnp.arange(size) < count
+    return jnp.where(valid, order[:size], 0).astype(jnp.int32), valid
+
+
+def class_box_encodings(box_encodings: jax.Array, classes: jax.Array) -> jax.Array:
+    """``box_encodings [..., C', 4]`` -> ``[..., 4]``: the box of each proposal's own class
+    (``classes`` 1-based, 0 background reads class 1's box, to be weighted 0), or the one
+    shared box when ``C' == 1``."""
+    if box_encodings.shape[-2] == 1:
+        return box_encodings[..., 0, :]
+    index = jnp.clip(classes - 1, 0, box_encodings.shape[-2] - 1)
+    return jnp.take_along_axis(box_encodings, index[..., None, None], axis=-2)[..., 0, :]
+
+
+def detection_losses(class_logits: jax.Array, box_encodings: jax.Array, targets: dict,
+                     valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(classification, localization) second-stage losses of a batch, each the sum over
+    images of the image's loss divided by its number of valid (sampled) proposals, at least
+    1 -- TF's ``_loss_box_classifier`` before its division by the batch size.
+
+    Args:
+      class_logits: ``[B, P, num_classes + 1]`` (softmax cross-entropy, column 0 background).
+      box_encodings: ``[B, P, C', 4]`` (``C'`` = num_classes, or 1 when shared).
+      targets: batched :func:`detection_targets`; valid: ``[B, P]`` bool.
+    """
+    v = valid.astype(jnp.float32)
+    normalizer = jnp.maximum(jnp.sum(v, axis=1), 1.0)
+    one_hot = jax.nn.one_hot(targets["classes"], class_logits.shape[-1])
+    cls = losses.softmax_cross_entropy_loss(class_logits.astype(jnp.float32), one_hot)
+    cls = cls * targets["weight"] * v
+    pred = class_box_encodings(box_encodings.astype(jnp.float32), targets["classes"])
+    loc = losses.smooth_l1_loss(pred, targets["box_targets"], delta=1.0)
+    loc = loc * targets["box_weights"] * v
+    return (jnp.sum(jnp.sum(cls, axis=1) / normalizer),
+            jnp.sum(jnp.sum(loc, axis=1) / normalizer))
+
+
+def per_class_nms(boxes: jax.Array, scores: jax.Array, *, score_threshold: float,
+                  iou_threshold: float, max_detections_per_class: int,
+                  max_total_detections: int) -> dict:
+    """``core.nms.batched_nms`` for boxes of their own class: ``boxes [B, P, C', 4]`` (``C'``
+    = C per-class boxes, or 1 shared), ``scores [B, P, C]`` -> the :func:`batched_nms`
+    dict. Per class: greedy NMS over all P candidates; then the best ``max_total_detections``
+    over classes."""
+    b, p, c = scores.shape
+    if boxes.shape[2] == 1:
+        return batched_nms(boxes[:, :, 0], scores, score_threshold=score_threshold,
+                           iou_threshold=iou_threshold,
+                           max_detections_per_class=max_detections_per_class,
+                           max_total_detections=max_total_detections, pre_nms_top_k=p)
+    k = min(max_detections_per_class, p)
+
+    def one_class(class_boxes, class_scores):  # [B, P, 4], [B, P]
+        return batched_nms(class_boxes, class_scores[..., None], score_threshold=score_threshold,
+                           iou_threshold=iou_threshold, max_detections_per_class=k,
+                           max_total_detections=k, pre_nms_top_k=p)
+
+    det = jax.vmap(one_class, in_axes=(2, 2))(boxes, scores)  # leaves [C, B, k, ...]
+    valid = jnp.arange(k)[None, None, :] < det["num_detections"][..., None]  # [C, B, k]
+    cand_scores = jnp.where(valid, det["scores"], -jnp.inf)
+    cand_scores = jnp.moveaxis(cand_scores, 0, 1).reshape(b, c * k)
+    cand_boxes = jnp.moveaxis(det["boxes"], 0, 1).reshape(b, c * k, 4)
+    cand_classes = jnp.broadcast_to(jnp.repeat(jnp.arange(c, dtype=jnp.int32), k)[None],
+                                    (b, c * k))
+    d = max_total_detections
+    if c * k < d:
+        pad = d - c * k
+        cand_scores = jnp.pad(cand_scores, ((0, 0), (0, pad)), constant_values=-jnp.inf)
+        cand_boxes = jnp.pad(cand_boxes, ((0, 0), (0, pad), (0, 0)))
+        cand_classes = jnp.pad(cand_classes, ((0, 0), (0, pad)))
+    top, idx = jax.lax.top_k(cand_scores, d)
+    ok = top > -jnp.inf
+    return {
+        "boxes": jnp.where(ok[..., None], jnp.take_along_axis(cand_boxes, idx[..., None], 1),
+                           0.0),
+        "scores": jnp.where(ok, top, 0.0),
+        "classes": jnp.where(ok, jnp.take_along_axis(cand_classes, idx, 1), 0).astype(jnp.int32),
+        "num_detections": jnp.sum(ok, axis=1).astype(jnp.int32),
+    }
+
+
+__all__ = ["class_box_encodings", "compact", "detection_losses", "detection_targets",
+           "per_class_nms", "proposals", "rpn_losses", "rpn_targets"]

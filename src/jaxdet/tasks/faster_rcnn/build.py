@@ -1,0 +1,162 @@
+"""Build a Faster R-CNN task from a ``model.type: faster_rcnn`` config; its checkpoint
+fingerprint and ``jaxdet summary``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from jaxdet import builders
+from jaxdet.config import schema as S
+from jaxdet.config.schema_base import fingerprint_dump
+from jaxdet.core.box_coders import FasterRcnnBoxCoder
+from jaxdet.core.grid_anchors import GridAnchorGenerator
+from jaxdet.models import remat
+from jaxdet.tasks.faster_rcnn.model import FasterRCNN
+from jaxdet.tasks.faster_rcnn.task import FasterRCNNParams, FasterRCNNTask
+
+# the ResNet's levels: 2-4 the first stage, 5 (conv5) the box classifier
+REMAT_TARGETS = ("backbone", "backbone.level2", "backbone.level3", "backbone.level4",
+                 "backbone.level5")
+
+
+def anchor_generator(m: S.FasterRCNNModelConfig) -> GridAnchorGenerator:
+    a = m.first_stage_anchor_generator
+    return GridAnchorGenerator(scales=tuple(a.scales), aspect_ratios=tuple(a.aspect_ratios),
+                               base_anchor_size=(a.height, a.width),
+                               anchor_stride=(a.height_stride, a.width_stride),
+                               anchor_offset=(a.height_offset, a.width_offset))
+
+
+def build_anchors(config: S.Config) -> tuple[np.ndarray, np.ndarray | None]:
+    """(anchors ``[A, 4]`` normalized, anchor_valid ``[A]`` or None): clipped to the image
+    with ``clip_anchors_to_image``; else unclipped for training with a mask of the anchors
+    inside the image (see ``FasterRCNNModelConfig``) -- the task clips none of them, so
+    inference clips them (FasterRCNNTask._proposals)."""
+    size = builders.input_size(config.data)
+    gen = anchor_generator(config.model)
+    anchors = gen.generate(gen.feature_map_shape(size), size)
+    if config.model.clip_anchors_to_image:
+        return np.clip(anchors, 0.0, 1.0), None
+    inside = np.all((anchors[:, :2] >= 0.0) & (anchors[:, 2:] <= 1.0), axis=1)
+    return anchors, inside.astype(np.float32)
+
+
+def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN:
+    """The network: the shared ResNet builder, the RPN and the box predictor."""
+    m = config.model
+    dtype = builders.COMPUTE_DTYPES[config.precision]
+    rngs = nnx.Rngs(seed)
+    backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
+    model = FasterRCNN(backbone, num_classes=m.num_classes,
+                       anchors_per_location=anchor_generator(m).num_anchors_per_location(),
+                       rpn_depth=m.first_stage_box_predictor_depth,
+                       rpn_kernel_size=m.first_stage_box_predictor_kernel_size,
+                       rpn_stddev=m.first_stage_box_predictor_stddev,
+                       share_box_across_classes=m.share_box_across_classes,
+                       maxpool_kernel_size=m.maxpool_kernel_size,
+                       maxpool_stride=m.maxpool_stride, dtype=dtype, rngs=rngs)
+    targets = tuple(config.train.remat)
+    unknown = [t for t in targets if t not in REMAT_TARGETS]
+    if unknown:
+        raise ValueError(f"train.remat={list(targets)}: faster_rcnn can recompute "
+                         f"{', '.join(REMAT_TARGETS)}; not {', '.join(unknown)}")
+    if targets:
+        remat.set_remat(model, targets)
+    builders.apply_batch_norm_statistics(model, config)
+    return model
+
+
+def params_of(m: S.FasterRCNNModelConfig) -> FasterRCNNParams:
+    post = m.second_stage_post_processing
+    return FasterRCNNParams(
+        first_stage_nms_score_threshold=m.first_stage_nms_score_threshold,
+        first_stage_nms_iou_threshold=m.first_stage_nms_iou_threshold,
+        first_stage_max_proposals=m.first_stage_max_proposals,
+        first_stage_minibatch_size=m.first_stage_minibatch_size,
+        first_stage_positive_balance_fraction=m.first_stage_positive_balance_fraction,
+        first_stage_localization_loss_weight=m.first_stage_localization_loss_weight,
+        first_stage_objectness_loss_weight=m.first_stage_objectness_loss_weight,
+        initial_crop_size=m.initial_crop_size, crop_method=m.crop_method,
+        second_stage_batch_size=m.second_stage_batch_size,
+        second_stage_balance_fraction=m.second_stage_balance_fraction,
+        second_stage_localization_loss_weight=m.second_stage_localization_loss_weight,
+        second_stage_classification_loss_weight=m.second_stage_classification_loss_weight,
+        score_threshold=post.score_threshold, iou_threshold=post.iou_threshold,
+        max_detections_per_class=post.max_detections_per_class,
+        max_total_detections=post.max_total_detections, logit_scale=post.logit_scale)
+
+
+def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
+    """The network (:func:`build_faster_rcnn`), anchors and the two stages' settings."""
+    m = config.model
+    size = builders.input_size(config.data)
+    if size[0] % 16 or size[1] % 16:
+        raise ValueError(f"faster_rcnn needs an input size divisible by 16 (the conv4 "
+                         f"stride); got {size[0]}x{size[1]}")
+    anchors, anchor_valid = build_anchors(config)
+    c = m.box_coder
+    return FasterRCNNTask(
+        model=build_faster_rcnn(config, seed=seed), anchors=anchors,
+        box_coder=FasterRcnnBoxCoder(scales=tuple(c.scales), max_log_scale=c.max_log_scale),
+        input_size=size, num_classes=m.num_classes, params=params_of(m),
+        anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
+        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
+        remat_targets=REMAT_TARGETS)
+
+
+def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
+    """What fixes the tensors: the backbone, classes, anchors per location (the RPN's
+    width), the RPN's depth and kernel, the shared or per-class box, and the input size."""
+    dumped = fingerprint_dump(config.model)
+    keep = ("type", "num_classes", "backbone", "first_stage_anchor_generator",
+            "first_stage_box_predictor_depth", "first_stage_box_predictor_kernel_size",
+            "share_box_across_classes")
+    return {"model": {k: dumped[k] for k in keep},
+            "input_size": list(builders.input_size(config.data))}
+
+
+def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
+    """``jaxdet summary`` for Faster R-CNN: parameters per part (built abstractly: no weights
+    are computed), anchors and the two stages' static sizes."""
+    model = nnx.eval_shape(lambda: build_faster_rcnn(config, seed=0))
+
+    def count(module) -> int:
+        return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))
+
+    m = config.model
+    height, width = builders.input_size(config.data)
+    conv5 = sum(count(b) for b in model.backbone.blocks_by_level()[5])
+    backbone = count(model.backbone)
+    gen = anchor_generator(m)
+    h, w = gen.feature_map_shape((height, width))
+    k = gen.num_anchors_per_location()
+    return {
+        "name": config.name, "type": "faster_rcnn", "input_size": [height, width],
+        "num_classes": m.num_classes,
+        "parameters": {"first_stage_features": backbone - conv5, "rpn": count(model.rpn),
+                       "box_classifier": conv5, "box_predictor": count(model.box_predictor),
+                       "total": count(model)},
+        "anchors": {"feature_map": [h, w], "per_location": k, "total": h * w * k},
+        "outputs": {"max_proposals": m.first_stage_max_proposals,
+                    "crop": [m.initial_crop_size, m.initial_crop_size],
+                    "second_stage_batch_size": m.second_stage_batch_size,
+                    "max_detections": m.second_stage_post_processing.max_total_detections},
+    }
+
+
+def format_faster_rcnn_summary(d: dict) -> str:
+    p, a, o = d["parameters"], d["anchors"], d["outputs"]
+    return "\n".join([
+        f"{d['name'] or 'config'}: Faster R-CNN (C4), {d['num_classes']} classes, input "
+        f"{d['input_size'][0]}x{d['input_size'][1]}",
+        f"parameters: {p['total']:,} (first-stage features {p['first_stage_features']:,}, RPN "
+        f"{p['rpn']:,}, box classifier {p['box_classifier']:,}, box predictor "
+        f"{p['box_predictor']:,})",
+        f"anchors: {a['total']:,} ({a['feature_map'][0]}x{a['feature_map'][1]} x "
+        f"{a['per_location']}); {o['max_proposals']} proposals per image, crops "
+        f"{o['crop'][0]}x{o['crop'][1]}, {o['second_stage_batch_size']} sampled in training; "
+        f"at most {o['max_detections']} detections",
+    ])

@@ -1,0 +1,119 @@
+"""Faster R-CNN's network, C4 variant (TF OD API ``faster_rcnn_resnet*_keras``): one ResNet
+split in two. The first stage runs the stem and stages conv2-conv4 (stride 16) to the map the
+RPN reads and the second stage crops; the RPN is a 3x3 conv (``depth``, bias) + ReLU6 and two
+1x1 convs per anchor: objectness (2 logits: background, object) and box codes (4). The second
+stage runs the ResNet's conv5 stage on each (cropped, max-pooled) proposal, averages it over
+space and predicts ``num_classes + 1`` class logits and box codes per class (or one shared
+box), as TF's ``MaskRCNNBoxPredictor`` (``share_box_across_classes``).
+
+The task (``tasks.faster_rcnn.task``) calls :meth:`FasterRCNN.first_stage` and
+:meth:`FasterRCNN.second_stage` with the proposal logic in between; ``__call__`` (first stage
+only) exists for summaries.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdet.core.portable import reduce_window_2d
+from jaxdet.models import remat
+from jaxdet.models.backbones.resnet import ResNet
+from jaxdet.models.layers import conv, max_pool_symmetric
+
+xavier_uniform = nnx.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+
+
+class RPNHead(nnx.Module):
+    """3x3 conv (``depth``, bias, TF ``SAME``) + ReLU6, then 1x1 objectness (``2 k``) and box
+    (``4 k``) convs, all truncated-normal(``stddev``) initialised with zero biases (the zoo
+    configs' ``first_stage_box_predictor_conv_hyperparams``)."""
+
+    def __init__(self, in_channels: int, depth: int, anchors_per_location: int, *,
+                 kernel_size: int = 3, stddev: float = 0.01, dtype=None, rngs: nnx.Rngs):
+        init = nnx.initializers.truncated_normal(stddev)
+        k = anchors_per_location
+        self.conv = conv(in_channels, depth, kernel_size, use_bias=True, padding="same",
+                         kernel_init=init, dtype=dtype, rngs=rngs)
+        self.objectness = conv(depth, 2 * k, 1, use_bias=True, kernel_init=init, dtype=dtype,
+                               rngs=rngs)
+        self.box = conv(depth, 4 * k, 1, use_bias=True, kernel_init=init, dtype=dtype,
+                        rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``x [B, h, w, C]`` -> (objectness ``[B, h*w*k, 2]``, boxes ``[B, h*w*k, 4]``) in the
+        anchor order (y, x, anchor)."""
+        y = jax.nn.relu6(self.conv(x))
+        b = x.shape[0]
+        return self.objectness(y).reshape(b, -1, 2), self.box(y).reshape(b, -1, 4)
+
+
+class BoxPredictor(nnx.Module):
+    """TF ``MaskRCNNBoxPredictor`` on pooled features ``[N, C]``: class logits
+    ``[N, num_classes + 1]`` and box codes ``[N, C', 4]`` (``C'`` = num_classes, or 1 with
+    ``share_box_across_classes``); Glorot-uniform fully connected layers, zero biases."""
+
+    def __init__(self, in_features: int, num_classes: int, *, share_box_across_classes: bool,
+                 dtype=None, rngs: nnx.Rngs):
+        self.num_boxes = 1 if share_box_across_classes else num_classes
+        self.cls = nnx.Linear(in_features, num_classes + 1, kernel_init=xavier_uniform,
+                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.box = nnx.Linear(in_features, 4 * self.num_boxes, kernel_init=xavier_uniform,
+                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.cls(x), self.box(x).reshape(x.shape[0], self.num_boxes, 4)
+
+
+class FasterRCNN(nnx.Module):
+    """``backbone`` (a :class:`ResNet`; its ``layer4`` is the box classifier), ``rpn`` and
+    ``box_predictor`` (see the module docstring)."""
+
+    def __init__(self, backbone: ResNet, *, num_classes: int, anchors_per_location: int,
+                 rpn_depth: int = 512, rpn_kernel_size: int = 3, rpn_stddev: float = 0.01,
+                 share_box_across_classes: bool = False, maxpool_kernel_size: int = 2,
+                 maxpool_stride: int = 2, dtype=None, rngs: nnx.Rngs):
+        self.backbone = backbone
+        self.neck = None  # read by models.remat.set_remat
+        self.maxpool_kernel_size = maxpool_kernel_size
+        self.maxpool_stride = maxpool_stride
+        self.rpn = RPNHead(backbone.out_channels[4], rpn_depth, anchors_per_location,
+                           kernel_size=rpn_kernel_size, stddev=rpn_stddev, dtype=dtype,
+                           rngs=rngs)
+        self.box_predictor = BoxPredictor(backbone.out_channels[5], num_classes,
+                                          share_box_across_classes=share_box_across_classes,
+                                          dtype=dtype, rngs=rngs)
+
+    def features(self, images: jax.Array) -> jax.Array:
+        """The stride-16 map (end of conv4) ``[B, H/16, W/16, C4]``."""
+        b = self.backbone
+        x = b.act(b.bn1(b.conv1(images)))
+        if b.padding == "same":  # as ResNet.__call__: TF's SAME stem pool
+            x = reduce_window_2d(x, -float("inf"), jax.lax.max, (3, 3), (2, 2), "SAME")
+        else:
+            x = max_pool_symmetric(x, 3, 2)
+        blocks = b.blocks_by_level()
+        for level in (2, 3, 4):
+            x = remat.run_blocks(blocks[level], x)
+        return x
+
+    def first_stage(self, images: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(features, objectness logits ``[B, A, 2]``, box codes ``[B, A, 4]``)."""
+        x = self.features(images)
+        objectness, boxes = self.rpn(x)
+        return x, objectness, boxes
+
+    def second_stage(self, crops: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Crops ``[N, S, S, C4]`` (``initial_crop_size``) -> max pool -> conv5 -> spatial mean
+        -> (class logits ``[N, num_classes + 1]``, box codes ``[N, C', 4]``)."""
+        k, s = self.maxpool_kernel_size, self.maxpool_stride
+        x = reduce_window_2d(crops, -float("inf"), jax.lax.max, (k, k), (s, s), "VALID")
+        x = remat.run_blocks(self.backbone.blocks_by_level()[5], x)
+        return self.box_predictor(jnp.mean(x, axis=(1, 2)))
+
+    def __call__(self, images: jax.Array, *, rngs: nnx.Rngs | None = None):
+        return self.first_stage(images)[1:]
+
+
+__all__ = ["BoxPredictor", "FasterRCNN", "RPNHead"]

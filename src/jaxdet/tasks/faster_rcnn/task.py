@@ -1,0 +1,268 @@
+"""The Faster R-CNN task (C4: one stride-16 map), on the task seam with static shapes.
+
+Train step (TF OD API ``FasterRCNNMetaArch``, ``use_static_shapes``):
+
+1. First stage: ResNet to conv4, the RPN's objectness and box codes over the grid anchors.
+   Targets (``prepare``): IoU matcher 0.7 / 0.3 against the ground truth. A random balanced
+   minibatch of ``first_stage_minibatch_size`` anchors (``positive_fraction`` positives at
+   most) takes part in the softmax objectness loss and, its positives, in the smooth-L1 box
+   loss; each image's sums are divided by its minibatch size.
+2. Proposals: decode, NMS (``first_stage_nms_iou_threshold``) to ``first_stage_max_proposals``
+   boxes, clipped to the image content (``image_info``), gradients stopped.
+3. Second stage: the proposals against the ground truth (IoU 0.5), a random balanced minibatch
+   of ``second_stage_batch_size`` of them (``second_stage_balance_fraction`` positives), placed
+   first in proposal order; crop-and-resize from the conv4 map, max pool, conv5, spatial mean,
+   class logits and box codes. Softmax cross-entropy over num_classes + 1 on every sampled
+   proposal, smooth L1 on the positives' own-class box; each image's sums divided by its
+   number of sampled proposals.
+
+Every loss part is summed over the images and divided by the loss normalizer, the batch size
+(TF averages the per-image losses over the batch), so micro-batches of an accumulated step add
+up to the whole batch. Predict: the proposals (as 2.), the second stage on all of them, per
+class NMS (``second_stage_post_processing``), clip to the content, original-image pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdet.core import faster_rcnn as frcnn
+from jaxdet.core.coordinates import to_original_coordinates
+from jaxdet.core.nms import clip_to_window
+from jaxdet.core.roi_ops import matmul_crop_and_resize
+from jaxdet.core.samplers import batch_balanced_sample
+from jaxdet.tasks.base import (
+    BatchField,
+    BatchLayout,
+    ModelTask,
+    box_batch_layout,
+    evaluate_boxes,
+    model_graphdefs,
+)
+
+PyTree = Any
+
+
+@dataclass(frozen=True)
+class FasterRCNNParams:
+    """The static settings of the two stages (TF's ``faster_rcnn`` proto field names)."""
+
+    first_stage_nms_score_threshold: float = 0.0
+    first_stage_nms_iou_threshold: float = 0.7
+    first_stage_max_proposals: int = 300
+    first_stage_minibatch_size: int = 256
+    first_stage_positive_balance_fraction: float = 0.5
+    first_stage_localization_loss_weight: float = 1.0
+    first_stage_objectness_loss_weight: float = 1.0
+    initial_crop_size: int = 14
+    crop_method: str = "gather"
+    second_stage_batch_size: int = 64
+    second_stage_balance_fraction: float = 0.25
+    second_stage_localization_loss_weight: float = 1.0
+    second_stage_classification_loss_weight: float = 1.0
+    score_threshold: float = 0.0
+    iou_threshold: float = 0.6
+    max_detections_per_class: int = 100
+    max_total_detections: int = 100
+    logit_scale: float = 1.0
+
+
+@dataclass
+class FasterRCNNTask(ModelTask):
+    """Model + anchors + the two stages' targets, losses and post-processing.
+
+    Attributes:
+      model: a ``tasks.faster_rcnn.model.FasterRCNN``.
+      anchors: ``[A, 4]`` normalized first-stage anchors (clipped to the image when TF's
+        ``clip_anchors_to_image``); anchor_valid: ``[A]`` 1 for anchors inside the image, or
+        None (every anchor takes part: clipped anchors).
+      box_coder: the Faster R-CNN box coder (both stages).
+    """
+
+    model: nnx.Module
+    anchors: np.ndarray
+    box_coder: Any
+    input_size: tuple[int, int]
+    num_classes: int
+    params: FasterRCNNParams = FasterRCNNParams()
+    anchor_valid: np.ndarray | None = None
+    max_boxes: int = 100
+    compute_dtype: Any = jnp.float32
+    seed: int = 0
+    remat_targets: tuple[str, ...] = ()
+    _graphdefs: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._graphdefs.update(model_graphdefs(self.model))
+
+    def max_stride(self) -> int:
+        return 16
+
+    # ----------------------------------------------------------------- layout and model
+
+    def batch_layout(self) -> BatchLayout:
+        """The SSD family's batch (``tasks.base.box_batch_layout``) plus ``image_info``
+        f32[4] (orig_h, orig_w, content_h, content_w): proposals are clipped to the content,
+        as TF clips them to the true image shape."""
+        layout = box_batch_layout(self.input_size, self.max_boxes)
+        layout["image_info"] = BatchField((4,), jnp.float32)
+        return layout
+
+    def _merge(self, params: PyTree, batch_stats: PyTree, *, train: bool) -> nnx.Module:
+        return nnx.merge(self._graphdefs["train" if train else "eval"], params, batch_stats)
+
+    def _window(self, image_info: jax.Array) -> jax.Array:
+        """``[B, 4]`` normalized window of each image's content in the padded input."""
+        info = image_info.astype(jnp.float32)
+        zeros = jnp.zeros_like(info[:, 2])
+        return jnp.stack([zeros, zeros, info[:, 2] / self.input_size[0],
+                          info[:, 3] / self.input_size[1]], axis=-1)
+
+    def _anchor_valid(self) -> jax.Array | None:
+        return None if self.anchor_valid is None else jnp.asarray(self.anchor_valid)
+
+    def _proposals(self, objectness: jax.Array, encodings: jax.Array,
+                   image_info: jax.Array, *, train: bool) -> dict:
+        """Training leaves out the anchors outside the image (``anchor_valid``, TF prunes
+        them); inference uses every anchor, clipped to the image (as TF)."""
+        p = self.params
+        anchors = jnp.asarray(self.anchors)
+        valid = self._anchor_valid() if train else None
+        if not train and self.anchor_valid is not None:
+            anchors = jnp.clip(anchors, 0.0, 1.0)
+        return frcnn.proposals(
+            jax.lax.stop_gradient(encodings), jax.lax.stop_gradient(objectness),
+            anchors, self._window(image_info), self.box_coder,
+            max_proposals=p.first_stage_max_proposals,
+            iou_threshold=p.first_stage_nms_iou_threshold,
+            score_threshold=p.first_stage_nms_score_threshold, anchor_valid=valid)
+
+    def _second_stage(self, model: nnx.Module, features: jax.Array,
+                      boxes: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Crops of ``boxes [B, P, 4]`` from ``features`` -> (logits ``[B, P, K + 1]``, box
+        codes ``[B, P, C', 4]``), float32."""
+        b, n = boxes.shape[:2]
+        s = self.params.initial_crop_size
+        crops = matmul_crop_and_resize(features, boxes.astype(features.dtype), (s, s),
+                                       method=self.params.crop_method)
+        logits, codes = model.second_stage(crops.reshape(b * n, s, s, crops.shape[-1]))
+        return (logits.astype(jnp.float32).reshape(b, n, -1),
+                codes.astype(jnp.float32).reshape(b, n, -1, 4))
+
+    # ----------------------------------------------------------------- targets and loss
+
+    def prepare(self, batch: dict) -> dict:
+        """First-stage targets ``[B, A, ...]`` (``core.faster_rcnn.rpn_targets``)."""
+        anchors = jnp.asarray(self.anchors)
+        valid = self._anchor_valid()
+        return jax.vmap(lambda b, v, i: frcnn.rpn_targets(anchors, b, v, i, self.box_coder,
+                                                          anchor_valid=valid))(
+            batch["boxes"], batch["valid"], batch["ignore"])
+
+    def loss_normalizer(self, prepared: dict) -> jax.Array:
+        """The batch size: every part is a sum over images of per-image normalized losses."""
+        return jnp.float32(prepared["weight"].shape[0])
+
+    def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
+             rng: jax.Array | None = None, *, prepared: dict | None = None,
+             normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
+        """(total, ({first_stage_objectness_loss, first_stage_localization_loss,
+        second_stage_classification_loss, second_stage_localization_loss, num_positives
+        (first-stage positives in the batch), num_proposals, num_sampled_positives},
+        new batch_stats)); the random minibatches come from ``rng``."""
+        p = self.params
+        targets = self.prepare(batch) if prepared is None else prepared
+        norm = self.loss_normalizer(targets) if normalizer is None else normalizer
+        key = jax.random.key(self.seed) if rng is None else rng
+        rpn_key, detection_key = jax.random.split(key)
+        model = self._merge(params, batch_stats, train=True)
+        features, objectness, encodings = model.first_stage(
+            batch["images"].astype(self.compute_dtype))
+        objectness = objectness.astype(jnp.float32)
+        encodings = encodings.astype(jnp.float32)
+
+        sampled = batch_balanced_sample(targets["weight"] > 0, targets["objectness"] > 0,
+                                        p.first_stage_minibatch_size,
+                                        p.first_stage_positive_balance_fraction, rpn_key)
+        rpn_obj, rpn_loc = frcnn.rpn_losses(objectness, encodings, targets, sampled)
+
+        props = self._proposals(objectness, encodings, batch["image_info"], train=True)
+        boxes, det_targets, valid = self._sample_proposals(props, batch, detection_key)
+        logits, codes = self._second_stage(model, features, boxes)
+        cls, loc = frcnn.detection_losses(logits, codes, det_targets, valid)
+
+        parts = {
+            "first_stage_objectness_loss": p.first_stage_objectness_loss_weight * rpn_obj / norm,
+            "first_stage_localization_loss":
+                p.first_stage_localization_loss_weight * rpn_loc / norm,
+            "second_stage_classification_loss":
+                p.second_stage_classification_loss_weight * cls / norm,
+            "second_stage_localization_loss":
+                p.second_stage_localization_loss_weight * loc / norm,
+        }
+        total = sum(parts.values())
+        parts["num_positives"] = jnp.sum(targets["box_weights"])
+        parts["num_proposals"] = jnp.sum(props["valid"].astype(jnp.float32))
+        parts["num_sampled_positives"] = jnp.sum(det_targets["box_weights"] * valid)
+        new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat))
+        return total, (parts, new_stats)
+
+    def _sample_proposals(self, props: dict, batch: dict,
+                          key: jax.Array) -> tuple[jax.Array, dict, jax.Array]:
+        """The second-stage minibatch: ``(boxes [B, S, 4], targets [B, S, ...], valid [B, S])``
+        with S = ``second_stage_batch_size``, the sampled proposals first (proposal order)."""
+        p = self.params
+        targets = jax.vmap(lambda pb, pv, b, c, v, i: frcnn.detection_targets(
+            pb, pv, b, c, v, i, num_classes=self.num_classes, box_coder=self.box_coder))(
+            props["boxes"], props["valid"], batch["boxes"], batch["classes"], batch["valid"],
+            batch["ignore"])
+        candidates = props["valid"] & (targets["weight"] > 0)
+        chosen = batch_balanced_sample(candidates, targets["classes"] > 0,
+                                       p.second_stage_batch_size,
+                                       p.second_stage_balance_fraction, key)
+        index, valid = jax.vmap(lambda m: frcnn.compact(m, p.second_stage_batch_size))(chosen)
+        take = jax.vmap(lambda x, i: jnp.take(x, i, axis=0))
+        boxes = take(props["boxes"], index)
+        targets = {k: take(v, index) for k, v in targets.items()}
+        return boxes, targets, valid
+
+    # ----------------------------------------------------------------- inference
+
+    def predict(self, params: PyTree, batch_stats: PyTree, images: jax.Array,
+                image_info: jax.Array) -> dict:
+        """Detections in original-image pixels: boxes [B, D, 4] yxyx, scores [B, D], classes
+        [B, D] int32, num_detections [B] (D = ``max_total_detections``); also the first
+        stage's ``proposals`` [B, P, 4] (normalized, padded input) and ``num_proposals``."""
+        p = self.params
+        model = self._merge(params, batch_stats, train=False)
+        features, objectness, encodings = model.first_stage(images.astype(self.compute_dtype))
+        props = self._proposals(objectness.astype(jnp.float32), encodings.astype(jnp.float32),
+                                image_info, train=False)
+        logits, codes = self._second_stage(model, features, props["boxes"])
+        boxes = self.box_coder.decode(codes, props["boxes"][:, :, None, :])
+        scores = jax.nn.softmax(logits / p.logit_scale, axis=-1)[..., 1:]
+        scores = jnp.where(props["valid"][..., None], scores, -jnp.inf)
+        det = frcnn.per_class_nms(boxes, scores, score_threshold=p.score_threshold,
+                                  iou_threshold=p.iou_threshold,
+                                  max_detections_per_class=p.max_detections_per_class,
+                                  max_total_detections=p.max_total_detections)
+        det = clip_to_window(det, self._window(image_info))
+        det["boxes"] = to_original_coordinates(det["boxes"], image_info, self.input_size)
+        det["proposals"] = props["boxes"]
+        det["num_proposals"] = jnp.sum(props["valid"], axis=1).astype(jnp.int32)
+        return det
+
+    def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
+                 loader_factory: Any, out_dir: Any, **options: Any) -> dict:
+        """COCO / VOC box metrics, as the SSD family (:func:`tasks.base.evaluate_boxes`)."""
+        return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
+                              out_dir, **options)
+
+
+__all__ = ["FasterRCNNParams", "FasterRCNNTask"]
