@@ -37,8 +37,9 @@ def resize(images: jax.Array, height: int, width: int, method: str) -> jax.Array
     """Resizes f32 [B, h, w, C] to [B, height, width, C] in the graph.
 
     ``tf_bilinear`` computes exactly what ``data.geometry.resize_image_tf`` (and the TF OD API)
-    computes; ``bilinear`` is ``jax.image.resize`` with antialiasing (half-pixel centres), which
-    approximates the host pipeline's Pillow resize (equal when the size does not change)."""
+    computes; ``bilinear`` is ``jax.image.resize``'s antialiased linear resize (half-pixel
+    centres) as two matmuls, which approximates the host pipeline's Pillow resize (equal when
+    the size does not change)."""
     b, h, w, c = images.shape
     if (h, w) == (height, width):
         return images
@@ -50,7 +51,21 @@ def resize(images: jax.Array, height: int, width: int, method: str) -> jax.Array
         top = rows0[:, :, x0] + (rows0[:, :, x1] - rows0[:, :, x0]) * dx
         bottom = rows1[:, :, x0] + (rows1[:, :, x1] - rows1[:, :, x0]) * dx
         return top + (bottom - top) * jnp.asarray(dy)[None, :, None, None]
-    return jax.image.resize(images, (b, height, width, c), "linear", antialias=True)
+    wy, wx = _linear_resize_matrix(h, height), _linear_resize_matrix(w, width)
+    return jnp.einsum("yh,bhwc,xw->byxc", wy, images, wx)
+
+
+def _linear_resize_matrix(size: int, new_size: int) -> np.ndarray:
+    """f32 [new_size, size]: an antialiased linear resize of one axis as a matrix, the weights
+    ``jax.image.resize(..., "linear", antialias=True)`` uses: output pixel i samples the input
+    at ``(i + 0.5) / scale - 0.5`` with a triangle kernel widened by ``1 / scale`` when
+    shrinking, weights normalized to sum 1. A matmul in the artifact, which every exporter
+    lowers (ONNX has no antialiased resize)."""
+    scale = new_size / size
+    support = max(1.0 / scale, 1.0)
+    centres = (np.arange(new_size) + 0.5) / scale - 0.5
+    weights = np.maximum(0.0, 1.0 - np.abs(centres[:, None] - np.arange(size)[None]) / support)
+    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def preprocess(images: jax.Array, data: S.DataConfig, *, pads_raw_pixels: bool
