@@ -376,7 +376,9 @@ def cmd_convert_config(args: argparse.Namespace) -> int:
     out.write_text(conversion_yaml(conversion, config))
     for text in conversion.warnings:
         print(f"warning: {text}", file=sys.stderr)
-    print(f"wrote {out}: {config.model.backbone.name} + {config.model.neck.name} "
+    neck = getattr(config.model, "neck", None)  # faster_rcnn (C4) has none
+    parts = config.model.backbone.name + (f" + {neck.name}" if neck is not None else "")
+    print(f"wrote {out}: {config.model.type} {parts} "
           f"({len(conversion.same)} TF fields with the same effect, {len(conversion.warnings)} "
           "with a difference: listed at the top of the file)")
     return 0

@@ -216,6 +216,14 @@ class OptimizerConfig(Strict):
     weight_decay: float = Field(0.0, ge=0.0)
     clip_gradient_norm: float | None = Field(None, gt=0.0)
 
+    @model_validator(mode="after")
+    def _momentum_needs_a_momentum_optimizer(self):
+        if self.name == "sgd" and "momentum" in self.model_fields_set and self.momentum > 0:
+            raise ValueError(f"momentum: {self.momentum} with name: sgd, which is plain SGD "
+                             "and ignores it; use name: momentum for momentum SGD (TF's "
+                             "momentum_optimizer), or drop momentum")
+        return self
+
 
 class CosineLearningRateConfig(Strict):
     """Cosine decay with linear warmup; ``total_steps`` defaults to ``train.num_steps``."""

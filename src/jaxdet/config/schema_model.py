@@ -656,7 +656,20 @@ class FasterRCNNModelConfig(Strict):
     ``clip_anchors_to_image``: anchors are clipped to the image (TF's option); false: anchors
     reaching outside the image take no part in training and are clipped for inference (TF
     prunes them in training). Losses: softmax + smooth L1 (delta 1) per stage, each image's
-    sums divided by its minibatch size, averaged over the batch, times the ``*_weight``s."""
+    sums divided by its minibatch size, averaged over the batch, times the ``*_weight``s.
+
+    Mask R-CNN (``predict_instance_masks``, TF's ``mask_rcnn_box_predictor`` mask head; needs
+    ``data.load_masks: true``): a head on the box classifier's conv5 map of each proposal --
+    bilinear resize to ``mask_height`` x ``mask_width``, ``mask_prediction_num_conv_layers -
+    1`` 3x3 convs of ``mask_prediction_conv_depth`` channels + ReLU (0: TF's automatic depth
+    from the conv5 channels and the classes), a 3x3 conv to one mask per class (one with
+    ``masks_are_class_agnostic``); ``convolve_then_upsample``: the convs run on the conv5 map,
+    then a nearest-neighbour upsampling (``mask_height`` / ``mask_width`` must be multiples of
+    the conv5 map's size) and one more conv + ReLU. Training: the sampled positive proposals'
+    own-class mask logits against their matched ground-truth mask cropped to the proposal
+    (bilinear, from the batch's ``masks``), sigmoid cross-entropy averaged per pixel over
+    the positives, times ``second_stage_mask_prediction_loss_weight``. Predict: the head runs
+    on each final detection's box; ``masks`` are its own class's sigmoid probabilities."""
 
     type: Literal["faster_rcnn"]
     num_classes: int = Field(ge=1)
@@ -686,6 +699,14 @@ class FasterRCNNModelConfig(Strict):
     second_stage_classification_loss_weight: float = Field(1.0, ge=0.0)
     clip_anchors_to_image: bool = False
     box_coder: BoxCoderConfig = BoxCoderConfig()
+    predict_instance_masks: bool = later_field(False)
+    mask_height: int = later_field(15, ge=1)
+    mask_width: int = later_field(15, ge=1)
+    mask_prediction_conv_depth: int = later_field(256, ge=0)
+    mask_prediction_num_conv_layers: int = later_field(2, ge=1)
+    masks_are_class_agnostic: bool = later_field(False)
+    convolve_then_upsample: bool = later_field(False)
+    second_stage_mask_prediction_loss_weight: float = later_field(1.0, ge=0.0)
 
     @model_validator(mode="after")
     def _consistent(self) -> FasterRCNNModelConfig:

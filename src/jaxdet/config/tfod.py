@@ -5,12 +5,13 @@
 model; :func:`convert_pipeline_config` returns the raw dict plus every message for the user,
 which ``jaxdet convert-config`` writes as YAML. ``model { ssd {...} }`` (SSD, RetinaNet,
 EfficientDet) is mapped here, ``model { center_net {...} }`` (CenterNet, keypoint tasks
-included) by ``config/tfod_center_net.py``.
+included) by ``config/tfod_center_net.py``, ``model { faster_rcnn {...} }`` (Faster R-CNN C4) by
+``config/tfod_faster_rcnn.py``.
 
 Every field of the file ends in exactly one of four places:
 
-1. mapped onto a jaxdet field (this module, ``config/tfod_center_net.py`` and
-   ``config/tfod_train.py``);
+1. mapped onto a jaxdet field (this module, ``config/tfod_center_net.py``,
+   ``config/tfod_faster_rcnn.py`` and ``config/tfod_train.py``);
 2. listed in ``config/tfod_fields.py`` as having the same effect in jaxdet (INFO) or as
    accepted with a difference the user is told about (WARNING);
 3. an unsupported *value* of a known field (e.g. ``ignore_thresholds: true``): an error naming
@@ -59,10 +60,9 @@ EFFICIENTNET_MEAN_STD = ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
 BIFPN_COMBINE = {"fast_attention": "fastattn", "attention": "attn", "sum": "sum"}
 ACTIVATIONS = {"RELU": "relu", "RELU_6": "relu6", "SWISH": "swish", "NONE": "none"}
 NOT_YET = {
-    "faster_rcnn": "Faster / Mask R-CNN",
     "experimental_model": "custom TF models",
 }
-SUPPORTED_MODELS = ("ssd", "center_net")
+SUPPORTED_MODELS = ("ssd", "center_net", "faster_rcnn")
 
 
 class TfodConfigError(ConfigError):
@@ -459,12 +459,21 @@ def map_center_net(m: Mapper, center_net: Message) -> tuple[dict, dict, dict]:
     return map_it(m, center_net)
 
 
-MODEL_MAPPERS = {"ssd": map_ssd, "center_net": map_center_net}
+def map_faster_rcnn(m: Mapper, faster_rcnn: Message) -> tuple[dict, dict, dict]:
+    """``model { faster_rcnn {...} }`` -> (jaxdet model, data fields, extras {l2}): see
+    ``config/tfod_faster_rcnn.py``."""
+    from jaxdet.config.tfod_faster_rcnn import map_faster_rcnn as map_it
+
+    return map_it(m, faster_rcnn)
+
+
+MODEL_MAPPERS = {"ssd": map_ssd, "center_net": map_center_net, "faster_rcnn": map_faster_rcnn}
 
 
 def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
-    """The architecture (``ssd`` or ``center_net``) and its message; DeepMAC (a CenterNet with
-    ``deepmac_mask_estimation``) and the architectures jaxdet lacks stop here, in one line."""
+    """The architecture (``ssd``, ``center_net`` or ``faster_rcnn``) and its message; DeepMAC
+    (a CenterNet with ``deepmac_mask_estimation``) and the architectures jaxdet lacks stop
+    here, in one line."""
     from jaxdet.config.tfod_center_net import check_deepmac
 
     if not root.has("model"):
@@ -477,7 +486,8 @@ def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
     if kind not in SUPPORTED_MODELS:
         what = NOT_YET.get(kind, kind)
         raise m.error(model, kind, f"{what} is not supported yet; jaxdet supports model.ssd "
-                      "(SSD / RetinaNet family) and model.center_net (CenterNet)")
+                      "(SSD / RetinaNet family), model.center_net (CenterNet) and "
+                      "model.faster_rcnn (Faster R-CNN C4)")
     arch = m.sub(model, kind)
     if kind == "center_net":
         check_deepmac(m, arch)

@@ -22,6 +22,7 @@ _FE = f"{_SSD}.feature_extractor"
 _BP = f"{_SSD}.box_predictor.*"
 _CN = "model.center_net"
 _KP = f"{_CN}.keypoint_estimation_task"
+_FR = "model.faster_rcnn"
 _TRAIN = "train_config"
 _READERS = ("train_input_reader", "eval_input_reader")
 
@@ -69,6 +70,29 @@ SAME: dict[str, str] = {
         "used only by candidate_ranking_mode 'gaussian_weighted' (not supported)",
     f"{_KP}.gaussian_denom_ratio":
         "used only by candidate_ranking_mode 'gaussian_weighted_const' (not supported)",
+    f"{_FR}.use_static_shapes": "jaxdet always has static shapes",
+    f"{_FR}.use_static_shapes_for_eval": "jaxdet always has static shapes",
+    f"{_FR}.use_static_balanced_label_sampler":
+        "jaxdet's balanced samplers always have static shapes",
+    f"{_FR}.use_matmul_gather_in_matcher": "jaxdet always gathers with static shapes",
+    f"{_FR}.use_partitioned_nms_in_first_stage": "jaxdet's NMS always has static shapes",
+    f"{_FR}.use_combined_nms_in_first_stage": "jaxdet's NMS always has static shapes",
+    f"{_FR}.inplace_batchnorm_update": "jaxdet updates batch-norm statistics in the train step",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_static_shapes":
+        "jaxdet's NMS always has static shapes",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_partitioned_nms":
+        "jaxdet's NMS always has static shapes",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_combined_nms":
+        "jaxdet's NMS always has static shapes",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_hard_nms":
+        "jaxdet's NMS is greedy hard NMS",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_cpu_nms":
+        "where NMS runs, not what it computes",
+    f"{_FR}.second_stage_post_processing.batch_non_max_suppression.change_coordinate_frame":
+        "boxes are normalized to the image",
+    f"{_FR}.second_stage_classification_loss.weighted_softmax.anchorwise_output":
+        "losses are per proposal before reduction",
+    f"{_FR}.resize_masks": "used only with masks (predict_instance_masks: not supported yet)",
     f"{_TRAIN}.sync_replicas": "jaxdet's data parallelism is synchronous; batch_size is global",
     f"{_TRAIN}.replicas_to_aggregate": "batch_size is the global batch",
     f"{_TRAIN}.startup_delay_steps": "all devices start together",
@@ -100,6 +124,12 @@ DIFFERS: dict[str, str] = {
         "jaxdet uses its own initializers (He-normal convolutions, zero biases)",
     f"{_BP}.conv_hyperparams.initializer":
         "jaxdet uses its own initializers (normal stddev 0.01 for predictor convolutions)",
+    f"{_FR}.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams":
+        "the mask head's convolutions (used only with predict_instance_masks)",
+    f"{_FR}.return_raw_detections_during_predict":
+        "jaxdet's predict returns the final boxes, scores and classes",
+    f"{_FR}.output_final_box_features": "jaxdet's predict returns no box features",
+    f"{_FR}.output_final_box_rpn_features": "jaxdet's predict returns no box features",
     f"{_TRAIN}.keep_checkpoint_every_n_hours":
         "jaxdet keeps the last train.keep_checkpoints checkpoints",
     f"{_CN}.output_prediction_dict":

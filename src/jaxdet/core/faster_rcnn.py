@@ -1,6 +1,7 @@
 """Faster R-CNN's pure functions (static shapes; TF OD API ``FasterRCNNMetaArch`` semantics):
 first-stage (RPN) targets and losses, the proposals from the RPN outputs, the second-stage
-minibatch, targets and losses, and the second stage's per-class NMS.
+minibatch, targets and losses, the second stage's per-class NMS, and Mask R-CNN's mask
+targets (ground-truth masks cropped to the proposals) and mask loss.
 
 Conventions: boxes are normalized ``(ymin, xmin, ymax, xmax)``; a batch is ``[B, ...]``;
 per-image functions are vmapped by the caller or here. Losses come back as *sums over the
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 
 from jaxdet.core import losses
 from jaxdet.core.nms import batched_nms, clip_to_window
+from jaxdet.core.roi_ops import matmul_crop_and_resize
 from jaxdet.core.target_assigner import assign_targets
 
 # TF's target assigners ``create_target_assigner("FasterRCNN", "proposal" / "detection")``
@@ -109,7 +111,9 @@ def detection_targets(proposal_boxes: jax.Array, proposal_valid: jax.Array,
     one threshold (IoU >= 0.5 positive, else background; no forced matches), as TF's
     ``detection`` target assigner. Returns ``classes [P]`` int32 (0 background, ``c + 1`` for
     class ``c``), ``weight [P]`` (valid proposals not matched to an ``ignore`` box),
-    ``box_targets [P, 4]`` and ``box_weights [P]`` (valid positives)."""
+    ``box_targets [P, 4]``, ``box_weights [P]`` (valid positives) and ``match [P]`` int32
+    (the matched ground-truth row of each positive, 0 elsewhere: Mask R-CNN's mask
+    targets)."""
     t = assign_targets(proposal_boxes, gt_boxes, gt_classes, gt_valid, gt_ignore,
                        num_classes=num_classes, box_coder=box_coder,
                        matched_threshold=matched_threshold,
@@ -120,7 +124,8 @@ def detection_targets(proposal_boxes: jax.Array, proposal_valid: jax.Array,
     positive = t["box_weights"] * valid
     classes = jnp.where(positive > 0, jnp.argmax(t["cls_targets"], axis=-1) + 1, 0)
     return {"classes": classes.astype(jnp.int32), "weight": t["cls_weights"] * valid,
-            "box_targets": t["box_targets"], "box_weights": positive}
+            "box_targets": t["box_targets"], "box_weights": positive,
+            "match": jnp.where(positive > 0, t["match"], 0).astype(jnp.int32)}
 
 
 def compact(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
@@ -168,6 +173,52 @@ def detection_losses(class_logits: jax.Array, box_encodings: jax.Array, targets:
             jnp.sum(jnp.sum(loc, axis=1) / normalizer))
 
 
+def class_masks(masks: jax.Array, classes: jax.Array) -> jax.Array:
+    """``masks [..., C', h, w]`` -> ``[..., h, w]``: the mask of each box's own class
+    (``classes`` 1-based as :func:`class_box_encodings`; 0 reads class 1's mask), or the one
+    class-agnostic mask when ``C' == 1``."""
+    if masks.shape[-3] == 1:
+        return masks[..., 0, :, :]
+    index = jnp.clip(classes - 1, 0, masks.shape[-3] - 1)
+    return jnp.take_along_axis(masks, index[..., None, None, None], axis=-3)[..., 0, :, :]
+
+
+def mask_targets(gt_masks: jax.Array, boxes: jax.Array, match: jax.Array,
+                 mask_size: tuple[int, int], *, method: str = "gather") -> jax.Array:
+    """Mask R-CNN's targets: each box's matched ground-truth mask cropped to the box and
+    resized to ``mask_size`` (bilinear ``crop_and_resize``, TF's ``_crop_and_resize_fn`` on
+    the groundtruth masks), gradients stopped.
+
+    Args:
+      gt_masks: ``[B, N, Hm, Wm]`` (0 / 1, any dtype) on the padded input's grid at any
+        stride: a normalized box crops it as it crops the image.
+      boxes: ``[B, K, 4]`` normalized (the proposals); match: ``[B, K]`` int, the ground-truth
+        row of each box (any row where the box takes no part: weight its loss 0).
+    Returns:
+      ``[B, K, mask_size[0], mask_size[1]]`` float32 in [0, 1].
+    """
+    b, k = match.shape
+    hm, wm = gt_masks.shape[2:]
+    index = jnp.clip(match, 0, gt_masks.shape[1] - 1)
+    chosen = jnp.take_along_axis(gt_masks, index[:, :, None, None], axis=1)  # [B, K, Hm, Wm]
+    crops = matmul_crop_and_resize(chosen.reshape(b * k, hm, wm, 1).astype(jnp.float32),
+                                   boxes.reshape(b * k, 1, 4).astype(jnp.float32),
+                                   tuple(mask_size), method=method)
+    return jax.lax.stop_gradient(crops.reshape(b, k, *mask_size))
+
+
+def mask_loss(mask_logits: jax.Array, targets: jax.Array, weights: jax.Array) -> jax.Array:
+    """Mask R-CNN's mask loss, as TF's ``_loss_box_classifier``: sigmoid cross-entropy of
+    ``mask_logits [B, K, h, w]`` (each box's own-class logits) against ``targets`` (same
+    shape, in [0, 1]), weighted by ``weights [B, K]`` (the positive proposals), summed and
+    divided by ``max(sum(weights) * h * w, 1)``: the mean per pixel over the positives of the
+    whole batch."""
+    h, w = mask_logits.shape[-2:]
+    ce = losses.weighted_sigmoid_loss(mask_logits.astype(jnp.float32), targets)
+    total = jnp.sum(ce * weights[..., None, None])
+    return total / jnp.maximum(jnp.sum(weights) * h * w, 1.0)
+
+
 def per_class_nms(boxes: jax.Array, scores: jax.Array, *, score_threshold: float,
                   iou_threshold: float, max_detections_per_class: int,
                   max_total_detections: int) -> dict:
@@ -212,5 +263,6 @@ def per_class_nms(boxes: jax.Array, scores: jax.Array, *, score_threshold: float
     }
 
 
-__all__ = ["class_box_encodings", "compact", "detection_losses", "detection_targets",
-           "per_class_nms", "proposals", "rpn_losses", "rpn_targets"]
+__all__ = ["class_box_encodings", "class_masks", "compact", "detection_losses",
+           "detection_targets", "mask_loss", "mask_targets", "per_class_nms", "proposals",
+           "rpn_losses", "rpn_targets"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -14,7 +16,7 @@ from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
 from jaxdet.models import remat
-from jaxdet.tasks.faster_rcnn.model import FasterRCNN
+from jaxdet.tasks.faster_rcnn.model import FasterRCNN, MaskHead, mask_prediction_conv_depth
 from jaxdet.tasks.faster_rcnn.task import FasterRCNNParams, FasterRCNNTask
 
 # the ResNet's levels: 2-4 the first stage, 5 (conv5) the box classifier
@@ -50,6 +52,8 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN:
     dtype = builders.COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
     backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
+    mask_head = (build_mask_head(m, backbone, dtype=dtype, rngs=rngs)
+                 if m.predict_instance_masks else None)
     model = FasterRCNN(backbone, num_classes=m.num_classes,
                        anchors_per_location=anchor_generator(m).num_anchors_per_location(),
                        rpn_depth=m.first_stage_box_predictor_depth,
@@ -57,7 +61,8 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN:
                        rpn_stddev=m.first_stage_box_predictor_stddev,
                        share_box_across_classes=m.share_box_across_classes,
                        maxpool_kernel_size=m.maxpool_kernel_size,
-                       maxpool_stride=m.maxpool_stride, dtype=dtype, rngs=rngs)
+                       maxpool_stride=m.maxpool_stride, mask_head=mask_head, dtype=dtype,
+                       rngs=rngs)
     targets = tuple(config.train.remat)
     unknown = [t for t in targets if t not in REMAT_TARGETS]
     if unknown:
@@ -67,6 +72,39 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN:
         remat.set_remat(model, targets)
     builders.apply_batch_norm_statistics(model, config)
     return model
+
+
+def box_classifier_map_shape(m: S.FasterRCNNModelConfig, backbone: Any) -> tuple[int, ...]:
+    """``(h5, w5, C5)``: the conv5 map of one max-pooled crop (traced abstractly)."""
+    pooled = (m.initial_crop_size - m.maxpool_kernel_size) // m.maxpool_stride + 1
+    graphdef, state = nnx.split(backbone)
+    crop = jax.ShapeDtypeStruct((1, pooled, pooled, backbone.out_channels[4]), jnp.float32)
+    out = jax.eval_shape(
+        lambda st, x: remat.run_blocks(nnx.merge(graphdef, st).blocks_by_level()[5], x),
+        state, crop)
+    return tuple(out.shape[1:])
+
+
+def build_mask_head(m: S.FasterRCNNModelConfig, backbone: Any, *, dtype,
+                    rngs: nnx.Rngs) -> MaskHead:
+    """Mask R-CNN's head on the conv5 maps (``predict_instance_masks``): the depth (0: TF's
+    automatic one) and, with ``convolve_then_upsample``, the integer upsampling factors from
+    the conv5 map to the mask size (refused when the mask size is not a multiple)."""
+    h5, w5, c5 = box_classifier_map_shape(m, backbone)
+    depth = m.mask_prediction_conv_depth or mask_prediction_conv_depth(c5, m.num_classes)
+    upsample = (1, 1)
+    if m.convolve_then_upsample:
+        if m.mask_height % h5 or m.mask_width % w5:
+            raise ValueError(
+                f"model.convolve_then_upsample: mask_height x mask_width ({m.mask_height}x"
+                f"{m.mask_width}) must be multiples of the conv5 map of a crop ({h5}x{w5}, "
+                f"from initial_crop_size {m.initial_crop_size})")
+        upsample = (m.mask_height // h5, m.mask_width // w5)
+    return MaskHead(c5, m.num_classes, mask_height=m.mask_height, mask_width=m.mask_width,
+                    depth=depth, num_conv_layers=m.mask_prediction_num_conv_layers,
+                    class_agnostic=m.masks_are_class_agnostic,
+                    convolve_then_upsample=m.convolve_then_upsample, upsample=upsample,
+                    dtype=dtype, rngs=rngs)
 
 
 def params_of(m: S.FasterRCNNModelConfig) -> FasterRCNNParams:
@@ -86,13 +124,19 @@ def params_of(m: S.FasterRCNNModelConfig) -> FasterRCNNParams:
         second_stage_classification_loss_weight=m.second_stage_classification_loss_weight,
         score_threshold=post.score_threshold, iou_threshold=post.iou_threshold,
         max_detections_per_class=post.max_detections_per_class,
-        max_total_detections=post.max_total_detections, logit_scale=post.logit_scale)
+        max_total_detections=post.max_total_detections, logit_scale=post.logit_scale,
+        predict_instance_masks=m.predict_instance_masks, mask_height=m.mask_height,
+        mask_width=m.mask_width,
+        second_stage_mask_prediction_loss_weight=m.second_stage_mask_prediction_loss_weight)
 
 
 def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
     """The network (:func:`build_faster_rcnn`), anchors and the two stages' settings."""
     m = config.model
     size = builders.input_size(config.data)
+    if m.predict_instance_masks and not config.data.load_masks:
+        raise ValueError("model.predict_instance_masks: true needs data.load_masks: true "
+                         "(the mask loss reads the ground-truth instance masks)")
     if size[0] % 16 or size[1] % 16:
         raise ValueError(f"faster_rcnn needs an input size divisible by 16 (the conv4 "
                          f"stride); got {size[0]}x{size[1]}")
@@ -104,17 +148,21 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
         input_size=size, num_classes=m.num_classes, params=params_of(m),
         anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
         compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
-        remat_targets=REMAT_TARGETS)
+        remat_targets=REMAT_TARGETS,
+        mask_shape=builders.mask_shape(config) if m.predict_instance_masks else None)
 
 
 def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
     """What fixes the tensors: the backbone, classes, anchors per location (the RPN's
-    width), the RPN's depth and kernel, the shared or per-class box, and the input size."""
+    width), the RPN's depth and kernel, the shared or per-class box, the mask head (when it
+    differs from the defaults), and the input size."""
     dumped = fingerprint_dump(config.model)
     keep = ("type", "num_classes", "backbone", "first_stage_anchor_generator",
             "first_stage_box_predictor_depth", "first_stage_box_predictor_kernel_size",
-            "share_box_across_classes")
-    return {"model": {k: dumped[k] for k in keep},
+            "share_box_across_classes", "predict_instance_masks",
+            "mask_prediction_conv_depth", "mask_prediction_num_conv_layers",
+            "masks_are_class_agnostic", "convolve_then_upsample")
+    return {"model": {k: dumped[k] for k in keep if k in dumped},
             "input_size": list(builders.input_size(config.data))}
 
 
@@ -128,6 +176,7 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
 
     m = config.model
     height, width = builders.input_size(config.data)
+    mask_head = {} if model.mask_head is None else {"mask_head": count(model.mask_head)}
     conv5 = sum(count(b) for b in model.backbone.blocks_by_level()[5])
     backbone = count(model.backbone)
     gen = anchor_generator(m)
@@ -138,12 +187,15 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
         "num_classes": m.num_classes,
         "parameters": {"first_stage_features": backbone - conv5, "rpn": count(model.rpn),
                        "box_classifier": conv5, "box_predictor": count(model.box_predictor),
+                       **mask_head,
                        "total": count(model)},
         "anchors": {"feature_map": [h, w], "per_location": k, "total": h * w * k},
         "outputs": {"max_proposals": m.first_stage_max_proposals,
                     "crop": [m.initial_crop_size, m.initial_crop_size],
                     "second_stage_batch_size": m.second_stage_batch_size,
-                    "max_detections": m.second_stage_post_processing.max_total_detections},
+                    "max_detections": m.second_stage_post_processing.max_total_detections,
+                    **({"masks": [m.mask_height, m.mask_width]}
+                       if m.predict_instance_masks else {})},
     }
 
 
@@ -154,9 +206,11 @@ def format_faster_rcnn_summary(d: dict) -> str:
         f"{d['input_size'][0]}x{d['input_size'][1]}",
         f"parameters: {p['total']:,} (first-stage features {p['first_stage_features']:,}, RPN "
         f"{p['rpn']:,}, box classifier {p['box_classifier']:,}, box predictor "
-        f"{p['box_predictor']:,})",
+        f"{p['box_predictor']:,}"
+        + (f", mask head {p['mask_head']:,}" if "mask_head" in p else "") + ")",
         f"anchors: {a['total']:,} ({a['feature_map'][0]}x{a['feature_map'][1]} x "
         f"{a['per_location']}); {o['max_proposals']} proposals per image, crops "
         f"{o['crop'][0]}x{o['crop'][1]}, {o['second_stage_batch_size']} sampled in training; "
-        f"at most {o['max_detections']} detections",
+        f"at most {o['max_detections']} detections"
+        + (f", masks {o['masks'][0]}x{o['masks'][1]}" if "masks" in o else ""),
     ])

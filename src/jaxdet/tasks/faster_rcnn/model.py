@@ -6,6 +6,9 @@ stage runs the ResNet's conv5 stage on each (cropped, max-pooled) proposal, aver
 space and predicts ``num_classes + 1`` class logits and box codes per class (or one shared
 box), as TF's ``MaskRCNNBoxPredictor`` (``share_box_across_classes``).
 
+With ``mask_head`` (Mask R-CNN, TF's ``MaskRCNNMaskHead``), the conv5 map of each proposal
+(before the spatial mean) also feeds :class:`MaskHead`, one mask of logits per class.
+
 The task (``tasks.faster_rcnn.task``) calls :meth:`FasterRCNN.first_stage` and
 :meth:`FasterRCNN.second_stage` with the proposal logic in between; ``__call__`` (first stage
 only) exists for summaries.
@@ -13,11 +16,14 @@ only) exists for summaries.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
+from jaxdet.core.roi_ops import matmul_crop_and_resize
 from jaxdet.models import remat
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import conv, max_pool_symmetric
@@ -66,14 +72,74 @@ class BoxPredictor(nnx.Module):
         return self.cls(x), self.box(x).reshape(x.shape[0], self.num_boxes, 4)
 
 
+def mask_prediction_conv_depth(num_feature_channels: int, num_classes: int) -> int:
+    """TF's automatic mask head depth (``mask_prediction_conv_depth: 0``): 2 to the rounded
+    weighted mean of log2(feature channels) (weight 2) and log2(classes) (weight 3)."""
+    log = (2.0 * math.log2(num_feature_channels) + 3.0 * math.log2(num_classes)) / 5.0
+    return int(2.0 ** round(log))
+
+
+def resize_bilinear_align_corners(x: jax.Array, size: tuple[int, int]) -> jax.Array:
+    """``tf.image.resize_bilinear(x, size, align_corners=True)`` of ``x [N, h, w, C]``: the
+    crop-and-resize of the whole map (the same sample grid)."""
+    boxes = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0, 1.0], x.dtype), (x.shape[0], 1, 4))
+    return matmul_crop_and_resize(x, boxes, size, method="matmul")[:, 0]
+
+
+class MaskHead(nnx.Module):
+    """TF's ``MaskRCNNMaskHead`` on box classifier maps ``[N, h, w, C]`` -> mask logits
+    ``[N, num_masks, mask_height, mask_width]`` (``num_masks``: ``num_classes``, or 1 class
+    agnostic). Without ``convolve_then_upsample``: bilinear resize (align corners) to the mask
+    size, ``num_conv_layers - 1`` 3x3 convs (``depth``, bias) + ReLU, a 3x3 conv to the masks.
+    With it: the convs at the map's size, nearest-neighbour upsampling by ``upsample`` (the
+    integer factors to the mask size), a 3x3 conv + ReLU, the last conv. Truncated-normal
+    (``stddev``) kernels, zero biases, no normalization (the zoo configs'
+    ``conv_hyperparams``)."""
+
+    def __init__(self, in_channels: int, num_classes: int, *, mask_height: int,
+                 mask_width: int, depth: int, num_conv_layers: int,
+                 class_agnostic: bool = False, convolve_then_upsample: bool = False,
+                 upsample: tuple[int, int] = (1, 1), stddev: float = 0.01, dtype=None,
+                 rngs: nnx.Rngs):
+        init = nnx.initializers.truncated_normal(stddev)
+        self.mask_size = (mask_height, mask_width)
+        self.convolve_then_upsample = convolve_then_upsample
+        self.upsample = tuple(upsample)
+        self.num_masks = 1 if class_agnostic else num_classes
+
+        def conv3(cin, cout):
+            return conv(cin, cout, 3, use_bias=True, padding="same", kernel_init=init,
+                        dtype=dtype, rngs=rngs)
+
+        convs, c = [], in_channels
+        for _ in range(num_conv_layers - 1):
+            convs.append(conv3(c, depth))
+            c = depth
+        self.convs = nnx.List(convs)
+        self.upsample_conv = conv3(c, depth) if convolve_then_upsample else None
+        self.last = conv3(depth if convolve_then_upsample else c, self.num_masks)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if not self.convolve_then_upsample:
+            x = resize_bilinear_align_corners(x, self.mask_size)
+        for layer in self.convs:
+            x = jax.nn.relu(layer(x))
+        if self.convolve_then_upsample:
+            x = jnp.repeat(jnp.repeat(x, self.upsample[0], axis=1), self.upsample[1], axis=2)
+            x = jax.nn.relu(self.upsample_conv(x))
+        return jnp.transpose(self.last(x), (0, 3, 1, 2))
+
+
 class FasterRCNN(nnx.Module):
-    """``backbone`` (a :class:`ResNet`; its ``layer4`` is the box classifier), ``rpn`` and
-    ``box_predictor`` (see the module docstring)."""
+    """``backbone`` (a :class:`ResNet`; its ``layer4`` is the box classifier), ``rpn``,
+    ``box_predictor`` and, for Mask R-CNN, ``mask_head`` (a :class:`MaskHead` or None; see the
+    module docstring)."""
 
     def __init__(self, backbone: ResNet, *, num_classes: int, anchors_per_location: int,
                  rpn_depth: int = 512, rpn_kernel_size: int = 3, rpn_stddev: float = 0.01,
                  share_box_across_classes: bool = False, maxpool_kernel_size: int = 2,
-                 maxpool_stride: int = 2, dtype=None, rngs: nnx.Rngs):
+                 maxpool_stride: int = 2, mask_head: MaskHead | None = None, dtype=None,
+                 rngs: nnx.Rngs):
         self.backbone = backbone
         self.neck = None  # read by models.remat.set_remat
         self.maxpool_kernel_size = maxpool_kernel_size
@@ -84,6 +150,7 @@ class FasterRCNN(nnx.Module):
         self.box_predictor = BoxPredictor(backbone.out_channels[5], num_classes,
                                           share_box_across_classes=share_box_across_classes,
                                           dtype=dtype, rngs=rngs)
+        self.mask_head = mask_head
 
     def features(self, images: jax.Array) -> jax.Array:
         """The stride-16 map (end of conv4) ``[B, H/16, W/16, C4]``."""
@@ -104,16 +171,32 @@ class FasterRCNN(nnx.Module):
         objectness, boxes = self.rpn(x)
         return x, objectness, boxes
 
-    def second_stage(self, crops: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Crops ``[N, S, S, C4]`` (``initial_crop_size``) -> max pool -> conv5 -> spatial mean
-        -> (class logits ``[N, num_classes + 1]``, box codes ``[N, C', 4]``)."""
+    def box_classifier_features(self, crops: jax.Array) -> jax.Array:
+        """Crops ``[N, S, S, C4]`` (``initial_crop_size``) -> max pool -> conv5: the box
+        classifier's map ``[N, h5, w5, C5]``."""
         k, s = self.maxpool_kernel_size, self.maxpool_stride
         x = reduce_window_2d(crops, -float("inf"), jax.lax.max, (k, k), (s, s), "VALID")
-        x = remat.run_blocks(self.backbone.blocks_by_level()[5], x)
-        return self.box_predictor(jnp.mean(x, axis=(1, 2)))
+        return remat.run_blocks(self.backbone.blocks_by_level()[5], x)
+
+    def box_head(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Box classifier map -> spatial mean -> (class logits ``[N, num_classes + 1]``, box
+        codes ``[N, C', 4]``)."""
+        return self.box_predictor(jnp.mean(features, axis=(1, 2)))
+
+    def second_stage(self, crops: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Crops ``[N, S, S, C4]`` -> :meth:`box_classifier_features` -> :meth:`box_head`."""
+        return self.box_head(self.box_classifier_features(crops))
+
+    def predict_masks(self, features: jax.Array) -> jax.Array:
+        """Box classifier maps ``[N, h5, w5, C5]`` -> mask logits ``[N, num_masks, mh, mw]``."""
+        if self.mask_head is None:
+            raise ValueError("this Faster R-CNN has no mask head "
+                             "(model.predict_instance_masks: false)")
+        return self.mask_head(features)
 
     def __call__(self, images: jax.Array, *, rngs: nnx.Rngs | None = None):
         return self.first_stage(images)[1:]
 
 
-__all__ = ["BoxPredictor", "FasterRCNN", "RPNHead"]
+__all__ = ["BoxPredictor", "FasterRCNN", "MaskHead", "RPNHead", "mask_prediction_conv_depth",
+           "resize_bilinear_align_corners"]

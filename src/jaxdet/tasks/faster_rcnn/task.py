@@ -16,10 +16,20 @@ Train step (TF OD API ``FasterRCNNMetaArch``, ``use_static_shapes``):
    proposal, smooth L1 on the positives' own-class box; each image's sums divided by its
    number of sampled proposals.
 
+4. Mask R-CNN (``predict_instance_masks``): the mask head on the conv5 maps of the sampled
+   positives (compacted to ``floor(second_stage_batch_size * balance_fraction)`` slots, the
+   most the sampler takes), own-class logits against the matched ground-truth mask cropped to
+   the proposal from the batch's ``masks`` (``core.faster_rcnn.mask_targets``), sigmoid
+   cross-entropy averaged per pixel over the positives (``core.faster_rcnn.mask_loss``).
+
 Every loss part is summed over the images and divided by the loss normalizer, the batch size
 (TF averages the per-image losses over the batch), so micro-batches of an accumulated step add
-up to the whole batch. Predict: the proposals (as 2.), the second stage on all of them, per
-class NMS (``second_stage_post_processing``), clip to the content, original-image pixels.
+up to the whole batch. The mask loss is TF's mean over the batch's positives, times the batch
+size over the normalizer (exact without accumulation; accumulated, the micro-batch means are
+averaged). Predict: the proposals (as 2.), the second stage on all of them, per class NMS
+(``second_stage_post_processing``), clip to the content, original-image pixels; with masks,
+the final boxes are cropped again, through conv5 and the mask head (TF's third stage), and
+``masks`` [B, D, mask_height, mask_width] hold each detection's own-class probabilities.
 """
 
 from __future__ import annotations
@@ -71,6 +81,15 @@ class FasterRCNNParams:
     max_detections_per_class: int = 100
     max_total_detections: int = 100
     logit_scale: float = 1.0
+    predict_instance_masks: bool = False
+    mask_height: int = 15
+    mask_width: int = 15
+    second_stage_mask_prediction_loss_weight: float = 1.0
+
+    def mask_slots(self) -> int:
+        """The static number of sampled positives per image (the sampler takes at most
+        ``floor(second_stage_batch_size * balance_fraction)``), at least 1."""
+        return max(1, int(self.second_stage_batch_size * self.second_stage_balance_fraction))
 
 
 @dataclass
@@ -83,6 +102,8 @@ class FasterRCNNTask(ModelTask):
         ``clip_anchors_to_image``); anchor_valid: ``[A]`` 1 for anchors inside the image, or
         None (every anchor takes part: clipped anchors).
       box_coder: the Faster R-CNN box coder (both stages).
+      mask_shape: (Hm, Wm) of the batch's ``masks`` (the input size // ``data.mask_stride``),
+        used with ``params.predict_instance_masks``.
     """
 
     model: nnx.Module
@@ -96,6 +117,7 @@ class FasterRCNNTask(ModelTask):
     compute_dtype: Any = jnp.float32
     seed: int = 0
     remat_targets: tuple[str, ...] = ()
+    mask_shape: tuple[int, int] | None = None
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -109,9 +131,11 @@ class FasterRCNNTask(ModelTask):
     def batch_layout(self) -> BatchLayout:
         """The SSD family's batch (``tasks.base.box_batch_layout``) plus ``image_info``
         f32[4] (orig_h, orig_w, content_h, content_w): proposals are clipped to the content,
-        as TF clips them to the true image shape."""
+        as TF clips them to the true image shape; with masks, ``masks`` u8[N, Hm, Wm]."""
         layout = box_batch_layout(self.input_size, self.max_boxes)
         layout["image_info"] = BatchField((4,), jnp.float32)
+        if self.params.predict_instance_masks:
+            layout["masks"] = BatchField((self.max_boxes, *self.mask_shape), jnp.uint8)
         return layout
 
     def _merge(self, params: PyTree, batch_stats: PyTree, *, train: bool) -> nnx.Module:
@@ -143,17 +167,35 @@ class FasterRCNNTask(ModelTask):
             iou_threshold=p.first_stage_nms_iou_threshold,
             score_threshold=p.first_stage_nms_score_threshold, anchor_valid=valid)
 
-    def _second_stage(self, model: nnx.Module, features: jax.Array,
-                      boxes: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Crops of ``boxes [B, P, 4]`` from ``features`` -> (logits ``[B, P, K + 1]``, box
-        codes ``[B, P, C', 4]``), float32."""
+    def _box_classifier_features(self, model: nnx.Module, features: jax.Array,
+                                 boxes: jax.Array) -> jax.Array:
+        """Crops of ``boxes [B, P, 4]`` from ``features`` through conv5 -> ``[B * P, h5, w5,
+        C5]``."""
         b, n = boxes.shape[:2]
         s = self.params.initial_crop_size
         crops = matmul_crop_and_resize(features, boxes.astype(features.dtype), (s, s),
                                        method=self.params.crop_method)
-        logits, codes = model.second_stage(crops.reshape(b * n, s, s, crops.shape[-1]))
+        return model.box_classifier_features(crops.reshape(b * n, s, s, crops.shape[-1]))
+
+    def _second_stage(self, model: nnx.Module, features: jax.Array,
+                      boxes: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Crops of ``boxes [B, P, 4]`` from ``features`` -> (logits ``[B, P, K + 1]``, box
+        codes ``[B, P, C', 4]``) float32, and the conv5 maps ``[B, P, h5, w5, C5]``."""
+        b, n = boxes.shape[:2]
+        maps = self._box_classifier_features(model, features, boxes)
+        logits, codes = model.box_head(maps)
         return (logits.astype(jnp.float32).reshape(b, n, -1),
-                codes.astype(jnp.float32).reshape(b, n, -1, 4))
+                codes.astype(jnp.float32).reshape(b, n, -1, 4),
+                maps.reshape(b, n, *maps.shape[1:]))
+
+    def _own_class_masks(self, model: nnx.Module, maps: jax.Array,
+                         classes: jax.Array) -> jax.Array:
+        """Mask logits ``[B, K, mh, mw]`` float32 of conv5 maps ``[B, K, h5, w5, C5]`` for
+        their ``classes [B, K]`` (1-based; the one mask when class agnostic)."""
+        b, k = classes.shape
+        logits = model.predict_masks(maps.reshape(b * k, *maps.shape[2:]))
+        logits = logits.astype(jnp.float32).reshape(b, k, *logits.shape[1:])
+        return frcnn.class_masks(logits, classes)
 
     # ----------------------------------------------------------------- targets and loss
 
@@ -173,9 +215,10 @@ class FasterRCNNTask(ModelTask):
              rng: jax.Array | None = None, *, prepared: dict | None = None,
              normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
         """(total, ({first_stage_objectness_loss, first_stage_localization_loss,
-        second_stage_classification_loss, second_stage_localization_loss, num_positives
-        (first-stage positives in the batch), num_proposals, num_sampled_positives},
-        new batch_stats)); the random minibatches come from ``rng``."""
+        second_stage_classification_loss, second_stage_localization_loss,
+        [second_stage_mask_loss], num_positives (first-stage positives in the batch),
+        num_proposals, num_sampled_positives}, new batch_stats)); the random minibatches
+        come from ``rng``."""
         p = self.params
         targets = self.prepare(batch) if prepared is None else prepared
         norm = self.loss_normalizer(targets) if normalizer is None else normalizer
@@ -194,7 +237,7 @@ class FasterRCNNTask(ModelTask):
 
         props = self._proposals(objectness, encodings, batch["image_info"], train=True)
         boxes, det_targets, valid = self._sample_proposals(props, batch, detection_key)
-        logits, codes = self._second_stage(model, features, boxes)
+        logits, codes, maps = self._second_stage(model, features, boxes)
         cls, loc = frcnn.detection_losses(logits, codes, det_targets, valid)
 
         parts = {
@@ -206,12 +249,34 @@ class FasterRCNNTask(ModelTask):
             "second_stage_localization_loss":
                 p.second_stage_localization_loss_weight * loc / norm,
         }
+        if p.predict_instance_masks:
+            mask = self._mask_loss(model, maps, boxes, det_targets, valid, batch["masks"])
+            batch_size = batch["images"].shape[0]
+            parts["second_stage_mask_loss"] = (
+                p.second_stage_mask_prediction_loss_weight * mask * batch_size / norm)
         total = sum(parts.values())
         parts["num_positives"] = jnp.sum(targets["box_weights"])
         parts["num_proposals"] = jnp.sum(props["valid"].astype(jnp.float32))
         parts["num_sampled_positives"] = jnp.sum(det_targets["box_weights"] * valid)
         new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat))
         return total, (parts, new_stats)
+
+    def _mask_loss(self, model: nnx.Module, maps: jax.Array, boxes: jax.Array,
+                   targets: dict, valid: jax.Array, gt_masks: jax.Array) -> jax.Array:
+        """TF's mask loss on the sampled positives (compacted to ``params.mask_slots()``
+        per image): own-class logits of the mask head vs. the matched ground-truth mask
+        cropped to the proposal."""
+        p = self.params
+        positive = (targets["box_weights"] * valid.astype(jnp.float32)) > 0
+        index, slot_valid = jax.vmap(lambda m: frcnn.compact(m, p.mask_slots()))(positive)
+        take = jax.vmap(lambda x, i: jnp.take(x, i, axis=0))
+        size = (p.mask_height, p.mask_width)
+        logits = self._own_class_masks(model, take(maps, index),
+                                       take(targets["classes"], index))
+        mask_targets = frcnn.mask_targets(gt_masks, take(boxes, index),
+                                          take(targets["match"], index), size,
+                                          method=p.crop_method)
+        return frcnn.mask_loss(logits, mask_targets, slot_valid.astype(jnp.float32))
 
     def _sample_proposals(self, props: dict, batch: dict,
                           key: jax.Array) -> tuple[jax.Array, dict, jax.Array]:
@@ -238,13 +303,15 @@ class FasterRCNNTask(ModelTask):
                 image_info: jax.Array) -> dict:
         """Detections in original-image pixels: boxes [B, D, 4] yxyx, scores [B, D], classes
         [B, D] int32, num_detections [B] (D = ``max_total_detections``); also the first
-        stage's ``proposals`` [B, P, 4] (normalized, padded input) and ``num_proposals``."""
+        stage's ``proposals`` [B, P, 4] (normalized, padded input) and ``num_proposals``.
+        With masks, ``masks`` [B, D, mask_height, mask_width] float32: the sigmoid of each
+        detection's own-class mask logits, in box coordinates (0 past num_detections)."""
         p = self.params
         model = self._merge(params, batch_stats, train=False)
         features, objectness, encodings = model.first_stage(images.astype(self.compute_dtype))
         props = self._proposals(objectness.astype(jnp.float32), encodings.astype(jnp.float32),
                                 image_info, train=False)
-        logits, codes = self._second_stage(model, features, props["boxes"])
+        logits, codes, _ = self._second_stage(model, features, props["boxes"])
         boxes = self.box_coder.decode(codes, props["boxes"][:, :, None, :])
         scores = jax.nn.softmax(logits / p.logit_scale, axis=-1)[..., 1:]
         scores = jnp.where(props["valid"][..., None], scores, -jnp.inf)
@@ -253,14 +320,27 @@ class FasterRCNNTask(ModelTask):
                                   max_detections_per_class=p.max_detections_per_class,
                                   max_total_detections=p.max_total_detections)
         det = clip_to_window(det, self._window(image_info))
+        if p.predict_instance_masks:
+            det["masks"] = self._detection_masks(model, features, det)
         det["boxes"] = to_original_coordinates(det["boxes"], image_info, self.input_size)
         det["proposals"] = props["boxes"]
         det["num_proposals"] = jnp.sum(props["valid"], axis=1).astype(jnp.int32)
         return det
 
+    def _detection_masks(self, model: nnx.Module, features: jax.Array, det: dict) -> jax.Array:
+        """TF's third stage at inference: the final (normalized) boxes cropped again, conv5,
+        the mask head, each detection's own class, sigmoid -> ``[B, D, mh, mw]``."""
+        b, d = det["classes"].shape
+        maps = self._box_classifier_features(model, features, det["boxes"])
+        logits = self._own_class_masks(model, maps.reshape(b, d, *maps.shape[1:]),
+                                       det["classes"] + 1)
+        live = jnp.arange(d)[None, :] < det["num_detections"][:, None]
+        return jnp.where(live[..., None, None], jax.nn.sigmoid(logits), 0.0)
+
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """COCO / VOC box metrics, as the SSD family (:func:`tasks.base.evaluate_boxes`)."""
+        """COCO / VOC box metrics, as the SSD family (:func:`tasks.base.evaluate_boxes`); COCO
+        mask metrics too (``coco_mask_metrics``) when the detections carry ``masks``."""
         return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
                               out_dir, **options)
 

@@ -1,0 +1,298 @@
+"""pipeline.config ``model { faster_rcnn {...} }`` -> jaxdet's Faster R-CNN, C4 variant
+(``model.type: faster_rcnn``).
+
+Called by ``config/tfod.py`` (which defines :class:`Mapper` and the module's rule: every field
+mapped, listed in ``config/tfod_fields.py``, or a clear error). TF defaults come from the TF OD
+API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.proto``,
+``grid_anchor_generator.proto`` and ``builders/model_builder.py``
+(``_build_faster_rcnn_model``, ``_build_faster_rcnn_keras_feature_extractor``).
+
+* Feature extractors: ``faster_rcnn_resnet{50,101,152}_keras`` (TF's ``keras_models.resnet_v1``:
+  no conv biases, stride in the 1x1, BatchNorm momentum 0.997 / epsilon 1e-5, frozen unless
+  ``batch_norm_trainable``, with a warning: TF's frozen BatchNorm still trains gamma / beta,
+  jaxdet's does not; VGG channel means subtracted from RGB, no channel reversal). The
+  FPN and Inception-ResNet-v2 extractors stop with one line.
+* Input size: jaxdet's C4 network needs it divisible by 16. A ``keep_aspect_ratio_resizer``
+  whose ``max_dimension`` is not (the zoo's 800x1333 GPU configs) is padded to the next
+  multiple of 16 (1333 -> 1344), with a warning that says what changes.
+* Mask R-CNN heads (``predict_instance_masks``), R-FCN, Context R-CNN, the hard example miner
+  and ``number_of_stages`` other than 2 stop with one line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from jaxdet.config.pbtxt import Message
+
+if TYPE_CHECKING:
+    from jaxdet.config.tfod import Mapper
+
+# TF feature_extractor.type -> jaxdet backbone name (C4: conv1..conv4 + RPN, conv5 per crop)
+EXTRACTORS = {f"faster_rcnn_resnet{d}_keras": f"resnet{d}" for d in (50, 101, 152)}
+# extractors of the TF OD API's Faster R-CNN that jaxdet lacks, and what is missing
+NOT_YET_EXTRACTORS = {
+    "fpn": "jaxdet's faster_rcnn is the C4 variant (the FPN one, with multi-level RoI crops "
+           "and multiscale anchors, comes later)",
+    "inception_resnet_v2": "jaxdet has no Inception-ResNet-v2 backbone",
+    "inception_v2": "jaxdet has no Inception-v2 backbone",
+    "nas": "jaxdet has no NASNet backbone",
+    "pnas": "jaxdet has no PNASNet backbone",
+}
+STRIDE = 16  # the conv4 stride: input sizes must divide by it
+# TF's keras_models/resnet_v1._LayersOverride defaults (the feature extractor passes no
+# conv_hyperparams to it)
+RESNET_BN = {"decay": 0.997, "epsilon": 1e-5}
+VGG_MEANS = [123.68, 116.779, 103.939]  # FasterRCNNResnetKerasFeatureExtractor.preprocess
+# faster_rcnn {...} fields that name something jaxdet's Faster R-CNN does not have
+UNSUPPORTED = {
+    "hard_example_miner": "the second stage's hard example miner is not supported yet; "
+                          "jaxdet samples second_stage_batch_size proposals per image",
+    "context_config": "Context R-CNN is not supported",
+}
+
+
+def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
+    """``faster_rcnn {...}`` -> (jaxdet model, data fields {resizer, mean, std}, extras
+    {l2})."""
+    from jaxdet.config.tfod import _resizer
+
+    backbone = _feature_extractor(m, m.sub(fr, "feature_extractor"))
+    for name, why in UNSUPPORTED.items():
+        if fr.has(name):
+            raise m.error(fr, name, why)
+    stages = int(fr.take("number_of_stages", 2))
+    if stages != 2:
+        raise m.error(fr, "number_of_stages", f"{stages} is not supported yet; jaxdet's "
+                      "faster_rcnn has 2 stages (3: Mask R-CNN's masks on the final "
+                      "detections, 1: RPN only)")
+    if not fr.has("num_classes"):
+        raise m.error(fr, None, "num_classes is required")
+    box_predictor, fc_l2 = _second_stage_box_predictor(m, fr)
+    rpn, rpn_l2 = _first_stage_box_predictor(m, fr)
+    model: dict[str, Any] = {
+        "type": "faster_rcnn", "num_classes": int(fr.take("num_classes")),
+        "backbone": backbone,
+        "first_stage_anchor_generator": _grid_anchors(m, fr),
+        **rpn,
+        "first_stage_nms_score_threshold": float(fr.take("first_stage_nms_score_threshold",
+                                                         0.0)),
+        "first_stage_nms_iou_threshold": float(fr.take("first_stage_nms_iou_threshold", 0.7)),
+        "first_stage_max_proposals": int(fr.take("first_stage_max_proposals", 300)),
+        "first_stage_minibatch_size": int(fr.take("first_stage_minibatch_size", 256)),
+        "first_stage_positive_balance_fraction": float(
+            fr.take("first_stage_positive_balance_fraction", 0.5)),
+        "first_stage_localization_loss_weight": float(
+            fr.take("first_stage_localization_loss_weight", 1.0)),
+        "first_stage_objectness_loss_weight": float(
+            fr.take("first_stage_objectness_loss_weight", 1.0)),
+        "crop_method": "matmul" if fr.take("use_matmul_crop_and_resize", False) else "gather",
+        **_crop(m, fr),
+        **box_predictor,
+        "second_stage_batch_size": int(fr.take("second_stage_batch_size", 64)),
+        "second_stage_balance_fraction": float(fr.take("second_stage_balance_fraction", 0.25)),
+        "second_stage_post_processing": _post_processing(m, fr),
+        "second_stage_localization_loss_weight": float(
+            fr.take("second_stage_localization_loss_weight", 1.0)),
+        "second_stage_classification_loss_weight": float(
+            fr.take("second_stage_classification_loss_weight", 1.0)),
+        "clip_anchors_to_image": bool(fr.take("clip_anchors_to_image", False)),
+    }
+    _classification_loss(m, fr)
+    if fr.has("second_stage_mask_prediction_loss_weight"):  # only read with masks (refused)
+        fr.take("second_stage_mask_prediction_loss_weight")
+    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr)), "mean": list(VGG_MEANS),
+            "std": [1.0, 1.0, 1.0]}
+    if rpn_l2 and fc_l2 and not math.isclose(rpn_l2, fc_l2):
+        m.warn(f"{fr.path}: first-stage box predictor L2 weight {rpn_l2} != second stage's "
+               f"{fc_l2}; jaxdet applies one weight decay ({rpn_l2}) to every kernel")
+    l2 = rpn_l2 or fc_l2
+    if l2:
+        m.warn(f"{fr.path}: L2 weight {l2}: jaxdet's train.optimizer.weight_decay decays every "
+               "kernel, the ResNet's included (TF's Faster R-CNN ResNet has no L2)")
+    return model, data, {"l2": l2}
+
+
+# --------------------------------------------------------------------- feature extractor
+
+
+def _feature_extractor(m: Mapper, fe: Message) -> dict[str, Any]:
+    fe_type = str(fe.take("type", ""))
+    if fe_type not in EXTRACTORS:
+        key = fe_type.removeprefix("faster_rcnn_").removesuffix("_keras")
+        why = next((w for k, w in NOT_YET_EXTRACTORS.items()
+                    if key.endswith(k) or key == k), None)
+        supported = ", ".join(EXTRACTORS)
+        raise m.error(fe, "type", f"'{fe_type}' is not supported yet: {why}; jaxdet supports "
+                      f"{supported}" if why else f"'{fe_type}' is not supported; jaxdet "
+                      f"supports {supported}")
+    stride = int(fe.take("first_stage_features_stride", STRIDE))
+    if stride != STRIDE:
+        raise m.error(fe, "first_stage_features_stride", f"{stride} is not supported; "
+                      "jaxdet's (and TF's Keras) ResNet C4 extractor has stride 16")
+    for name in ("conv_hyperparams", "override_base_feature_extractor_hyperparams", "fpn"):
+        if fe.has(name):  # TF's Keras ResNet C4 extractor takes none of them (a TypeError)
+            raise m.error(fe, name, f"not supported: TF's '{fe_type}' takes no {name}")
+    if fe.has("pad_to_multiple"):
+        m.warn(f"{fe.path}.pad_to_multiple: TF's '{fe_type}' ignores it; jaxdet needs input "
+               "sizes divisible by 16 and checks it when the model is built")
+        fe.take("pad_to_multiple")
+    trainable = bool(fe.take("batch_norm_trainable", False))
+    if not trainable:
+        m.warn(f"{fe.path}.batch_norm_trainable: false -> model.backbone.batch_norm.frozen: "
+               "true: the ResNet normalizes with its running statistics and never updates "
+               "them, as in TF; TF still trains the BatchNorm scales and offsets (its "
+               "FreezableBatchNorm keeps gamma / beta trainable), jaxdet's frozen BatchNorm "
+               "holds them fixed too")
+    return {"name": EXTRACTORS[fe_type], "stride_in_1x1": True, "padding": "same",
+            "batch_norm": {**RESNET_BN, "frozen": not trainable}}
+
+
+def _input_resizer(m: Mapper, fr: Message, resizer: dict) -> dict:
+    """The input size must divide by 16: a keep-aspect-ratio resizer's square is padded up to
+    the next multiple (its ``max_dimension``); a fixed shape that does not divide stops."""
+    if resizer["name"] == "fixed_shape":
+        h, w = resizer["height"], resizer["width"]
+        if h % STRIDE or w % STRIDE:
+            raise m.error(fr, "image_resizer", f"fixed_shape_resizer {h}x{w} is not supported: "
+                          f"faster_rcnn needs an input size divisible by {STRIDE}")
+        return resizer
+    size = resizer["max_dimension"]
+    padded = -(-size // STRIDE) * STRIDE
+    if padded != size:
+        m.warn(f"{fr.path}.image_resizer.keep_aspect_ratio_resizer.max_dimension: {size} -> "
+               f"{padded} (faster_rcnn needs an input size divisible by {STRIDE}; TF pads to "
+               f"{size}x{size}, jaxdet to {padded}x{padded}): an image whose longer side "
+               f"limits its scale (aspect ratio above {size / resizer['min_dimension']:.3f}) is "
+               f"resized to {padded} instead of {size} pixels ({padded / size - 1:.2%} larger); "
+               "any other is resized as in TF and only padded more")
+        resizer = {**resizer, "max_dimension": padded}
+    return resizer
+
+
+# --------------------------------------------------------------------- first stage
+
+
+def _grid_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
+    _, ag = m.choice(fr, "first_stage_anchor_generator", ["grid_anchor_generator"])
+    out: dict[str, Any] = {}
+    for name in ("scales", "aspect_ratios"):  # TF's builder passes them as given: none, no
+        out[name] = [float(v) for v in ag.all(name)]  # anchors
+        if not out[name]:
+            raise m.error(ag, None, f"{name} is required (TF builds no anchors without)")
+    out.update(height=float(ag.take("height", 256)), width=float(ag.take("width", 256)))
+    for name in ("height_stride", "width_stride"):
+        out[name] = int(m.only(ag, name, [STRIDE], STRIDE))
+    for name in ("height_offset", "width_offset"):
+        out[name] = float(ag.take(name, 0))
+    return out
+
+
+def _first_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
+    """The RPN: kernel size and depth, its conv hyperparams -> stddev (and the L2 weight).
+
+    TF's Keras RPN conv is always followed by ReLU6 (the hyperparams' activation is not
+    applied); a batch_norm there would add one, which jaxdet's RPN does not have."""
+    from jaxdet.config.tfod import _l2_weight
+
+    hyper = m.sub(fr, "first_stage_box_predictor_conv_hyperparams")
+    m.only(hyper, "op", ["CONV"], "CONV")
+    if hyper.has("batch_norm") or hyper.has("group_norm") or hyper.has("sync_batch_norm"):
+        name = next(n for n in ("batch_norm", "group_norm", "sync_batch_norm") if hyper.has(n))
+        raise m.error(hyper, name, "not supported: jaxdet's RPN conv has no normalization")
+    if hyper.has("activation"):
+        value = hyper.take("activation")
+        m.warn(f"{hyper.path}.activation: {value}: TF's Keras RPN ignores it (ReLU6 after "
+               "its conv); so does jaxdet")
+    stddev = _truncated_normal_stddev(m, hyper)
+    return {"first_stage_box_predictor_depth": int(fr.take("first_stage_box_predictor_depth",
+                                                           512)),
+            "first_stage_box_predictor_kernel_size": int(
+                fr.take("first_stage_box_predictor_kernel_size", 3)),
+            "first_stage_box_predictor_stddev": stddev}, _l2_weight(m, hyper)
+
+
+def _truncated_normal_stddev(m: Mapper, hyper: Message) -> float:
+    """initializer { truncated_normal_initializer { mean: 0 stddev: s } } -> s. TF's
+    Hyperparams default (no initializer) is that with stddev 1.0."""
+    if not hyper.has("initializer"):
+        return 1.0
+    _, init = m.choice(hyper, "initializer", ["truncated_normal_initializer"])
+    m.only(init, "mean", [0.0], 0.0)
+    return float(init.take("stddev", 1.0))
+
+
+def _crop(m: Mapper, fr: Message) -> dict[str, int]:
+    """initial_crop_size, maxpool_kernel_size, maxpool_stride: no proto defaults (0 in TF,
+    which fails there), so each is required."""
+    out = {}
+    for name in ("initial_crop_size", "maxpool_kernel_size", "maxpool_stride"):
+        if not fr.has(name):
+            raise m.error(fr, None, f"{name} is required (TF's proto gives it no default)")
+        out[name] = int(fr.take(name))
+    return out
+
+
+# --------------------------------------------------------------------- second stage
+
+
+def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
+    """mask_rcnn_box_predictor -> share_box_across_classes (and the L2 weight of its
+    fc_hyperparams). Masks and keypoints stop here; dropout is not supported."""
+    from jaxdet.config.tfod import _l2_weight
+
+    _, bp = m.choice(fr, "second_stage_box_predictor", ["mask_rcnn_box_predictor"])
+    if bp.take("predict_instance_masks", False):
+        raise m.error(bp, "predict_instance_masks", "Mask R-CNN's mask head is not supported "
+                      "yet by the pipeline.config converter")
+    m.only(bp, "predict_keypoints", [False], False)
+    m.only(bp, "use_dropout", [False], False)
+    if bp.has("dropout_keep_probability"):
+        bp.take("dropout_keep_probability")  # unused without use_dropout
+    m.only(bp, "box_code_size", [4], 4)
+    hyper = m.sub(bp, "fc_hyperparams")
+    m.only(hyper, "op", ["FC"], "FC")
+    if hyper.has("batch_norm"):
+        raise m.error(hyper, "batch_norm", "not supported: jaxdet's box predictor has no "
+                      "normalization")
+    if hyper.has("initializer"):
+        _, init = m.choice(hyper, "initializer", ["variance_scaling_initializer"])
+        ok = (float(init.take("factor", 2.0)), bool(init.take("uniform", False)),
+              str(init.take("mode", "FAN_IN"))) == (1.0, True, "FAN_AVG")
+        if not ok:
+            m.warn(f"{init.path}: jaxdet initializes the box predictor Glorot-uniform "
+                   "(factor 1.0, uniform, FAN_AVG)")
+    return {"share_box_across_classes": bool(bp.take("share_box_across_classes", False))}, \
+        _l2_weight(m, hyper)
+
+
+def _post_processing(m: Mapper, fr: Message) -> dict[str, Any]:
+    """second_stage_post_processing: batch_non_max_suppression + score_converter SOFTMAX
+    (required: TF's default IDENTITY would score raw logits; jaxdet always softmaxes)."""
+    pp = m.sub(fr, "second_stage_post_processing")
+    if not pp.has("score_converter"):
+        raise m.error(pp, None, "score_converter is required: jaxdet's Faster R-CNN scores "
+                      "with SOFTMAX (TF's default IDENTITY scores raw logits)")
+    m.only(pp, "score_converter", ["SOFTMAX"], "SOFTMAX")
+    if pp.has("calibration_config"):
+        raise m.error(pp, "calibration_config", "not supported")
+    nms = m.sub(pp, "batch_non_max_suppression")
+    if float(nms.take("soft_nms_sigma", 0.0)) != 0.0:
+        raise m.error(nms, "soft_nms_sigma", "soft-NMS is not supported; remove it")
+    m.only(nms, "use_class_agnostic_nms", [False], False)
+    m.only(nms, "max_classes_per_detection", [1], 1)
+    return {"score_threshold": float(nms.take("score_threshold", 0.0)),
+            "iou_threshold": float(nms.take("iou_threshold", 0.6)),
+            "max_detections_per_class": int(nms.take("max_detections_per_class", 100)),
+            "max_total_detections": int(nms.take("max_total_detections", 100)),
+            "logit_scale": float(pp.take("logit_scale", 1.0))}
+
+
+def _classification_loss(m: Mapper, fr: Message) -> None:
+    """second_stage_classification_loss: absent or weighted_softmax with logit_scale 1 (TF's
+    default, jaxdet's loss)."""
+    if not fr.has("second_stage_classification_loss"):
+        return
+    _, loss = m.choice(fr, "second_stage_classification_loss", ["weighted_softmax"])
+    m.only(loss, "logit_scale", [1.0], 1.0)

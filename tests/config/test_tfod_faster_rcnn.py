@@ -1,0 +1,291 @@
+"""pipeline.config -> jaxdet for Faster R-CNN: the TF OD API's 9 C4 Faster R-CNN configs
+(ResNet-50/101/152 at 640x640, 1024x1024 and 800x1333) convert and build; the converted
+ResNet-50 640 config is the shipped faster_rcnn_resnet50_v1_640 port; its parameter count
+is TF's; the FPN and Mask R-CNN configs stop with one line; what does not map is an error
+naming the file, line and field."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+from flax import nnx
+
+from jaxdet import builders, tasks
+from jaxdet.config.loader import load_config
+from jaxdet.config.tfod import TfodConfigError, convert_pipeline_config, load_pipeline_config
+from jaxdet.tasks.faster_rcnn import build as faster_rcnn_build
+
+TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
+needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
+TF_COUNTS = Path(__file__).parent / "fixtures" / "tf_faster_rcnn_counts.json"
+
+R50_640 = "faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"
+C4 = {f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8": (d, s)
+      for d in (50, 101, 152)
+      for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))}
+# name -> the one line's field and text
+STOPS = {
+    "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8":
+        "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_resnet50_fpn_keras' is not "
+        "supported yet: jaxdet's faster_rcnn is the C4 variant",
+    "mask_rcnn_inception_resnet_v2_1024x1024_coco17_gpu-8":
+        "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_inception_resnet_v2_keras' is "
+        "not supported yet: jaxdet has no Inception-ResNet-v2 backbone",
+}
+# Where the converted zoo config and the shipped port differ, and why: eval_config.batch_size
+# is not read (jaxdet's default 8; the shipped file copies TF's 1), use_matmul_crop_and_resize
+# picks the matmul crop (the same values as the shipped default gather), use_bfloat16 (the
+# shipped file leaves bf16 to accelerators that have it) and the fine_tune_checkpoint
+# placeholder.
+SHIPPED_DIFFERENCES = {
+    "eval.batch_size: converted 8 != shipped 1",
+    "model.crop_method: converted 'matmul' != shipped 'gather'",
+    "precision: converted 'bf16' != shipped 'fp32'",
+    "train.init_checkpoint: converted {'path': 'PATH_TO_BE_CONFIGURED/resnet50.ckpt-1', "
+    "'format': 'tf', 'restore': 'classification'} != shipped None",
+}
+
+
+def _load(name: str, overrides=()):
+    return load_pipeline_config(TFOD_CONFIGS / f"{name}.config", overrides)
+
+
+def _diff(a, b, prefix: str = "") -> list[str]:
+    """Field-level differences of two dumped configs (recursing into dicts and equal-length
+    lists)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in _diff(x, y, f"{prefix}{i}.")]
+    if isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-6):
+        return []
+    return [] if a == b else [f"{prefix[:-1]}: converted {a!r} != shipped {b!r}"]
+
+
+# ----------------------------------------------------------------- the zoo's configs
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(C4))
+def test_zoo_c4_configs_convert_with_what_the_file_says(name):
+    depth, size = C4[name]
+    c = _load(name)
+    m = c.model
+    assert m.type == "faster_rcnn" and m.num_classes == 90
+    assert m.backbone.name == f"resnet{depth}"
+    assert m.backbone.stride_in_1x1 and m.backbone.padding == "same"
+    assert (m.backbone.batch_norm.decay, m.backbone.batch_norm.epsilon) == (0.997, 1e-5)
+    gpu = size == "800x1333"
+    # the TPU configs say batch_norm_trainable: true; the GPU ones leave TF's default false
+    assert m.backbone.batch_norm.frozen == gpu
+    a = m.first_stage_anchor_generator
+    assert (a.scales, a.aspect_ratios) == ((0.25, 0.5, 1.0, 2.0), (0.5, 1.0, 2.0))
+    assert (a.height, a.width, a.height_stride) == (256.0, 256.0, 16)
+    assert (m.first_stage_box_predictor_depth, m.first_stage_box_predictor_kernel_size,
+            m.first_stage_box_predictor_stddev) == (512, 3, 0.01)
+    assert (m.first_stage_nms_iou_threshold, m.first_stage_max_proposals) == (0.7, 300)
+    assert (m.first_stage_minibatch_size, m.first_stage_positive_balance_fraction) == (256, 0.5)
+    assert (m.first_stage_localization_loss_weight, m.first_stage_objectness_loss_weight) == (
+        2.0, 1.0)
+    assert (m.initial_crop_size, m.maxpool_kernel_size, m.maxpool_stride) == (14, 2, 2)
+    assert m.crop_method == ("gather" if gpu else "matmul")
+    assert m.share_box_across_classes == (not gpu)
+    assert m.clip_anchors_to_image == (not gpu)
+    assert (m.second_stage_batch_size, m.second_stage_balance_fraction) == (64, 0.25)
+    post = m.second_stage_post_processing
+    assert (post.iou_threshold, post.max_detections_per_class) == (0.6, 100)
+    assert post.max_total_detections == (100 if gpu else 300)
+    assert (m.second_stage_localization_loss_weight,
+            m.second_stage_classification_loss_weight) == (2.0, 1.0)
+    assert not m.predict_instance_masks
+    expected_size = {"640x640": 640, "1024x1024": 1024, "800x1333": 1344}[size]
+    assert builders.input_size(c.data) == (expected_size, expected_size)
+    assert c.data.mean == (123.68, 116.779, 103.939) and c.data.std == (1.0, 1.0, 1.0)
+    assert c.train.optimizer.name == "momentum" and c.train.optimizer.momentum == 0.9
+    assert c.train.optimizer.weight_decay == 0.0 and c.train.ema_decay is None
+    assert c.train.init_checkpoint.restore == "classification"
+    assert c.data.train.type == "tfrecord" and c.data.augment[0].name == "random_horizontal_flip"
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(n for n in C4 if "800x1333" in n))
+def test_gpu_configs_pad_1333_to_1344_and_freeze_batch_norm_with_warnings(name, caplog):
+    with caplog.at_level(logging.WARNING, logger="jaxdet.config"):
+        c = _load(name)
+    r = c.data.resizer
+    assert (r.name, r.min_dimension, r.max_dimension) == ("keep_aspect_ratio", 800, 1344)
+    text = [rec.message for rec in caplog.records]
+    assert any("max_dimension: 1333 -> 1344" in t and "0.83% larger" in t for t in text)
+    assert any("batch_norm_trainable: false" in t and "gamma / beta" in t for t in text)
+
+
+@needs_shared
+def test_resnet50_640_converts_to_the_shipped_config():
+    """Same model, input pipeline, schedule and eval settings as the hand-written port; only
+    the datasets and the listed, explained fields differ (SHIPPED_DIFFERENCES)."""
+    ours = _load(R50_640).model_dump(mode="json")
+    ref = load_config("faster_rcnn_resnet50_v1_640").model_dump(mode="json")
+    for part in (ours, ref):
+        part.pop("name"), part.pop("description")
+        part["data"].pop("train"), part["data"].pop("eval")
+    assert set(_diff(ours, ref)) == SHIPPED_DIFFERENCES
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_fpn_and_mask_rcnn_configs_stop_with_one_line(name):
+    path = TFOD_CONFIGS / f"{name}.config"
+    with pytest.raises(TfodConfigError) as err:
+        convert_pipeline_config(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}:")
+    assert STOPS[name] in message
+
+
+# ----------------------------------------------------------------- build
+
+
+def _abstract_build(monkeypatch) -> None:
+    """The network built abstractly (``nnx.eval_shape``): the task's own checks (input size,
+    anchors, settings) run, no weights are drawn (ResNet-152 at 1344 px on 2 cores)."""
+    build = faster_rcnn_build.build_faster_rcnn
+    monkeypatch.setattr(faster_rcnn_build, "build_faster_rcnn",
+                        lambda config, seed: nnx.eval_shape(lambda: build(config, seed=seed)))
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(C4))
+def test_zoo_c4_configs_build_and_summarize(name, monkeypatch):
+    depth, size = C4[name]
+    config = _load(name)
+    _abstract_build(monkeypatch)
+    task = builders.build_task(config, seed=0)
+    side = builders.input_size(config.data)[0]
+    assert task.input_size == (side, side)
+    summary = tasks.family(config).summary(config)
+    assert summary["type"] == "faster_rcnn" and summary["input_size"] == [side, side]
+    assert summary["anchors"] == {"feature_map": [side // 16] * 2, "per_location": 12,
+                                  "total": (side // 16) ** 2 * 12}
+    p = summary["parameters"]
+    # the box predictor: 91 class logits and 4 (shared) or 4 x 90 box codes on conv5's 2048
+    boxes = 4 if config.model.share_box_across_classes else 4 * 90
+    assert p["box_predictor"] == 2048 * (91 + boxes) + 91 + boxes
+    assert p["rpn"] == 1024 * 512 * 9 + 512 + 512 * 12 * 6 + 12 * 6
+    assert p["total"] == sum(v for k, v in p.items() if k != "total")
+
+
+# ----------------------------------------------------------------- parameter counts vs TF
+
+
+@needs_shared
+def test_parameter_count_equals_tf():
+    """TF 2.21's model of the ResNet-50 640 config (tests/config/fixtures/
+    count_tf_faster_rcnn_model.py): its trainable variables are jaxdet summary's parameters,
+    part by part; its other variables are exactly the BatchNorm moving statistics, which
+    jaxdet keeps as batch statistics (not parameters)."""
+    tf = json.loads(TF_COUNTS.read_text())
+    config = _load(R50_640)
+    p = tasks.family(config).summary(config)["parameters"]
+    parts = tf["parts"]
+    assert p["total"] == tf["trainable"] == 28_458_727
+    assert p["first_stage_features"] == parts["first_stage_features"]["trainable"]
+    assert p["rpn"] == parts["rpn_conv"]["trainable"] + parts["rpn_predictors"]["trainable"]
+    assert p["box_classifier"] == parts["box_classifier"]["trainable"]
+    assert p["box_predictor"] == parts["box_predictor"]["trainable"]
+    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
+    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
+    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats == 53_120
+
+
+# ----------------------------------------------------------------- what does not map
+
+
+def _variant(tmp_path, old: str, new: str) -> Path:
+    text = (TFOD_CONFIGS / f"{R50_640}.config").read_text()
+    assert old in text, old
+    path = tmp_path / "pipeline.config"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@needs_shared
+@pytest.mark.parametrize("old, new, error", [
+    ("score_converter: SOFTMAX", "", r"second_stage_post_processing: score_converter is "
+     r"required: jaxdet's Faster R-CNN scores with SOFTMAX"),
+    ("score_converter: SOFTMAX", "score_converter: SIGMOID",
+     r"score_converter: SIGMOID is not supported; jaxdet supports SOFTMAX"),
+    ("share_box_across_classes: true", "share_box_across_classes: true\n"
+     "        predict_instance_masks: true", r"mask_rcnn_box_predictor\.predict_instance_masks: "
+     r"Mask R-CNN's mask head is not supported yet"),
+    ("use_static_shapes: true", "use_static_shapes: true\n    hard_example_miner { }",
+     r"faster_rcnn\.hard_example_miner: the second stage's hard example miner is not "
+     r"supported yet"),
+    ("num_classes: 90", "num_classes: 90\n    number_of_stages: 3",
+     r"number_of_stages: 3 is not supported yet"),
+    ("height_stride: 16", "height_stride: 8", r"height_stride: 8 is not supported; jaxdet "
+     r"supports 16"),
+    ("use_dropout: false", "use_dropout: true", r"use_dropout: True is not supported"),
+    ("initial_crop_size: 14", "", r"initial_crop_size is required"),
+    ("stddev: 0.01", "stddev: 0.01\n          mean: 0.5", r"mean: 0.5 is not supported"),
+    ("keep_aspect_ratio_resizer {\n        min_dimension: 640\n        max_dimension: 640\n"
+     "        pad_to_max_dimension: true\n      }", "fixed_shape_resizer { height: 600 width: "
+     "600 }", r"image_resizer: fixed_shape_resizer 600x600 is not supported: faster_rcnn "
+     r"needs an input size divisible by 16"),
+    ("use_static_shapes: true", "use_static_shapes: true\n    no_such_field: 1",
+     r"model\.faster_rcnn\.no_such_field: unknown or unsupported field"),
+])
+def test_what_does_not_map_stops_with_one_line(tmp_path, old, new, error):
+    path = _variant(tmp_path, old, new)
+    with pytest.raises(TfodConfigError, match=error) as err:
+        convert_pipeline_config(path)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}:")
+
+
+@needs_shared
+def test_ignored_fields_are_reported(tmp_path):
+    """Fields with no jaxdet setting are listed (same effect) or warned about (differs)."""
+    path = _variant(tmp_path, "use_static_shapes: true", "use_static_shapes: true\n"
+                    "    output_final_box_features: true")
+    conversion = convert_pipeline_config(path)
+    same = dict(conversion.same)
+    for name in ("use_static_shapes", "use_matmul_gather_in_matcher",
+                 "use_static_balanced_label_sampler"):
+        assert f"model.faster_rcnn.{name}" in same
+    assert any(w.startswith("model.faster_rcnn.output_final_box_features:")
+               for w in conversion.warnings)
+
+
+# ----------------------------------------------------------------- the command line
+
+
+@needs_shared
+def test_cli_convert_config_and_summary(tmp_path, capsys):
+    """``jaxdet convert-config`` writes a YAML that loads back to the converted config;
+    ``jaxdet summary --pipeline-config`` prints TF's parameter count."""
+    from jaxdet.cli import main
+
+    path = TFOD_CONFIGS / f"{R50_640}.config"
+    out = tmp_path / "converted.yaml"
+    assert main(["convert-config", str(path), "-o", str(out)]) == 0
+    assert f"wrote {out}: faster_rcnn resnet50" in capsys.readouterr().out
+    assert load_config(out) == load_pipeline_config(path)
+    assert "model.faster_rcnn.use_static_shapes" in out.read_text()  # listed, not dropped
+    assert main(["summary", "--pipeline-config", str(path)]) == 0
+    assert "parameters: 28,458,727" in capsys.readouterr().out
+
+
+def test_sgd_with_a_momentum_is_refused_by_name():
+    """``name: sgd`` is plain SGD: a momentum given with it would be silently ignored."""
+    from pydantic import ValidationError
+
+    from jaxdet.config.schema import OptimizerConfig
+
+    assert OptimizerConfig(name="sgd").momentum == 0.9  # the default is not an error
+    with pytest.raises(ValidationError, match="use name: momentum for momentum SGD"):
+        OptimizerConfig(name="sgd", momentum=0.9)
