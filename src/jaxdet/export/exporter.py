@@ -293,7 +293,38 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
     except Exception as e:  # noqa: BLE001 - any conversion failure is reported in one line
         raise ExportError(f"the model cannot be converted to ONNX: {type(e).__name__}: "
                           f"{_first_line(e)}") from e
+    _drop_constant_identities(model.graph)
     return model.SerializeToString(), outputs
+
+
+def _drop_constant_identities(graph) -> None:
+    """Removes ``Identity`` nodes that copy an initializer (jax2onnx's ``stop_gradient`` of a
+    weight), their readers reading the initializer itself: ONNX Runtime's graph optimizer
+    rejects some such graphs ("... is not a graph input, initializer, or output of a previous
+    node"; they load with optimizations off)."""
+    initializers = {i.name for i in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    alias = {n.output[0]: n.input[0] for n in graph.node
+             if n.op_type == "Identity" and n.input[0] in initializers
+             and n.output[0] not in outputs}
+    if not alias:
+        return
+    kept = [n for n in graph.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    _rename_inputs(graph, alias)
+
+
+def _rename_inputs(graph, alias: dict[str, str]) -> None:
+    """Node inputs named in ``alias`` read the aliased name instead, subgraphs included."""
+    for n in graph.node:
+        for k, name in enumerate(n.input):
+            if name in alias:
+                n.input[k] = alias[name]
+        for attribute in n.attribute:
+            for sub in [attribute.g, *attribute.graphs]:
+                if sub is not None and len(sub.node):
+                    _rename_inputs(sub, alias)
 
 
 def output_names_of(exported: jax.export.Exported) -> list[str]:
