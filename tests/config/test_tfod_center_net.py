@@ -6,7 +6,6 @@ not map is an error naming the file, line and field."""
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import jax
@@ -16,6 +15,7 @@ import pytest
 from flax import nnx
 
 from jaxdet import builders, tasks
+from jaxdet.config.compare import differences
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import TfodConfigError, convert_pipeline_config, load_pipeline_config
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS
@@ -138,18 +138,8 @@ def test_preprocessing_becomes_mean_and_std_per_rgb_channel(name, caplog):
         assert bgr == []
 
 
-def _diff(a, b, prefix: str = "") -> list[str]:
-    """Field-level differences of two dumped configs (recursing into dicts and equal-length
-    lists)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b))
-                for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for d in _diff(x, y, f"{prefix}{i}.")]
-    if isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-6):
-        return []
-    return [] if a == b else [f"{prefix[:-1]}: converted {a!r} != shipped {b!r}"]
+def _diff(a, b) -> list[str]:
+    return differences(a, b, labels=("converted", "shipped"))
 
 
 @needs_shared

@@ -84,6 +84,33 @@ def _json_safe(value: Any) -> Any:
 
 
 
+def load_coco_ground_truth(ground_truth: dict | str | Path, category_ids: Sequence[int],
+                           category_names: Sequence[str] | None, normalize
+                           ) -> tuple[list[int], list[str], COCO]:
+    """(category ids, display names, indexed pycocotools COCO) of an evaluator's ground truth:
+    a COCO dict or JSON path, checked and put in shape by ``normalize(dict, ids, names)``;
+    names default to the ground truth's. Raises ValueError on empty or mismatched
+    categories."""
+    ids = [int(c) for c in category_ids]
+    if not ids:
+        raise ValueError("category_ids is empty: need one COCO id per model class.")
+    if category_names is not None and len(category_names) != len(ids):
+        raise ValueError(f"category_names has {len(category_names)} entries but category_ids "
+                         f"has {len(ids)}.")
+    if isinstance(ground_truth, str | Path):
+        with open(ground_truth) as f:
+            ground_truth = json.load(f)
+    dataset = normalize(ground_truth, ids, category_names)
+    coco_gt = COCO()
+    coco_gt.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt.createIndex()
+    gt_names = {int(c["id"]): c.get("name", str(c["id"])) for c in dataset["categories"]}
+    names = (list(category_names) if category_names is not None
+             else [gt_names.get(c, str(c)) for c in ids])
+    return ids, names, coco_gt
+
+
 def results_as_coco(coco_gt: COCO, detections: list[dict]) -> COCO:
     """The detections as pycocotools results on ``coco_gt`` (copied: ``loadRes`` edits them;
     an empty list gives an empty result set, which ``loadRes`` cannot)."""
@@ -175,27 +202,8 @@ class CocoEvaluator:
 
     def __init__(self, ground_truth: dict | str | Path, category_ids: Sequence[int],
                  category_names: Sequence[str] | None = None):
-        self.category_ids = [int(c) for c in category_ids]
-        if not self.category_ids:
-            raise ValueError("category_ids is empty: need one COCO id per model class.")
-        if category_names is not None and len(category_names) != len(self.category_ids):
-            raise ValueError(
-                f"category_names has {len(category_names)} entries but category_ids has "
-                f"{len(self.category_ids)}."
-            )
-        if isinstance(ground_truth, str | Path):
-            with open(ground_truth) as f:
-                ground_truth = json.load(f)
-        dataset = _normalize_ground_truth(ground_truth, self.category_ids, category_names)
-        self._coco_gt = COCO()
-        self._coco_gt.dataset = dataset
-        with contextlib.redirect_stdout(io.StringIO()):
-            self._coco_gt.createIndex()
-        gt_names = {int(c["id"]): c.get("name", str(c["id"])) for c in dataset["categories"]}
-        self.category_names = (
-            list(category_names) if category_names is not None
-            else [gt_names.get(c, str(c)) for c in self.category_ids]
-        )
+        self.category_ids, self.category_names, self._coco_gt = load_coco_ground_truth(
+            ground_truth, category_ids, category_names, _normalize_ground_truth)
         self._gt_image_ids = set(self._coco_gt.getImgIds())
         self._image_ids: list[int] = []
         self._seen: set[int] = set()
@@ -299,5 +307,5 @@ class CocoEvaluator:
         return write_metrics_json(path, payload)
 
 
-__all__ = ["CocoEvaluator", "STAT_NAMES", "per_class_ap", "results_as_coco", "run_cocoeval",
-           "write_metrics_json"]
+__all__ = ["CocoEvaluator", "STAT_NAMES", "load_coco_ground_truth", "per_class_ap",
+           "results_as_coco", "run_cocoeval", "write_metrics_json"]

@@ -24,21 +24,18 @@ padding and are skipped.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pycocotools import mask as mask_utils
-from pycocotools.coco import COCO
 
 from jaxdet.eval.coco_eval import (
     SCORE_DECIMALS,
     STAT_NAMES,
+    load_coco_ground_truth,
     per_class_ap,
     run_cocoeval,
     write_json,
@@ -254,25 +251,11 @@ class CocoMaskEvaluator:
 
     def __init__(self, ground_truth: dict | str | Path, category_ids: Sequence[int],
                  category_names: Sequence[str] | None = None):
-        self.category_ids = [int(c) for c in category_ids]
-        if not self.category_ids:
-            raise ValueError("category_ids is empty: need one COCO id per model class")
-        if category_names is not None and len(category_names) != len(self.category_ids):
-            raise ValueError(f"category_names has {len(category_names)} entries but "
-                             f"category_ids has {len(self.category_ids)}")
-        if isinstance(ground_truth, str | Path):
-            with open(ground_truth) as f:
-                ground_truth = json.load(f)
-        dataset = mask_ground_truth(ground_truth, self.category_ids, category_names)
-        self._coco_gt = COCO()
-        self._coco_gt.dataset = dataset
-        with contextlib.redirect_stdout(io.StringIO()):
-            self._coco_gt.createIndex()
-        gt_names = {int(c["id"]): c.get("name", str(c["id"])) for c in dataset["categories"]}
-        self.category_names = (list(category_names) if category_names is not None
-                               else [gt_names.get(c, str(c)) for c in self.category_ids])
+        self.category_ids, self.category_names, self._coco_gt = load_coco_ground_truth(
+            ground_truth, category_ids, category_names, mask_ground_truth)
         self._sizes = {int(im["id"]): (int(im["height"]), int(im["width"]))
-                       for im in dataset["images"] if im.get("height") and im.get("width")}
+                       for im in self._coco_gt.dataset["images"]
+                       if im.get("height") and im.get("width")}
         self._gt_image_ids = set(self._coco_gt.getImgIds())
         self.reset()
 
