@@ -3,16 +3,17 @@
     python benchmarks/export_parity.py --family ssd --formats stablehlo onnx
     .venv-tf/bin/python benchmarks/export_parity.py --family ssd     # + saved_model, tflite
 
-Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some),
-with the config's initial weights whose kernels are re-drawn He-normal (so scores differ
-between anchors and NMS has real work), on ``--batch`` random uint8 images at
-the model's input size: the artifact written by ``jaxdet export``'s own code path, run in its
-runtime (``jaxdet.export.runtimes.load_artifact``), and compared with the jitted
-``task.predict`` on the host-preprocessed images. Prints one JSON object: per config and
-format the detection count and classes equal or not, the largest box / score difference,
-``ok`` (both equal, differences <= 1e-4) and the seconds export + first run took. A format
-the environment lacks (ONNX without ``make install-export``, SavedModel / TFLite without
-``make install-tf-export``) is listed as skipped.
+Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some):
+the config's network with its kernels re-drawn He-normal, and its last predictor layers
+scaled so class logits spread by 2 and box encodings by 0.5 on the test images (scores differ
+between anchors without saturating, so NMS has real work); ``--batch`` random uint8 images at
+the model's input size; the artifact written by ``jaxdet export``'s own code path, run in its
+runtime (``jaxdet.export.runtimes.load_artifact``) and compared with the jitted
+``task.predict`` on the host-preprocessed images. Prints one JSON line per config, then one
+JSON object: per config and format the detection count and classes equal or not, the largest
+box / score difference, ``ok`` (both equal, differences <= 1e-4) and the seconds export +
+first run took. A format the environment lacks (ONNX without ``make install-export``,
+SavedModel / TFLite without ``make install-tf-export``) is listed as skipped.
 """
 
 from __future__ import annotations
@@ -73,6 +74,32 @@ def redraw_kernels(params, seed: int = 0):
     return jax.tree_util.tree_unflatten(tree, out)
 
 
+def calibrate_predictors(task, params, stats, x, *, logit_std: float = 2.0,
+                         box_std: float = 0.5):
+    """The last class / box predictor kernels scaled so that, on the images ``x``, class
+    logits vary by ``logit_std`` and box encodings by ``box_std`` around their biases: a deep
+    residual network with redrawn weights can reach logits in the thousands (every score 0 or
+    exactly 1, where the last bit of each runtime decides), as the torchvision RetinaNet did."""
+    out = jax.jit(lambda p, s, x: task.apply(p, s, x, train=False))(params, stats, x)
+    leaves = [np.asarray(a, np.float64) for a in jax.tree_util.tree_leaves(out)
+              if np.ndim(a) == 3]
+    spread = {"box": max((a.std() for a in leaves if a.shape[-1] == 4), default=0.0),
+              "class": max((a.std() for a in leaves if a.shape[-1] != 4), default=0.0)}
+    target = {"box": box_std, "class": logit_std}
+
+    def scale(path, leaf):
+        name = jax.tree_util.keystr(path)
+        if "kernel" not in name or "depthwise" in name:
+            return leaf
+        kind = "class" if "class_predictor" in name else "box" if "box_predictor" in name \
+            else None
+        if kind is None or spread[kind] <= 0:
+            return leaf
+        return leaf * np.float32(target[kind] / spread[kind])
+
+    return jax.tree_util.tree_map_with_path(scale, params)
+
+
 def check_config(name: str, formats: list[str], batch: int, overrides: list[str],
                  tmp: Path) -> dict:
     config = load_config(name, overrides)
@@ -81,10 +108,11 @@ def check_config(name: str, formats: list[str], batch: int, overrides: list[str]
     params = redraw_kernels(params)
     size = builders.input_size(config.data)
     ids = list(range(1, config.model.num_classes + 1))
-    fn = serving_function(task, config, params, stats, class_ids=ids,
-                          pads_raw_pixels=tasks.family(config).pads_raw_pixels)
     images = np.random.default_rng(0).integers(0, 256, (batch, *size, 3)).astype(np.uint8)
     x, info = preprocess_images(config, images)
+    params = calibrate_predictors(task, params, stats, jnp.asarray(x))
+    fn = serving_function(task, config, params, stats, class_ids=ids,
+                          pads_raw_pixels=tasks.family(config).pads_raw_pixels)
     det = jax.device_get(jax.jit(task.predict)(params, stats, jnp.asarray(x), info))
     want = predict_as_signature(det, size, np.asarray(ids))
     row: dict = {"config": name, "input_size": list(size),
