@@ -35,11 +35,15 @@ from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     SSDRandomCropConfig,
 )
 from jaxdet.config.schema_base import Strict, later_field
+from jaxdet.config.schema_faster_rcnn import (  # noqa: F401  (re-exported)
+    FasterRCNNModelConfig,
+    FasterRCNNPostProcessingConfig,
+    GridAnchorGeneratorConfig,
+)
 from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     EFFICIENTNETS,
     Activation,
     AnchorsConfig,
-    AnyModelConfig,
     BackboneConfig,
     BatchNormConfig,
     BiFPNConfig,
@@ -52,10 +56,7 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     CenterNetModelConfig,
     CenterNetPostProcessingConfig,
     ConvolutionalHeadConfig,
-    FasterRCNNModelConfig,
-    FasterRCNNPostProcessingConfig,
     FPNConfig,
-    GridAnchorGeneratorConfig,
     HardExampleMinerConfig,
     HeadConfig,
     IdentityNeckConfig,
@@ -74,6 +75,11 @@ log = logging.getLogger("jaxdet.config")
 
 # --------------------------------------------------------------------------- data
 
+
+
+# the model section: one family per ``model.type``
+AnyModelConfig = Annotated[ModelConfig | CenterNetModelConfig | FasterRCNNModelConfig,
+                           Field(discriminator="type")]
 
 class CocoDataConfig(Strict):
     """A COCO instances JSON file and the folder its ``file_name`` entries are relative to.
