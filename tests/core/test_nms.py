@@ -108,18 +108,23 @@ def _np_batched_nms(boxes, scores, kw, class_agnostic):
 
 
 @pytest.mark.parametrize(
-    "class_agnostic, max_total_detections",
+    "class_agnostic, max_total_detections, levels, top_k",
     # 40 > all survivors: the merge pads; 12 cuts the merged list. Per class, about 10 of
     # the 30 top-k candidates survive, so the per-class cap of 10 binds only sometimes.
-    [(False, 12), (False, 40), (True, 12)],
+    # levels=5: scores on 5 values, so most ties are within and across classes (the merged
+    # loop must pick the lower class, then the lower candidate, as the merge sort does).
+    # top_k=50: every anchor is a candidate (no per-class top-k; classes share the boxes).
+    [(False, 12, 0, 30), (False, 40, 0, 30), (True, 12, 0, 30), (False, 12, 5, 30),
+     (False, 40, 5, 30), (False, 40, 5, 50), (False, 12, 0, 50)],
 )
-def test_batched_nms_matches_numpy_reference(class_agnostic, max_total_detections):
+def test_batched_nms_matches_numpy_reference(class_agnostic, max_total_detections, levels,
+                                             top_k):
     kw = dict(
         score_threshold=0.3,
         iou_threshold=0.3,
         max_detections_per_class=10,
         max_total_detections=max_total_detections,
-        pre_nms_top_k=30,
+        pre_nms_top_k=top_k,
     )
     nms = jax.jit(functools.partial(batched_nms, class_agnostic=class_agnostic, **kw))
     for seed in range(3):
@@ -128,6 +133,8 @@ def test_batched_nms_matches_numpy_reference(class_agnostic, max_total_detection
         size = rng.uniform(0.2, 0.5, (2, 50, 2))
         boxes = np.concatenate([center - size / 2, center + size / 2], -1).astype(np.float32)
         scores = rng.uniform(0.0, 1.0, (2, 50, 3)).astype(np.float32)
+        if levels:
+            scores = (np.ceil(scores * levels) / levels).astype(np.float32)
         out = jax.tree.map(np.asarray, nms(boxes, scores))
         ref_boxes, ref_scores, ref_classes, ref_num = _np_batched_nms(
             boxes, scores, kw, class_agnostic
@@ -137,3 +144,23 @@ def test_batched_nms_matches_numpy_reference(class_agnostic, max_total_detection
         np.testing.assert_allclose(out["scores"], ref_scores, rtol=1e-6)
         np.testing.assert_array_equal(out["classes"], ref_classes)
         np.testing.assert_allclose(out["boxes"], ref_boxes, rtol=1e-6)
+
+
+def test_batched_nms_per_image_form_equals_the_vmapped_loop():
+    """The TFLite exporter's form (one NMS loop per image) gives the vmapped loop's values."""
+    from jaxdet.core.portable import exportable, fresh_trace
+
+    rng = np.random.default_rng(7)
+    center, size = rng.uniform(0.2, 0.8, (3, 40, 2)), rng.uniform(0.1, 0.4, (3, 40, 2))
+    boxes = np.concatenate([center - size / 2, center + size / 2], -1).astype(np.float32)
+    scores = np.ceil(rng.uniform(0.0, 1.0, (3, 40, 4)) * 6).astype(np.float32) / 6
+    nms = functools.partial(batched_nms, score_threshold=0.2, iou_threshold=0.4,
+                            max_detections_per_class=5, max_total_detections=15,
+                            pre_nms_top_k=25)
+    vmapped = jax.jit(fresh_trace(nms))(boxes, scores)
+    with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
+                    nms_per_image=True):
+        looped = jax.jit(fresh_trace(nms))(boxes, scores)
+    assert int(vmapped["num_detections"].min()) > 5
+    for key in vmapped:
+        np.testing.assert_array_equal(np.asarray(looped[key]), np.asarray(vmapped[key]))

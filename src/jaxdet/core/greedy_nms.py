@@ -102,4 +102,58 @@ def greedy_nms(boxes: jax.Array, scores: jax.Array, *, score_threshold: float,
     return indices, valid
 
 
-__all__ = ["greedy_nms", "greedy_nms_loop", "greedy_nms_p"]
+def greedy_nms_over_classes(boxes: jax.Array, scores: jax.Array, *, score_threshold: float,
+                            iou_threshold: float, max_per_class: int,
+                            max_total: int) -> tuple[jax.Array, jax.Array]:
+    """Per-class greedy NMS of one image, merged by score, as one loop over the best picks.
+
+    Args:
+      boxes: ``[C, k, 4]`` (ymin, xmin, ymax, xmax) candidates of each class, or ``[k, 4]``
+        shared by all classes.
+      scores: ``[C, k]``.
+    Returns:
+      ``(picks[max_total] int32, valid[max_total] bool)``: flat indices into ``C * k``
+      (class ``pick // k``, candidate ``pick % k``) by descending score; invalid slots hold 0.
+
+    The values are those of :func:`greedy_nms_loop` run on each class (at most
+    ``max_per_class`` picks) followed by a stable merge of all classes' picks by score (equal
+    scores: lower class first, then pick order), cut to ``max_total``. One loop step picks
+    the best remaining candidate of *any* class and suppresses within its class only, so the
+    loop runs at most ``max_total`` steps, each with one ``[k]`` IoU row and one select over
+    ``[C, k]``; running each class's loop instead computes ``C`` IoU rows per step.
+    """
+    num_classes, k = scores.shape
+    remaining = jnp.where(scores > score_threshold, scores, -jnp.inf)
+    classes = jnp.arange(num_classes)
+    positions = jnp.arange(k)
+    slots = jnp.arange(max_total)
+
+    def cond(state):
+        n, _, best_of_class, _, _ = state
+        return (n < max_total) & jnp.any(best_of_class > -jnp.inf)
+
+    def body(state):
+        # Each class's best remaining score is kept, so a step scans C + k scores, not C * k.
+        n, remaining, best_of_class, counts, picks = state
+        cls = jnp.argmax(best_of_class).astype(jnp.int32)  # first class of equal scores
+        row_scores = take_row(remaining, cls)
+        pos = jnp.argmax(row_scores).astype(jnp.int32)
+        row = (boxes if boxes.ndim == 2
+               else take_row(boxes.reshape(num_classes, k * 4), cls).reshape(k, 4))
+        overlap = box_ops.elementwise_iou(take_row(row, pos)[None, :], row)
+        count = jnp.sum(jnp.where(classes == cls, counts, 0)) + 1
+        suppress = (overlap > iou_threshold) | (positions == pos) | (count >= max_per_class)
+        row_scores = jnp.where(suppress, -jnp.inf, row_scores)
+        remaining = jax.lax.dynamic_update_slice(remaining, row_scores[None, :], (cls, 0))
+        best_of_class = jnp.where(classes == cls, jnp.max(row_scores), best_of_class)
+        counts = jnp.where(classes == cls, count, counts)
+        picks = jnp.where(slots == n, cls * k + pos, picks)
+        return n + 1, remaining, best_of_class, counts, picks
+
+    init = (jnp.int32(0), remaining, jnp.max(remaining, axis=1),
+            jnp.zeros((num_classes,), jnp.int32), jnp.zeros((max_total,), jnp.int32))
+    picked, _, _, _, picks = jax.lax.while_loop(cond, body, init)
+    return picks, slots < picked
+
+
+__all__ = ["greedy_nms", "greedy_nms_loop", "greedy_nms_over_classes", "greedy_nms_p"]

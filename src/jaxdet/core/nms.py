@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
-from jaxdet.core.greedy_nms import greedy_nms
+from jaxdet.core import portable
+from jaxdet.core.greedy_nms import greedy_nms, greedy_nms_over_classes
 
 
 def convert_scores(
@@ -115,17 +117,36 @@ def batched_nms(
         )(boxes, jnp.max(scores, axis=-1))
         cand_classes = jnp.take_along_axis(best_classes, cand_idx, axis=1)
     else:
-        picks = min(max_detections_per_class, top_k)
-        per_class = jax.vmap(
-            lambda b, s: _nms_one_set(b, s, max_picks=picks, **nms_kwargs)[:2],
-            in_axes=(None, 1),
-        )  # over classes: -> [C, P, 4], [C, P]
-        cand_boxes, cand_scores = jax.vmap(per_class)(boxes, scores)
+        limits = dict(score_threshold=score_threshold, iou_threshold=iou_threshold)
+        if not portable.forms().nms_as_op and top_k == num_anchors:
+            # Every anchor is a candidate: no per-class top-k (a sort), all classes share boxes.
+            picks, valid = _over_classes(boxes, jnp.swapaxes(scores, 1, 2), d=d,
+                                         max_per_class=max_detections_per_class, **limits)
+            return _detections(jnp.take_along_axis(boxes, (picks % top_k)[..., None], axis=1),
+                               jnp.take_along_axis(scores.reshape(-1, num_anchors * num_classes),
+                                                   (picks % top_k) * num_classes + picks // top_k,
+                                                   axis=1),
+                               picks // top_k, valid)
+        top_scores, top_idx = jax.lax.top_k(jnp.swapaxes(scores, 1, 2), top_k)  # [B, C, k]
+        top_boxes = jnp.take_along_axis(boxes[:, None], top_idx[..., None], axis=2)
+        if not portable.forms().nms_as_op:
+            picks, valid = _over_classes(top_boxes, top_scores, d=d,
+                                         max_per_class=max_detections_per_class, **limits)
+            return _detections(
+                jnp.take_along_axis(top_boxes.reshape(-1, num_classes * top_k, 4),
+                                    picks[..., None], axis=1),
+                jnp.take_along_axis(top_scores.reshape(-1, num_classes * top_k), picks, axis=1),
+                picks // top_k, valid)
+        # An exporter's NMS kernel runs per class (ONNX NonMaxSuppression); merge after.
+        per_class = min(max_detections_per_class, top_k)
+        picks, valid = greedy_nms(top_boxes, top_scores, max_picks=per_class, **limits)
         batch = boxes.shape[0]
-        cand_boxes = cand_boxes.reshape(batch, num_classes * picks, 4)
-        cand_scores = cand_scores.reshape(batch, num_classes * picks)
+        cand_boxes = jnp.take_along_axis(top_boxes, picks[..., None], axis=2)
+        cand_boxes = cand_boxes.reshape(batch, num_classes * per_class, 4)
+        cand_scores = jnp.where(valid, jnp.take_along_axis(top_scores, picks, axis=2), -jnp.inf)
+        cand_scores = cand_scores.reshape(batch, num_classes * per_class)
         cand_classes = jnp.broadcast_to(
-            jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), picks)[None],
+            jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), per_class)[None],
             cand_scores.shape,
         )
 
@@ -137,13 +158,30 @@ def batched_nms(
         cand_boxes = jnp.pad(cand_boxes, ((0, 0), (0, pad), (0, 0)))
         cand_classes = jnp.pad(cand_classes, ((0, 0), (0, pad)))
     top_scores, top_idx = jax.lax.top_k(cand_scores, d)
-    valid = top_scores > -jnp.inf
-    out_boxes = jnp.take_along_axis(cand_boxes, top_idx[..., None], axis=1)
-    out_classes = jnp.take_along_axis(cand_classes, top_idx, axis=1)
+    return _detections(jnp.take_along_axis(cand_boxes, top_idx[..., None], axis=1), top_scores,
+                       jnp.take_along_axis(cand_classes, top_idx, axis=1),
+                       top_scores > -jnp.inf)
+
+
+def _over_classes(boxes, scores, *, d, **kwargs):
+    """:func:`greedy_nms_over_classes` per image of ``boxes [B, ..., 4]``, ``scores [B, C, k]``.
+    One image (or each image, under the ``nms_per_image`` exporter form) is not vmapped: the
+    loop's row update stays a dynamic_update_slice (a vmap makes it a scatter, which TFLite
+    runs as a copy of all C x k scores per step)."""
+    nms = functools.partial(greedy_nms_over_classes, max_total=d, **kwargs)
+    if scores.shape[0] == 1 or portable.forms().nms_per_image:
+        per_image = [nms(boxes[i], scores[i]) for i in range(scores.shape[0])]
+        return tuple(jnp.stack(parts) for parts in zip(*per_image, strict=True))
+    return jax.vmap(nms)(boxes, scores)
+
+
+def _detections(boxes, scores, classes, valid) -> dict[str, jnp.ndarray]:
+    """``boxes [B, D, 4]``, ``scores``, ``classes``, ``valid [B, D]`` (valid first, by score)
+    -> :func:`batched_nms`'s dict, zeros in the invalid slots."""
     return {
-        "boxes": jnp.where(valid[..., None], out_boxes, 0.0),
-        "scores": jnp.where(valid, top_scores, 0.0),
-        "classes": jnp.where(valid, out_classes, 0).astype(jnp.int32),
+        "boxes": jnp.where(valid[..., None], boxes, 0.0),
+        "scores": jnp.where(valid, scores, 0.0),
+        "classes": jnp.where(valid, classes, 0).astype(jnp.int32),
         "num_detections": jnp.sum(valid, axis=1).astype(jnp.int32),
     }
 

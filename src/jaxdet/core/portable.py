@@ -9,7 +9,10 @@ Training and jaxdet's own predict trace the fast XLA form. Within :func:`exporta
 * :func:`take_row` (one row of a matrix by a traced index, e.g. NMS's best box): a one-hot
   sum instead of a gather, which jax2onnx mis-lowers inside a batched loop (``row_as_sum``);
 * greedy NMS (``core.greedy_nms``): one primitive an exporter maps onto its runtime's NMS
-  kernel, instead of a data-dependent loop (``nms_as_op``).
+  kernel, instead of a data-dependent loop (``nms_as_op``);
+* multi-class NMS of a batch (``core.nms.batched_nms``): one loop per image instead of one
+  vmapped loop, whose row update becomes a scatter that TFLite runs as a copy of every
+  score at every step (``nms_per_image``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Forms:
     pooling_as_slices: bool = False
     row_as_sum: bool = False
     nms_as_op: bool = False
+    nms_per_image: bool = False
 
 
 _XLA_FORMS = Forms()
@@ -41,10 +45,10 @@ Padding = str | Sequence[tuple[int, int]]
 
 @contextlib.contextmanager
 def exportable(*, pooling_as_slices: bool = True, row_as_sum: bool = True,
-               nms_as_op: bool = True) -> Iterator[None]:
+               nms_as_op: bool = True, nms_per_image: bool = False) -> Iterator[None]:
     """Within the block, the ops trace the chosen exporter forms (the defaults are ONNX's:
     pooling as slices, rows as one-hot sums, NMS as one primitive)."""
-    token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op))
+    token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op, nms_per_image))
     try:
         yield
     finally:

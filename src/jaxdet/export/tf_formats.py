@@ -134,9 +134,13 @@ def write_saved_model(fn: Callable, path: Path, size: tuple[int, int], *,
 def tflite_bytes(fn: Callable, size: tuple[int, int], *, batch_size: int,
                  input_type: str) -> bytes:
     """The TFLite flatbuffer of ``fn`` for a fixed batch, TFLite builtin ops only."""
+    from jaxdet.core.portable import exportable
+
     tf, _ = import_tf()
-    concrete = _tf_function(fn, size, batch_size, input_type, platforms=("cpu",),
-                            tf_convolutions=True)
+    with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
+                    nms_per_image=True):
+        concrete = _tf_function(fn, size, batch_size, input_type, platforms=("cpu",),
+                                tf_convolutions=True)
     module = tf.Module()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
