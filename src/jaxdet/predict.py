@@ -400,8 +400,10 @@ def predict_images(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_detections is not None and max_detections < 0:
         raise ValueError(f"max_detections must be >= 0, got {max_detections}")
-    if score_threshold is None:
-        score_threshold = config.model.post_processing.score_threshold
+    if score_threshold is None:  # the model's own (Faster R-CNN: its second stage's)
+        post = getattr(config.model, "post_processing", None) or getattr(
+            config.model, "second_stage_post_processing", None)
+        score_threshold = post.score_threshold if post is not None else 0.0
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a folder")
 

@@ -1,8 +1,8 @@
 """pipeline.config -> jaxdet for Faster R-CNN: the TF OD API's 9 C4 Faster R-CNN configs
-(ResNet-50/101/152 at 640x640, 1024x1024 and 800x1333) convert and build; the converted
-ResNet-50 640 config is the shipped faster_rcnn_resnet50_v1_640 port; its parameter count
-is TF's; the FPN and Mask R-CNN configs stop with one line; what does not map is an error
-naming the file, line and field."""
+(ResNet-50/101/152 at 640x640, 1024x1024 and 800x1333) and the FPN one convert and build; the
+converted ResNet-50 640 config is the shipped faster_rcnn_resnet50_v1_640 port; its parameter
+count and the FPN model's are TF's; the Mask R-CNN config stops with one line; what does not
+map is an error naming the file, line and field."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from jaxdet.tasks.faster_rcnn import build as faster_rcnn_build
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
 needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
 TF_COUNTS = Path(__file__).parent / "fixtures" / "tf_faster_rcnn_counts.json"
+TF_FPN_COUNTS = Path(__file__).parent / "fixtures" / "tf_faster_rcnn_fpn_counts.json"
+FPN_640 = "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8"
 
 R50_640 = "faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"
 C4 = {f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8": (d, s)
@@ -29,9 +31,6 @@ C4 = {f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8": (d, s)
       for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))}
 # name -> the one line's field and text
 STOPS = {
-    "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8":
-        "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_resnet50_fpn_keras' is not "
-        "supported yet: jaxdet's faster_rcnn is the C4 variant",
     "mask_rcnn_inception_resnet_v2_1024x1024_coco17_gpu-8":
         "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_inception_resnet_v2_keras' is "
         "not supported yet: jaxdet has no Inception-ResNet-v2 backbone",
@@ -116,11 +115,13 @@ def test_gpu_configs_pad_1333_to_1344_and_freeze_batch_norm_with_warnings(name, 
 
 
 @needs_shared
-def test_resnet50_640_converts_to_the_shipped_config():
+@pytest.mark.parametrize("name, shipped", [(R50_640, "faster_rcnn_resnet50_v1_640"),
+                                           (FPN_640, "faster_rcnn_resnet50_v1_fpn_640")])
+def test_resnet50_640_converts_to_the_shipped_config(name, shipped):
     """Same model, input pipeline, schedule and eval settings as the hand-written port; only
     the datasets and the listed, explained fields differ (SHIPPED_DIFFERENCES)."""
-    ours = _load(R50_640).model_dump(mode="json")
-    ref = load_config("faster_rcnn_resnet50_v1_640").model_dump(mode="json")
+    ours = _load(name).model_dump(mode="json")
+    ref = load_config(shipped).model_dump(mode="json")
     for part in (ours, ref):
         part.pop("name"), part.pop("description")
         part["data"].pop("train"), part["data"].pop("eval")
@@ -129,7 +130,7 @@ def test_resnet50_640_converts_to_the_shipped_config():
 
 @needs_shared
 @pytest.mark.parametrize("name", sorted(STOPS))
-def test_fpn_and_mask_rcnn_configs_stop_with_one_line(name):
+def test_mask_rcnn_config_stops_with_one_line(name):
     path = TFOD_CONFIGS / f"{name}.config"
     with pytest.raises(TfodConfigError) as err:
         convert_pipeline_config(path)
@@ -191,6 +192,39 @@ def test_parameter_count_equals_tf():
     model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
     stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
     assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats == 53_120
+
+
+@needs_shared
+def test_fpn_config_converts_and_its_parameter_count_equals_tf():
+    """faster_rcnn_resnet50_v1_fpn_640x640: the ResNet with the FPN's conv_hyperparams (ReLU6,
+    BatchNorm 0.997 / 1e-3), an FPN P2-P6 of 256 channels, multiscale anchors in TF's layout,
+    and TF 2.21's model of it (tests/config/fixtures/count_tf_faster_rcnn_model.py) has
+    jaxdet summary's parameters, part by part."""
+    c = _load(FPN_640)
+    m = c.model
+    assert m.backbone.name == "resnet50" and m.backbone.activation == "relu6"
+    assert (m.backbone.batch_norm.decay, m.backbone.batch_norm.epsilon) == (0.997, 1e-3)
+    assert (m.neck.min_level, m.neck.max_level, m.neck.depth, m.neck.top_down) == (
+        2, 6, 256, "smoothed")
+    a = m.first_stage_anchor_generator
+    assert (a.name, a.min_level, a.max_level, a.anchor_scale, a.scales_per_octave) == (
+        "multiscale", 2, 6, 4.0, 2)
+    assert a.aspect_ratios == (1.0, 2.0, 0.5) and a.tf_layout
+    assert (m.first_stage_max_proposals, m.initial_crop_size, m.crop_method) == (
+        300, 14, "matmul")
+    assert builders.input_size(c.data) == (640, 640)
+    tf = json.loads(TF_FPN_COUNTS.read_text())
+    p = tasks.family(c).summary(c)["parameters"]
+    parts = {k: v["trainable"] for k, v in tf["parts"].items()}
+    assert p["total"] == tf["trainable"] == 42_485_943
+    assert p["backbone"] == parts["first_stage_features"] + parts["box_classifier"]
+    assert p["fpn"] == parts["fpn"]
+    assert p["rpn"] == parts["rpn_conv"] + parts["rpn_predictors"]
+    assert p["box_classifier"] == parts["fc_box_classifier"]
+    assert p["box_predictor"] == parts["box_predictor"]
+    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(c, seed=0))
+    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
+    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats
 
 
 # ----------------------------------------------------------------- what does not map

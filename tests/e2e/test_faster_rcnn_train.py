@@ -55,6 +55,43 @@ def test_faster_rcnn_trains_its_loss_down_and_evaluates(tmp_path):
     assert "AP" in json.loads((tmp_path / "ev" / "metrics.json").read_text())
 
 
+def test_faster_rcnn_fpn_trains_its_loss_down_and_predicts(tmp_path):
+    """The FPN variant (faster_rcnn_fpn_shapes_demo, shrunk): the loss goes down, the periodic
+    eval scores COCO metrics, and ``jaxdet predict`` writes detections."""
+    config = load_config("faster_rcnn_fpn_shapes_demo", [
+        *TINY_FASTER_RCNN, "name=tiny_faster_rcnn_fpn", "model.neck.depth=16",
+        "model.box_classifier_fc_depth=32"])
+    workdir = tmp_path / "run"
+    assert runs.train(config, workdir, progress=False).step == 40
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["metrics"]["train/loss"] for r in rows if "train/loss" in r["metrics"]]
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    print(f"faster_rcnn fpn e2e loss: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
+    assert all(np.isfinite(losses)) and last < 0.8 * first
+    metrics = json.loads((workdir / "eval" / "step_40" / "metrics.json").read_text())
+    assert metrics["num_images"] == 8 and "AP" in metrics
+    images = sorted(p for p in workdir.rglob("*") if p.suffix in (".png", ".jpg")
+                    and "eval" in p.parent.parts and "data" in p.parts)[:2]
+    assert images
+    out = tmp_path / "pred"
+    assert main(["predict", "--workdir", str(workdir), "--out", str(out),
+                 *map(str, images)]) == 0
+    summary = json.loads((out / "predictions.json").read_text())
+    assert summary["summary"].startswith("2 images, ")
+    assert all((out / f"{image.stem}.json").is_file() for image in images)
+
+
+def test_summary_counts_the_fpn_zoo_model(capsys):
+    """faster_rcnn_resnet50_v1_fpn_640: TF's model of the same config has 42,485,943
+    trainable parameters (tests/config/fixtures/tf_faster_rcnn_fpn_counts.json)."""
+    assert main(["summary", "--config", "faster_rcnn_resnet50_v1_fpn_640", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    p = info["parameters"]
+    assert info["variant"] == "FPN" and p["total"] == 42_485_943
+    assert p["box_classifier"] == 7 * 7 * 256 * 1024 + 1024 + 2 * 1024 + 1024 * 1024 + 1024
+    assert info["anchors"]["total"] == sum(6 * (640 // 2**lvl) ** 2 for lvl in range(2, 7))
+
+
 def test_summary_counts_the_resnet50_zoo_model(capsys):
     assert main(["summary", "--config", "faster_rcnn_resnet50_v1_640", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -1,6 +1,6 @@
-"""Faster R-CNN (C4) on the task seam: the generic train step compiles once for any number of
-boxes, runs the same jitted and eagerly, gradient accumulation divides by the whole batch's
-normalizer (the batch size), and predict has static shapes."""
+"""Faster R-CNN (C4 and FPN) on the task seam: the generic train step compiles once for any
+number of boxes, runs the same jitted and eagerly, gradient accumulation divides by the whole
+batch's normalizer (the batch size), and predict has static shapes."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.step import init_train_state, make_train_step
 
 MAX_BOXES = 4
+VARIANTS = ["faster_rcnn_shapes_demo", "faster_rcnn_fpn_shapes_demo"]
 
 
-def _task(size: int = 64, extra: tuple[str, ...] = ()):
-    config = load_config("faster_rcnn_shapes_demo", [
+def _task(size: int = 64, extra: tuple[str, ...] = (), name: str = "faster_rcnn_shapes_demo"):
+    config = load_config(name, [
         f"data.resizer.height={size}", f"data.resizer.width={size}",
         f"data.max_number_of_boxes={MAX_BOXES}", "model.first_stage_box_predictor_depth=16",
         "model.first_stage_max_proposals=16", "model.second_stage_batch_size=8",
@@ -43,8 +44,9 @@ def _batch(task, counts, seed=0) -> dict:
             "image_info": np.tile(np.array([[h, w, h, w - 16]], np.float32), (b, 1))}
 
 
-def test_layout_and_train_step_compiles_once_for_no_and_all_boxes():
-    task = _task()
+@pytest.mark.parametrize("name", VARIANTS)
+def test_layout_and_train_step_compiles_once_for_no_and_all_boxes(name):
+    task = _task(name=name)
     layout = task.batch_layout()
     assert layout["image_info"].shape == (4,) and layout["boxes"].shape == (MAX_BOXES, 4)
     tx = optax.sgd(1e-3)
@@ -67,8 +69,9 @@ def test_layout_and_train_step_compiles_once_for_no_and_all_boxes():
 
 
 @pytest.mark.slow
-def test_train_step_jitted_equals_eager():
-    task = _task(size=32)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_train_step_jitted_equals_eager(name):
+    task = _task(size=32, name=name)
     tx = optax.sgd(1e-2)
     step = make_train_step(task, tx, optax.constant_schedule(1e-2))
     batch = _batch(task, [2])

@@ -133,7 +133,9 @@ def shipped_configs_table() -> str:
         neck = ("-" if n is None else n.name) + levels + width + (
             " (depthwise)" if getattr(n, "use_depthwise", False) else "")
         if m.type == "faster_rcnn":
-            head = (f"rpn d{m.first_stage_box_predictor_depth} + conv5 box classifier "
+            classifier = ("conv5 box classifier" if n is None
+                          else f"FC {m.box_classifier_fc_depth} x2 box classifier")
+            head = (f"rpn d{m.first_stage_box_predictor_depth} + {classifier} "
                     f"({m.first_stage_max_proposals} proposals)")
         elif m.type == "center_net":
             head = f"center_net P{m.feature_level} d{m.head_depth}"

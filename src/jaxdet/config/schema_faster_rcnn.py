@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from jaxdet.config.schema_base import Strict, later_field
-from jaxdet.config.schema_model import BackboneConfig, BoxCoderConfig
+from jaxdet.config.schema_model import (
+    BackboneConfig,
+    BoxCoderConfig,
+    FPNConfig,
+    MultiscaleAnchorsConfig,
+)
 
 
 class GridAnchorGeneratorConfig(Strict):
@@ -34,6 +39,11 @@ class GridAnchorGeneratorConfig(Strict):
                                                              *self.aspect_ratios) <= 0:
             raise ValueError("scales and aspect_ratios must be non-empty and positive")
         return self
+
+
+# tagged by name; a grid generator may leave its name out (FasterRCNNModelConfig adds it)
+FirstStageAnchorsConfig = Annotated[GridAnchorGeneratorConfig | MultiscaleAnchorsConfig,
+                                    Field(discriminator="name")]
 
 
 class FasterRCNNPostProcessingConfig(Strict):
@@ -79,6 +89,17 @@ class FasterRCNNModelConfig(Strict):
     prunes them in training). Losses: softmax + smooth L1 (delta 1) per stage, each image's
     sums divided by its minibatch size, averaged over the batch, times the ``*_weight``s.
 
+    FPN variant (``neck: {name: fpn, ...}``, TF's ``faster_rcnn_resnet*_fpn_keras``): the
+    ResNet's levels ``neck.min_level`` .. 5 go through the FPN (``neck.max_level`` above 5:
+    stride-2 convs), all of ``neck.depth`` channels; ``first_stage_anchor_generator`` must be
+    ``multiscale`` over the same levels (``tf_layout: true`` for TF's anchor order). The RPN's
+    3x3 conv (+ ReLU6) is shared by the levels, its 1x1 objectness and box convs are per level
+    (TF's Keras ``ConvolutionalBoxPredictor``). Each proposal is cropped from one level (TF's
+    ``fpn_feature_levels``: a 224-pixel box of a 224-pixel-equivalent input from the
+    second-to-last level, a box twice as large one level up), max-pooled, flattened, and
+    goes through two fully connected layers of ``box_classifier_fc_depth`` units + ReLU, with
+    a BatchNorm (``backbone.batch_norm``) between them, then the box predictor.
+
     Mask R-CNN (``predict_instance_masks``, TF's ``mask_rcnn_box_predictor`` mask head; needs
     ``data.load_masks: true``): a head on the box classifier's conv5 map of each proposal --
     bilinear resize to ``mask_height`` x ``mask_width``, ``mask_prediction_num_conv_layers -
@@ -95,7 +116,9 @@ class FasterRCNNModelConfig(Strict):
     type: Literal["faster_rcnn"]
     num_classes: int = Field(ge=1)
     backbone: BackboneConfig
-    first_stage_anchor_generator: GridAnchorGeneratorConfig = GridAnchorGeneratorConfig()
+    first_stage_anchor_generator: FirstStageAnchorsConfig = GridAnchorGeneratorConfig()
+    neck: FPNConfig | None = later_field(None)
+    box_classifier_fc_depth: int = later_field(1024, ge=1)
     first_stage_box_predictor_depth: int = Field(512, ge=1)
     first_stage_box_predictor_kernel_size: int = Field(3, ge=1)
     first_stage_box_predictor_stddev: float = Field(0.01, gt=0.0)
@@ -129,6 +152,15 @@ class FasterRCNNModelConfig(Strict):
     convolve_then_upsample: bool = later_field(False)
     second_stage_mask_prediction_loss_weight: float = later_field(1.0, ge=0.0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _grid_anchors_by_default(cls, data: Any) -> Any:
+        anchors = data.get("first_stage_anchor_generator") if isinstance(data, dict) else None
+        if isinstance(anchors, dict) and "name" not in anchors:
+            data = {**data, "first_stage_anchor_generator": {
+                **anchors, "name": "grid_anchor_generator"}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> FasterRCNNModelConfig:
         if not self.backbone.name.startswith("resnet") or self.backbone.name.startswith(
@@ -140,6 +172,25 @@ class FasterRCNNModelConfig(Strict):
         if self.second_stage_batch_size > self.first_stage_max_proposals:
             raise ValueError(f"second_stage_batch_size ({self.second_stage_batch_size}) must "
                              f"be <= first_stage_max_proposals ({self.first_stage_max_proposals})")
+        fpn = self.neck is not None
+        if fpn != isinstance(self.first_stage_anchor_generator, MultiscaleAnchorsConfig):
+            raise ValueError(
+                "model.first_stage_anchor_generator: the C4 faster_rcnn (no neck) takes "
+                "{name: grid_anchor_generator}, the FPN one (neck: {name: fpn}) "
+                "{name: multiscale} over the FPN's levels")
+        if fpn:
+            a, n = self.first_stage_anchor_generator, self.neck
+            if (a.min_level, a.max_level) != (n.min_level, n.max_level):
+                raise ValueError(
+                    f"model.first_stage_anchor_generator levels {a.min_level}..{a.max_level} "
+                    f"must be the neck's ({n.min_level}..{n.max_level}): one RPN head per "
+                    "FPN level")
+            if n.max_level < 5 or n.use_depthwise:
+                raise ValueError("model.neck: faster_rcnn's FPN needs max_level >= 5 and "
+                                 "use_depthwise: false (TF's faster_rcnn_resnet*_fpn_keras)")
+            if self.predict_instance_masks:
+                raise ValueError("model.predict_instance_masks with an FPN neck is not "
+                                 "supported yet: Mask R-CNN runs on the C4 faster_rcnn")
         if self.initial_crop_size < self.maxpool_kernel_size:
             raise ValueError(f"initial_crop_size ({self.initial_crop_size}) must be >= "
                              f"maxpool_kernel_size ({self.maxpool_kernel_size})")

@@ -10,11 +10,16 @@ API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.p
 * Feature extractors: ``faster_rcnn_resnet{50,101,152}_keras`` (TF's ``keras_models.resnet_v1``:
   no conv biases, stride in the 1x1, BatchNorm momentum 0.997 / epsilon 1e-5, frozen unless
   ``batch_norm_trainable``, with a warning: TF's frozen BatchNorm still trains gamma / beta,
-  jaxdet's does not; VGG channel means subtracted from RGB, no channel reversal). The
-  FPN and Inception-ResNet-v2 extractors stop with one line.
-* Input size: jaxdet's C4 network needs it divisible by 16. A ``keep_aspect_ratio_resizer``
-  whose ``max_dimension`` is not (the zoo's 800x1333 GPU configs) is padded to the next
-  multiple of 16 (1333 -> 1344), with a warning that says what changes.
+  jaxdet's does not; VGG channel means subtracted from RGB, no channel reversal), and
+  ``faster_rcnn_resnet{50,101,152}_fpn_keras`` (the same ResNet, with the ``conv_hyperparams``'
+  activation and BatchNorm when ``override_base_feature_extractor_hyperparams``, an FPN of
+  ``fpn.min_level`` .. ``fpn.max_level`` with TF2's Keras top-down path,
+  ``multiscale_anchor_generator`` anchors in TF's layout). The Inception-ResNet-v2
+  extractor stops with one line.
+* Input size: jaxdet's C4 network needs it divisible by 16, the FPN one by 32. A
+  ``keep_aspect_ratio_resizer`` whose ``max_dimension`` is not (the zoo's 800x1333 GPU
+  configs) is padded to the next multiple of 16 (1333 -> 1344), with a warning that says
+  what changes.
 * Mask R-CNN heads (``predict_instance_masks``), R-FCN, Context R-CNN, the hard example miner
   and ``number_of_stages`` other than 2 stop with one line.
 """
@@ -31,16 +36,17 @@ if TYPE_CHECKING:
 
 # TF feature_extractor.type -> jaxdet backbone name (C4: conv1..conv4 + RPN, conv5 per crop)
 EXTRACTORS = {f"faster_rcnn_resnet{d}_keras": f"resnet{d}" for d in (50, 101, 152)}
+# the FPN variant: ResNet -> FPN, multi-level RPN and crops, fully connected box classifier
+FPN_EXTRACTORS = {f"faster_rcnn_resnet{d}_fpn_keras": f"resnet{d}" for d in (50, 101, 152)}
 # extractors of the TF OD API's Faster R-CNN that jaxdet lacks, and what is missing
 NOT_YET_EXTRACTORS = {
-    "fpn": "jaxdet's faster_rcnn is the C4 variant (the FPN one, with multi-level RoI crops "
-           "and multiscale anchors, comes later)",
     "inception_resnet_v2": "jaxdet has no Inception-ResNet-v2 backbone",
     "inception_v2": "jaxdet has no Inception-v2 backbone",
     "nas": "jaxdet has no NASNet backbone",
     "pnas": "jaxdet has no PNASNet backbone",
 }
 STRIDE = 16  # the conv4 stride: input sizes must divide by it
+FPN_STRIDE = 32  # the ResNet's top stride: FPN input sizes must divide by it
 # TF's keras_models/resnet_v1._LayersOverride defaults (the feature extractor passes no
 # conv_hyperparams to it)
 RESNET_BN = {"decay": 0.997, "epsilon": 1e-5}
@@ -58,7 +64,7 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     {l2})."""
     from jaxdet.config.tfod import _resizer
 
-    backbone = _feature_extractor(m, m.sub(fr, "feature_extractor"))
+    backbone, neck, fe_l2 = _feature_extractor(m, m.sub(fr, "feature_extractor"))
     for name, why in UNSUPPORTED.items():
         if fr.has(name):
             raise m.error(fr, name, why)
@@ -74,7 +80,9 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     model: dict[str, Any] = {
         "type": "faster_rcnn", "num_classes": int(fr.take("num_classes")),
         "backbone": backbone,
-        "first_stage_anchor_generator": _grid_anchors(m, fr),
+        "first_stage_anchor_generator": (_grid_anchors(m, fr) if neck is None
+                                         else _multiscale_anchors(m, fr)),
+        **({} if neck is None else {"neck": neck}),
         **rpn,
         "first_stage_nms_score_threshold": float(fr.take("first_stage_nms_score_threshold",
                                                          0.0)),
@@ -102,13 +110,17 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     _classification_loss(m, fr)
     if fr.has("second_stage_mask_prediction_loss_weight"):  # only read with masks (refused)
         fr.take("second_stage_mask_prediction_loss_weight")
-    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr)), "mean": list(VGG_MEANS),
+    stride = STRIDE if neck is None else FPN_STRIDE
+    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr), stride), "mean": list(VGG_MEANS),
             "std": [1.0, 1.0, 1.0]}
     if rpn_l2 and fc_l2 and not math.isclose(rpn_l2, fc_l2):
         m.warn(f"{fr.path}: first-stage box predictor L2 weight {rpn_l2} != second stage's "
                f"{fc_l2}; jaxdet applies one weight decay ({rpn_l2}) to every kernel")
-    l2 = rpn_l2 or fc_l2
-    if l2:
+    l2 = fe_l2 or rpn_l2 or fc_l2
+    if fe_l2 and not (math.isclose(fe_l2, rpn_l2) and math.isclose(fe_l2, fc_l2)):
+        m.warn(f"{fr.path}: feature extractor L2 weight {fe_l2}, RPN {rpn_l2}, box predictor "
+               f"{fc_l2}: jaxdet applies one weight decay ({l2}) to every kernel")
+    if l2 and neck is None:
         m.warn(f"{fr.path}: L2 weight {l2}: jaxdet's train.optimizer.weight_decay decays every "
                "kernel, the ResNet's included (TF's Faster R-CNN ResNet has no L2)")
     return model, data, {"l2": l2}
@@ -117,24 +129,27 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
 # --------------------------------------------------------------------- feature extractor
 
 
-def _feature_extractor(m: Mapper, fe: Message) -> dict[str, Any]:
+def _feature_extractor(m: Mapper, fe: Message) -> tuple[dict, dict | None, float]:
+    """-> (backbone, FPN neck or None, the FPN's L2 weight)."""
     fe_type = str(fe.take("type", ""))
-    if fe_type not in EXTRACTORS:
+    if fe_type not in EXTRACTORS and fe_type not in FPN_EXTRACTORS:
         key = fe_type.removeprefix("faster_rcnn_").removesuffix("_keras")
         why = next((w for k, w in NOT_YET_EXTRACTORS.items()
                     if key.endswith(k) or key == k), None)
-        supported = ", ".join(EXTRACTORS)
+        supported = ", ".join([*EXTRACTORS, *FPN_EXTRACTORS])
         raise m.error(fe, "type", f"'{fe_type}' is not supported yet: {why}; jaxdet supports "
                       f"{supported}" if why else f"'{fe_type}' is not supported; jaxdet "
                       f"supports {supported}")
+    fpn = fe_type in FPN_EXTRACTORS
     stride = int(fe.take("first_stage_features_stride", STRIDE))
     if stride != STRIDE:
         raise m.error(fe, "first_stage_features_stride", f"{stride} is not supported; "
-                      "jaxdet's (and TF's Keras) ResNet C4 extractor has stride 16")
-    for name in ("conv_hyperparams", "override_base_feature_extractor_hyperparams", "fpn"):
-        if fe.has(name):  # TF's Keras ResNet C4 extractor takes none of them (a TypeError)
-            raise m.error(fe, name, f"not supported: TF's '{fe_type}' takes no {name}")
-    if fe.has("pad_to_multiple"):
+                      "jaxdet's (and TF's Keras) ResNet extractors have stride 16")
+    if not fpn:
+        for name in ("conv_hyperparams", "override_base_feature_extractor_hyperparams", "fpn"):
+            if fe.has(name):  # TF's Keras ResNet C4 extractor takes none of them (a TypeError)
+                raise m.error(fe, name, f"not supported: TF's '{fe_type}' takes no {name}")
+    if fe.has("pad_to_multiple") and not fpn:
         m.warn(f"{fe.path}.pad_to_multiple: TF's '{fe_type}' ignores it; jaxdet needs input "
                "sizes divisible by 16 and checks it when the model is built")
         fe.take("pad_to_multiple")
@@ -145,24 +160,54 @@ def _feature_extractor(m: Mapper, fe: Message) -> dict[str, Any]:
                "them, as in TF; TF still trains the BatchNorm scales and offsets (its "
                "FreezableBatchNorm keeps gamma / beta trainable), jaxdet's frozen BatchNorm "
                "holds them fixed too")
-    return {"name": EXTRACTORS[fe_type], "stride_in_1x1": True, "padding": "same",
-            "batch_norm": {**RESNET_BN, "frozen": not trainable}}
+    backbone = {"name": (FPN_EXTRACTORS if fpn else EXTRACTORS)[fe_type],
+                "stride_in_1x1": True, "padding": "same",
+                "batch_norm": {**RESNET_BN, "frozen": not trainable}}
+    if not fpn:
+        return backbone, None, 0.0
+    return _fpn(m, fe, backbone, trainable)
 
 
-def _input_resizer(m: Mapper, fr: Message, resizer: dict) -> dict:
-    """The input size must divide by 16: a keep-aspect-ratio resizer's square is padded up to
-    the next multiple (its ``max_dimension``); a fixed shape that does not divide stops."""
+def _fpn(m: Mapper, fe: Message, backbone: dict,
+         trainable: bool) -> tuple[dict, dict, float]:
+    """The FPN extractor's conv_hyperparams, fpn levels and pad_to_multiple -> (backbone with
+    the hyperparams' activation and BatchNorm when ``override_base_feature_extractor_
+    hyperparams``, neck, L2 weight)."""
+    from jaxdet.config.tfod import _activation, _batch_norm, _l2_weight
+
+    hyper = m.sub(fe, "conv_hyperparams")
+    activation = _activation(m, hyper)
+    bn = _batch_norm(m, hyper, not trainable) or {"decay": 0.999, "epsilon": 1e-3,
+                                                   "frozen": not trainable}
+    if bool(fe.take("override_base_feature_extractor_hyperparams", False)):
+        backbone = {**backbone, "activation": activation, "batch_norm": bn}
+    pad = int(fe.take("pad_to_multiple", 32))
+    if pad not in (0, 1, FPN_STRIDE):
+        m.warn(f"{fe.path}.pad_to_multiple: {pad}: jaxdet's input sizes divide by "
+               f"{FPN_STRIDE}, the ResNet's top stride, and are checked when the model is built")
+    levels = m.sub(fe, "fpn")
+    neck = {"name": "fpn", "min_level": int(levels.take("min_level", 2)),
+            "max_level": int(levels.take("max_level", 6)),
+            "depth": int(levels.take("additional_layer_depth", 256)),
+            "activation": activation, "top_down": "smoothed"}  # TF2's Keras FPN
+    return backbone, neck, _l2_weight(m, hyper)
+
+
+def _input_resizer(m: Mapper, fr: Message, resizer: dict, stride: int) -> dict:
+    """The input size must divide by ``stride`` (16 C4, 32 FPN): a keep-aspect-ratio
+    resizer's square is padded up to the next multiple (its ``max_dimension``); a fixed shape
+    that does not divide stops."""
     if resizer["name"] == "fixed_shape":
         h, w = resizer["height"], resizer["width"]
-        if h % STRIDE or w % STRIDE:
+        if h % stride or w % stride:
             raise m.error(fr, "image_resizer", f"fixed_shape_resizer {h}x{w} is not supported: "
-                          f"faster_rcnn needs an input size divisible by {STRIDE}")
+                          f"faster_rcnn needs an input size divisible by {stride}")
         return resizer
     size = resizer["max_dimension"]
-    padded = -(-size // STRIDE) * STRIDE
+    padded = -(-size // stride) * stride
     if padded != size:
         m.warn(f"{fr.path}.image_resizer.keep_aspect_ratio_resizer.max_dimension: {size} -> "
-               f"{padded} (faster_rcnn needs an input size divisible by {STRIDE}; TF pads to "
+               f"{padded} (faster_rcnn needs an input size divisible by {stride}; TF pads to "
                f"{size}x{size}, jaxdet to {padded}x{padded}): an image whose longer side "
                f"limits its scale (aspect ratio above {size / resizer['min_dimension']:.3f}) is "
                f"resized to {padded} instead of {size} pixels ({padded / size - 1:.2%} larger); "
@@ -187,6 +232,18 @@ def _grid_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
     for name in ("height_offset", "width_offset"):
         out[name] = float(ag.take(name, 0))
     return out
+
+
+def _multiscale_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
+    """first_stage_anchor_generator { multiscale_anchor_generator } -> jaxdet's multiscale
+    anchors in TF's layout (``normalize_coordinates`` only changes TF's internal units)."""
+    _, ag = m.choice(fr, "first_stage_anchor_generator", ["multiscale_anchor_generator"])
+    return {"name": "multiscale", "min_level": int(ag.take("min_level", 3)),
+            "max_level": int(ag.take("max_level", 7)),
+            "anchor_scale": float(ag.take("anchor_scale", 4.0)),
+            "scales_per_octave": int(ag.take("scales_per_octave", 2)),
+            "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5],
+            "tf_layout": True}
 
 
 def _first_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:

@@ -78,6 +78,12 @@ SAME: dict[str, str] = {
     f"{_FR}.use_partitioned_nms_in_first_stage": "jaxdet's NMS always has static shapes",
     f"{_FR}.use_combined_nms_in_first_stage": "jaxdet's NMS always has static shapes",
     f"{_FR}.inplace_batchnorm_update": "jaxdet updates batch-norm statistics in the train step",
+    f"{_FR}.feature_extractor.conv_hyperparams.batch_norm.scale":
+        "batch norm has a scale (only true is accepted)",
+    f"{_FR}.feature_extractor.conv_hyperparams.batch_norm.center":
+        "batch norm has a bias (only true is accepted)",
+    f"{_FR}.first_stage_anchor_generator.multiscale_anchor_generator.normalize_coordinates":
+        "jaxdet anchors are always normalized",
     f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_static_shapes":
         "jaxdet's NMS always has static shapes",
     f"{_FR}.second_stage_post_processing.batch_non_max_suppression.use_partitioned_nms":
@@ -129,6 +135,8 @@ DIFFERS: dict[str, str] = {
     f"{_FR}.return_raw_detections_during_predict":
         "jaxdet's predict returns the final boxes, scores and classes",
     f"{_FR}.output_final_box_features": "jaxdet's predict returns no box features",
+    f"{_FR}.feature_extractor.conv_hyperparams.initializer":
+        "jaxdet uses its own initializers (He-normal convolutions, zero biases)",
     f"{_FR}.output_final_box_rpn_features": "jaxdet's predict returns no box features",
     f"{_TRAIN}.keep_checkpoint_every_n_hours":
         "jaxdet keeps the last train.keep_checkpoints checkpoints",

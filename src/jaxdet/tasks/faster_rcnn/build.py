@@ -13,19 +13,28 @@ from flax import nnx
 from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
+from jaxdet.core import anchors as anchor_lib
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
 from jaxdet.models import remat
+from jaxdet.tasks.faster_rcnn.fpn_model import FasterRCNNFPN
 from jaxdet.tasks.faster_rcnn.model import FasterRCNN, MaskHead, mask_prediction_conv_depth
 from jaxdet.tasks.faster_rcnn.task import FasterRCNNParams, FasterRCNNTask
 
 # the ResNet's levels: 2-4 the first stage, 5 (conv5) the box classifier
 REMAT_TARGETS = ("backbone", "backbone.level2", "backbone.level3", "backbone.level4",
                  "backbone.level5")
+FPN_REMAT_TARGETS = (*REMAT_TARGETS, "neck")
 
 
-def anchor_generator(m: S.FasterRCNNModelConfig) -> GridAnchorGenerator:
+def anchor_generator(m: S.FasterRCNNModelConfig):
+    """The C4 network's ``GridAnchorGenerator`` or the FPN's ``MultiscaleAnchorGenerator``."""
     a = m.first_stage_anchor_generator
+    if isinstance(a, S.MultiscaleAnchorsConfig):
+        return anchor_lib.MultiscaleAnchorGenerator(
+            min_level=a.min_level, max_level=a.max_level, anchor_scale=a.anchor_scale,
+            scales_per_octave=a.scales_per_octave, aspect_ratios=tuple(a.aspect_ratios),
+            tf_layout=a.tf_layout, torchvision_layout=a.torchvision_layout)
     return GridAnchorGenerator(scales=tuple(a.scales), aspect_ratios=tuple(a.aspect_ratios),
                                base_anchor_size=(a.height, a.width),
                                anchor_stride=(a.height_stride, a.width_stride),
@@ -39,35 +48,56 @@ def build_anchors(config: S.Config) -> tuple[np.ndarray, np.ndarray | None]:
     inference clips them (FasterRCNNTask._proposals)."""
     size = builders.input_size(config.data)
     gen = anchor_generator(config.model)
-    anchors = gen.generate(gen.feature_map_shape(size), size)
+    anchors = (gen.generate(size) if config.model.neck is not None
+               else gen.generate(gen.feature_map_shape(size), size))
     if config.model.clip_anchors_to_image:
         return np.clip(anchors, 0.0, 1.0), None
     inside = np.all((anchors[:, :2] >= 0.0) & (anchors[:, 2:] <= 1.0), axis=1)
     return anchors, inside.astype(np.float32)
 
 
-def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN:
-    """The network: the shared ResNet builder, the RPN and the box predictor."""
+def anchors_per_location(m: S.FasterRCNNModelConfig) -> int:
+    per_location = anchor_generator(m).num_anchors_per_location()
+    return per_location[0] if isinstance(per_location, list) else per_location
+
+
+def input_stride(m: S.FasterRCNNModelConfig) -> int:
+    """What the input size must divide by: the conv4 stride (C4) or the ResNet's top one."""
+    return 16 if m.neck is None else 32
+
+
+def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNNFPN:
+    """The network: the shared ResNet builder, the RPN and the box predictor (C4), or the
+    ResNet, the FPN neck (the SSD family's builder), the multi-level RPN and the fully
+    connected box classifier (``model.neck``)."""
     m = config.model
     dtype = builders.COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
     backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
-    mask_head = (build_mask_head(m, backbone, dtype=dtype, rngs=rngs)
-                 if m.predict_instance_masks else None)
-    model = FasterRCNN(backbone, num_classes=m.num_classes,
-                       anchors_per_location=anchor_generator(m).num_anchors_per_location(),
-                       rpn_depth=m.first_stage_box_predictor_depth,
-                       rpn_kernel_size=m.first_stage_box_predictor_kernel_size,
-                       rpn_stddev=m.first_stage_box_predictor_stddev,
-                       share_box_across_classes=m.share_box_across_classes,
-                       maxpool_kernel_size=m.maxpool_kernel_size,
-                       maxpool_stride=m.maxpool_stride, mask_head=mask_head, dtype=dtype,
-                       rngs=rngs)
+    rpn = dict(anchors_per_location=anchors_per_location(m),
+               rpn_depth=m.first_stage_box_predictor_depth,
+               rpn_kernel_size=m.first_stage_box_predictor_kernel_size,
+               rpn_stddev=m.first_stage_box_predictor_stddev,
+               share_box_across_classes=m.share_box_across_classes,
+               maxpool_kernel_size=m.maxpool_kernel_size, maxpool_stride=m.maxpool_stride)
+    if m.neck is not None:
+        neck = builders.build_neck(m, backbone.out_channels, dtype=dtype, rngs=rngs)
+        model = FasterRCNNFPN(backbone, neck, num_classes=m.num_classes,
+                              crop_size=m.initial_crop_size, fc_depth=m.box_classifier_fc_depth,
+                              batch_norm_params=builders.batch_norm_params(m.backbone.batch_norm),
+                              dtype=dtype, rngs=rngs, **rpn)
+        allowed = FPN_REMAT_TARGETS
+    else:
+        mask_head = (build_mask_head(m, backbone, dtype=dtype, rngs=rngs)
+                     if m.predict_instance_masks else None)
+        model = FasterRCNN(backbone, num_classes=m.num_classes, mask_head=mask_head,
+                           dtype=dtype, rngs=rngs, **rpn)
+        allowed = REMAT_TARGETS
     targets = tuple(config.train.remat)
-    unknown = [t for t in targets if t not in REMAT_TARGETS]
+    unknown = [t for t in targets if t not in allowed]
     if unknown:
         raise ValueError(f"train.remat={list(targets)}: faster_rcnn can recompute "
-                         f"{', '.join(REMAT_TARGETS)}; not {', '.join(unknown)}")
+                         f"{', '.join(allowed)}; not {', '.join(unknown)}")
     if targets:
         remat.set_remat(model, targets)
     builders.apply_batch_norm_statistics(model, config)
@@ -137,9 +167,11 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
     if m.predict_instance_masks and not config.data.load_masks:
         raise ValueError("model.predict_instance_masks: true needs data.load_masks: true "
                          "(the mask loss reads the ground-truth instance masks)")
-    if size[0] % 16 or size[1] % 16:
-        raise ValueError(f"faster_rcnn needs an input size divisible by 16 (the conv4 "
-                         f"stride); got {size[0]}x{size[1]}")
+    stride = input_stride(m)
+    if size[0] % stride or size[1] % stride:
+        what = "the conv4 stride" if m.neck is None else "the ResNet's top stride, FPN"
+        raise ValueError(f"faster_rcnn needs an input size divisible by {stride} ({what}); "
+                         f"got {size[0]}x{size[1]}")
     anchors, anchor_valid = build_anchors(config)
     c = m.box_coder
     return FasterRCNNTask(
@@ -148,7 +180,8 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
         input_size=size, num_classes=m.num_classes, params=params_of(m),
         anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
         compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
-        remat_targets=REMAT_TARGETS,
+        remat_targets=REMAT_TARGETS if m.neck is None else FPN_REMAT_TARGETS,
+        stride=stride,
         mask_shape=builders.mask_shape(config) if m.predict_instance_masks else None)
 
 
@@ -161,7 +194,8 @@ def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
             "first_stage_box_predictor_depth", "first_stage_box_predictor_kernel_size",
             "share_box_across_classes", "predict_instance_masks",
             "mask_prediction_conv_depth", "mask_prediction_num_conv_layers",
-            "masks_are_class_agnostic", "convolve_then_upsample")
+            "masks_are_class_agnostic", "convolve_then_upsample", "neck",
+            "box_classifier_fc_depth")
     return {"model": {k: dumped[k] for k in keep if k in dumped},
             "input_size": list(builders.input_size(config.data))}
 
@@ -176,20 +210,30 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
 
     m = config.model
     height, width = builders.input_size(config.data)
-    mask_head = {} if model.mask_head is None else {"mask_head": count(model.mask_head)}
-    conv5 = sum(count(b) for b in model.backbone.blocks_by_level()[5])
-    backbone = count(model.backbone)
     gen = anchor_generator(m)
-    h, w = gen.feature_map_shape((height, width))
-    k = gen.num_anchors_per_location()
+    k = anchors_per_location(m)
+    if m.neck is not None:
+        shapes = gen.feature_map_shapes((height, width))
+        parameters = {"backbone": count(model.backbone), "fpn": count(model.neck),
+                      "rpn": count(model.rpn), "box_classifier": count(model.box_classifier),
+                      "box_predictor": count(model.box_predictor)}
+        anchors = {"feature_maps": [list(s) for s in shapes], "per_location": k,
+                   "total": sum(h * w * k for h, w in shapes)}
+    else:
+        conv5 = sum(count(b) for b in model.backbone.blocks_by_level()[5])
+        h, w = gen.feature_map_shape((height, width))
+        parameters = {"first_stage_features": count(model.backbone) - conv5,
+                      "rpn": count(model.rpn), "box_classifier": conv5,
+                      "box_predictor": count(model.box_predictor)}
+        if model.mask_head is not None:
+            parameters["mask_head"] = count(model.mask_head)
+        anchors = {"feature_map": [h, w], "per_location": k, "total": h * w * k}
     return {
         "name": config.name, "type": "faster_rcnn", "input_size": [height, width],
+        "variant": "C4" if m.neck is None else "FPN",
         "num_classes": m.num_classes,
-        "parameters": {"first_stage_features": backbone - conv5, "rpn": count(model.rpn),
-                       "box_classifier": conv5, "box_predictor": count(model.box_predictor),
-                       **mask_head,
-                       "total": count(model)},
-        "anchors": {"feature_map": [h, w], "per_location": k, "total": h * w * k},
+        "parameters": {**parameters, "total": count(model)},
+        "anchors": anchors,
         "outputs": {"max_proposals": m.first_stage_max_proposals,
                     "crop": [m.initial_crop_size, m.initial_crop_size],
                     "second_stage_batch_size": m.second_stage_batch_size,
@@ -201,16 +245,17 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
 
 def format_faster_rcnn_summary(d: dict) -> str:
     p, a, o = d["parameters"], d["anchors"], d["outputs"]
+    parts = ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in p.items()
+                      if name != "total")
+    grid = (f"{a['feature_map'][0]}x{a['feature_map'][1]}" if "feature_map" in a
+            else " + ".join(f"{h}x{w}" for h, w in a["feature_maps"]))
     return "\n".join([
-        f"{d['name'] or 'config'}: Faster R-CNN (C4), {d['num_classes']} classes, input "
-        f"{d['input_size'][0]}x{d['input_size'][1]}",
-        f"parameters: {p['total']:,} (first-stage features {p['first_stage_features']:,}, RPN "
-        f"{p['rpn']:,}, box classifier {p['box_classifier']:,}, box predictor "
-        f"{p['box_predictor']:,}"
-        + (f", mask head {p['mask_head']:,}" if "mask_head" in p else "") + ")",
-        f"anchors: {a['total']:,} ({a['feature_map'][0]}x{a['feature_map'][1]} x "
-        f"{a['per_location']}); {o['max_proposals']} proposals per image, crops "
-        f"{o['crop'][0]}x{o['crop'][1]}, {o['second_stage_batch_size']} sampled in training; "
-        f"at most {o['max_detections']} detections"
+        f"{d['name'] or 'config'}: Faster R-CNN ({d['variant']}), {d['num_classes']} classes, "
+        f"input {d['input_size'][0]}x{d['input_size'][1]}",
+        f"parameters: {p['total']:,} ({parts})",
+        f"anchors: {a['total']:,} ({grid} x {a['per_location']}); {o['max_proposals']} "
+        f"proposals per image, crops {o['crop'][0]}x{o['crop'][1]}, "
+        f"{o['second_stage_batch_size']} sampled in training; at most "
+        f"{o['max_detections']} detections"
         + (f", masks {o['masks'][0]}x{o['masks'][1]}" if "masks" in o else ""),
     ])

@@ -34,6 +34,7 @@ the final boxes are cropped again, through conv5 and the mask head (TF's third s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,11 @@ from flax import nnx
 from jaxdet.core import faster_rcnn as frcnn
 from jaxdet.core.coordinates import to_original_coordinates
 from jaxdet.core.nms import clip_to_window
-from jaxdet.core.roi_ops import matmul_crop_and_resize
+from jaxdet.core.roi_ops import (
+    fpn_box_levels,
+    matmul_crop_and_resize,
+    multilevel_matmul_crop_and_resize,
+)
 from jaxdet.core.samplers import batch_balanced_sample
 from jaxdet.tasks.base import (
     BatchField,
@@ -104,6 +109,7 @@ class FasterRCNNTask(ModelTask):
       box_coder: the Faster R-CNN box coder (both stages).
       mask_shape: (Hm, Wm) of the batch's ``masks`` (the input size // ``data.mask_stride``),
         used with ``params.predict_instance_masks``.
+      stride: what the input size divides by (16: C4, the conv4 map; 32: FPN).
     """
 
     model: nnx.Module
@@ -118,13 +124,14 @@ class FasterRCNNTask(ModelTask):
     seed: int = 0
     remat_targets: tuple[str, ...] = ()
     mask_shape: tuple[int, int] | None = None
+    stride: int = 16
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._graphdefs.update(model_graphdefs(self.model))
 
     def max_stride(self) -> int:
-        return 16
+        return self.stride
 
     # ----------------------------------------------------------------- layout and model
 
@@ -167,14 +174,24 @@ class FasterRCNNTask(ModelTask):
             iou_threshold=p.first_stage_nms_iou_threshold,
             score_threshold=p.first_stage_nms_score_threshold, anchor_valid=valid)
 
-    def _box_classifier_features(self, model: nnx.Module, features: jax.Array,
+    def _box_classifier_features(self, model: nnx.Module, features: jax.Array | list,
                                  boxes: jax.Array) -> jax.Array:
         """Crops of ``boxes [B, P, 4]`` from ``features`` through conv5 -> ``[B * P, h5, w5,
-        C5]``."""
+        C5]`` (C4); from the FPN maps ``features`` (a list, finest first), each box from its
+        level (TF's ``fpn_feature_levels``: unit level ``L - 2``, image ratio ``sqrt(H W) /
+        224`` of the padded input), through the fully connected classifier -> ``[B * P, 1,
+        1, fc_depth]``."""
         b, n = boxes.shape[:2]
         s = self.params.initial_crop_size
-        crops = matmul_crop_and_resize(features, boxes.astype(features.dtype), (s, s),
-                                       method=self.params.crop_method)
+        if isinstance(features, (list, tuple)):  # FPN: each box from its own level
+            levels = fpn_box_levels(boxes, len(features), len(features) - 2,
+                                    math.sqrt(self.input_size[0] * self.input_size[1]) / 224.0)
+            crops = multilevel_matmul_crop_and_resize(
+                features, boxes.astype(features[0].dtype), levels, (s, s),
+                method=self.params.crop_method)
+        else:
+            crops = matmul_crop_and_resize(features, boxes.astype(features.dtype), (s, s),
+                                           method=self.params.crop_method)
         return model.box_classifier_features(crops.reshape(b * n, s, s, crops.shape[-1]))
 
     def _second_stage(self, model: nnx.Module, features: jax.Array,
