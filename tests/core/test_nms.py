@@ -89,8 +89,9 @@ def _np_batched_nms(boxes, scores, kw, class_agnostic):
                 cand.append((best[i], cls[i], i))
         else:
             for c in range(scores.shape[2]):
+                class_boxes = boxes[b] if boxes.ndim == 3 else boxes[b, :, c]
                 for i in _np_greedy(
-                    boxes[b],
+                    class_boxes,
                     scores[b, :, c],
                     kw["score_threshold"],
                     kw["iou_threshold"],
@@ -99,11 +100,12 @@ def _np_batched_nms(boxes, scores, kw, class_agnostic):
                 ):
                     cand.append((scores[b, i, c], c, i))
         cand = sorted(cand, key=lambda t: -t[0])[:d]
+        own = (lambda t: boxes[b, t[2]]) if boxes.ndim == 3 else (lambda t: boxes[b, t[2], t[1]])
         n = len(cand)
         out_num.append(n)
         out_scores.append([t[0] for t in cand] + [0.0] * (d - n))
         out_classes.append([t[1] for t in cand] + [0] * (d - n))
-        out_boxes.append([boxes[b, t[2]] for t in cand] + [np.zeros(4)] * (d - n))
+        out_boxes.append([own(t) for t in cand] + [np.zeros(4)] * (d - n))
     return np.array(out_boxes), np.array(out_scores), np.array(out_classes), np.array(out_num)
 
 
@@ -144,6 +146,23 @@ def test_batched_nms_matches_numpy_reference(class_agnostic, max_total_detection
         np.testing.assert_allclose(out["scores"], ref_scores, rtol=1e-6)
         np.testing.assert_array_equal(out["classes"], ref_classes)
         np.testing.assert_allclose(out["boxes"], ref_boxes, rtol=1e-6)
+
+
+@pytest.mark.parametrize("top_k", [20, 30])
+def test_batched_nms_with_each_class_own_boxes_matches_numpy_reference(top_k):
+    """Faster R-CNN's second stage: boxes [B, A, C, 4], each class NMS-ed on its own boxes."""
+    kw = dict(score_threshold=0.2, iou_threshold=0.4, max_detections_per_class=6,
+              max_total_detections=14, pre_nms_top_k=top_k)
+    rng = np.random.default_rng(3)
+    center, size = rng.uniform(0.2, 0.8, (2, 30, 3, 2)), rng.uniform(0.2, 0.5, (2, 30, 3, 2))
+    boxes = np.concatenate([center - size / 2, center + size / 2], -1).astype(np.float32)
+    scores = np.ceil(rng.uniform(0.0, 1.0, (2, 30, 3)) * 8).astype(np.float32) / 8
+    out = jax.tree.map(np.asarray, jax.jit(functools.partial(batched_nms, **kw))(boxes, scores))
+    ref_boxes, ref_scores, ref_classes, ref_num = _np_batched_nms(boxes, scores, kw, False)
+    np.testing.assert_array_equal(out["num_detections"], ref_num)
+    np.testing.assert_array_equal(out["classes"], ref_classes)
+    np.testing.assert_allclose(out["scores"], ref_scores, rtol=1e-6)
+    np.testing.assert_allclose(out["boxes"], ref_boxes, rtol=1e-6)
 
 
 def test_batched_nms_per_image_form_equals_the_vmapped_loop():

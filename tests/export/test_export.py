@@ -1,8 +1,8 @@
 """``jaxdet export``: each artifact is the whole model (uint8 images in, the TF OD API
 exporter's outputs out) and, run by its own runtime, gives what ``jaxdet predict`` gives on the
 same images: the same classes (as label-map ids), boxes within 1e-4 (normalized), scores within
-1e-4, keypoints within 1e-4, for an SSD-family model and a CenterNet with keypoints, at the
-model's input size and with the config's resizer inside (TF's bilinear resize, keep-aspect-ratio
+1e-4, keypoints and masks within 1e-4, for an SSD-family model, a CenterNet with keypoints, an
+FPN Faster R-CNN and a (C4) Mask R-CNN, at the model's input size and with the config's resizer inside (TF's bilinear resize, keep-aspect-ratio
 padding). StableHLO runs with jax alone (no jaxdet import, checked in a fresh process, any
 batch); ONNX in ONNX Runtime (a fixed batch; skipped without ``make install-export``). Bad
 requests fail in one line and leave nothing behind."""
@@ -29,19 +29,31 @@ from jaxdet.predict import preprocess_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 
-TINY = ["model.neck.depth=16", "data.resizer.height=64", "data.resizer.width=64",
+TINY = ["data.resizer.height=64", "data.resizer.width=64",
         "data.train.num_images=8", "data.train.image_size=[64, 64]",
         "data.train.output_dir=data/train", "data.eval.num_images=4",
         "data.eval.image_size=[64, 64]", "data.eval.output_dir=data/eval",
         "data.max_number_of_boxes=8", "train.batch_size=4", "train.num_steps=2",
         "train.checkpoint_every=2", "train.eval_every=0", "train.log_every=1",
         "train.learning_rate.warmup_steps=1", "eval.batch_size=4", "parallel.data=1"]
+FASTER_RCNN = ["model.first_stage_box_predictor_depth=16", "model.first_stage_max_proposals=16",
+               "model.second_stage_batch_size=8", "model.initial_crop_size=6",
+               "model.second_stage_post_processing.score_threshold=0.0",
+               "model.second_stage_post_processing.max_total_detections=10",
+               "model.second_stage_post_processing.max_detections_per_class=10"]
 MODELS = {
-    "ssd": ("shapes_demo", ["model.head.depth=16"]),
-    "center_net": ("centernet_keypoints_shapes_demo", ["model.head_depth=16"]),
+    "ssd": ("shapes_demo", ["model.neck.depth=16", "model.head.depth=16"]),
+    "center_net": ("centernet_keypoints_shapes_demo", ["model.neck.depth=16",
+                                                       "model.head_depth=16"]),
     "ssd_keep_aspect_tf_resize": ("shapes_demo", [
-        "model.head.depth=16", "data.resizer={name: keep_aspect_ratio, min_dimension: 64, "
+        "model.neck.depth=16", "model.head.depth=16",
+        "data.resizer={name: keep_aspect_ratio, min_dimension: 64, "
         "max_dimension: 64, method: tf_bilinear}"]),
+    "faster_rcnn_fpn": ("faster_rcnn_fpn_shapes_demo", [
+        *FASTER_RCNN, "model.neck.depth=16", "model.box_classifier_fc_depth=32"]),
+    "mask_rcnn": ("mask_rcnn_shapes_demo", [*FASTER_RCNN, "model.mask_height=8",
+                                            "model.mask_width=8",
+                                            "model.mask_prediction_conv_depth=8"]),
 }
 RUNNER = textwrap.dedent("""
     import sys
@@ -114,7 +126,8 @@ FIXED_BATCH = {"onnx": 3, "tflite": 3}  # the others are exported for any batch
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name, size", [("ssd", (64, 64)), ("center_net", (64, 64)),
-                                        ("ssd_keep_aspect_tf_resize", (48, 80))])
+                                        ("ssd_keep_aspect_tf_resize", (48, 80)),
+                                        ("faster_rcnn_fpn", (64, 64)), ("mask_rcnn", (64, 64))])
 def test_artifact_equals_jaxdet_predict(workdirs, tmp_path, name, size, fmt):
     config, workdir = workdirs[name]
     out_dir = tmp_path / "exported"

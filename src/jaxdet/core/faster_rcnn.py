@@ -226,41 +226,11 @@ def per_class_nms(boxes: jax.Array, scores: jax.Array, *, score_threshold: float
     = C per-class boxes, or 1 shared), ``scores [B, P, C]`` -> the :func:`batched_nms`
     dict. Per class: greedy NMS over all P candidates; then the best ``max_total_detections``
     over classes."""
-    b, p, c = scores.shape
-    if boxes.shape[2] == 1:
-        return batched_nms(boxes[:, :, 0], scores, score_threshold=score_threshold,
-                           iou_threshold=iou_threshold,
-                           max_detections_per_class=max_detections_per_class,
-                           max_total_detections=max_total_detections, pre_nms_top_k=p)
-    k = min(max_detections_per_class, p)
-
-    def one_class(class_boxes, class_scores):  # [B, P, 4], [B, P]
-        return batched_nms(class_boxes, class_scores[..., None], score_threshold=score_threshold,
-                           iou_threshold=iou_threshold, max_detections_per_class=k,
-                           max_total_detections=k, pre_nms_top_k=p)
-
-    det = jax.vmap(one_class, in_axes=(2, 2))(boxes, scores)  # leaves [C, B, k, ...]
-    valid = jnp.arange(k)[None, None, :] < det["num_detections"][..., None]  # [C, B, k]
-    cand_scores = jnp.where(valid, det["scores"], -jnp.inf)
-    cand_scores = jnp.moveaxis(cand_scores, 0, 1).reshape(b, c * k)
-    cand_boxes = jnp.moveaxis(det["boxes"], 0, 1).reshape(b, c * k, 4)
-    cand_classes = jnp.broadcast_to(jnp.repeat(jnp.arange(c, dtype=jnp.int32), k)[None],
-                                    (b, c * k))
-    d = max_total_detections
-    if c * k < d:
-        pad = d - c * k
-        cand_scores = jnp.pad(cand_scores, ((0, 0), (0, pad)), constant_values=-jnp.inf)
-        cand_boxes = jnp.pad(cand_boxes, ((0, 0), (0, pad), (0, 0)))
-        cand_classes = jnp.pad(cand_classes, ((0, 0), (0, pad)))
-    top, idx = jax.lax.top_k(cand_scores, d)
-    ok = top > -jnp.inf
-    return {
-        "boxes": jnp.where(ok[..., None], jnp.take_along_axis(cand_boxes, idx[..., None], 1),
-                           0.0),
-        "scores": jnp.where(ok, top, 0.0),
-        "classes": jnp.where(ok, jnp.take_along_axis(cand_classes, idx, 1), 0).astype(jnp.int32),
-        "num_detections": jnp.sum(ok, axis=1).astype(jnp.int32),
-    }
+    boxes = boxes[:, :, 0] if boxes.shape[2] == 1 else boxes
+    return batched_nms(boxes, scores, score_threshold=score_threshold,
+                       iou_threshold=iou_threshold,
+                       max_detections_per_class=max_detections_per_class,
+                       max_total_detections=max_total_detections, pre_nms_top_k=scores.shape[1])
 
 
 __all__ = ["class_box_encodings", "class_masks", "compact", "detection_losses",

@@ -90,7 +90,8 @@ def batched_nms(
     """Per-class greedy NMS with static shapes.
 
     Args:
-      boxes: ``[B, A, 4]`` decoded boxes (shared by all classes).
+      boxes: ``[B, A, 4]`` decoded boxes (shared by all classes), or ``[B, A, C, 4]``: each
+        class's own box (Faster R-CNN's second stage; not with ``class_agnostic``).
       scores: ``[B, A, C]`` per-class scores (background already dropped).
 
     Per image and class: the top ``min(A, pre_nms_top_k)`` candidates by score, greedy NMS
@@ -110,6 +111,8 @@ def batched_nms(
     nms_kwargs = dict(top_k=top_k, score_threshold=score_threshold, iou_threshold=iou_threshold)
 
     if class_agnostic:
+        if boxes.ndim != 3:
+            raise ValueError("class_agnostic NMS needs boxes shared by the classes [B, A, 4]")
         picks = min(d, top_k)
         best_classes = jnp.argmax(scores, axis=-1).astype(jnp.int32)  # [B, A]
         cand_boxes, cand_scores, cand_idx = jax.vmap(
@@ -118,17 +121,22 @@ def batched_nms(
         cand_classes = jnp.take_along_axis(best_classes, cand_idx, axis=1)
     else:
         limits = dict(score_threshold=score_threshold, iou_threshold=iou_threshold)
+        class_boxes = boxes[:, None] if boxes.ndim == 3 else jnp.swapaxes(boxes, 1, 2)
         if not portable.forms().nms_as_op and top_k == num_anchors:
-            # Every anchor is a candidate: no per-class top-k (a sort), all classes share boxes.
-            picks, valid = _over_classes(boxes, jnp.swapaxes(scores, 1, 2), d=d,
+            # Every anchor is a candidate: no per-class top-k (a sort); shared boxes stay shared
+            picks, valid = _over_classes(class_boxes[:, 0] if boxes.ndim == 3 else class_boxes,
+                                         jnp.swapaxes(scores, 1, 2), d=d,
                                          max_per_class=max_detections_per_class, **limits)
-            return _detections(jnp.take_along_axis(boxes, (picks % top_k)[..., None], axis=1),
-                               jnp.take_along_axis(scores.reshape(-1, num_anchors * num_classes),
-                                                   (picks % top_k) * num_classes + picks // top_k,
-                                                   axis=1),
-                               picks // top_k, valid)
+            anchor, cls = picks % top_k, picks // top_k
+            flat_boxes = (boxes if boxes.ndim == 3 else
+                          boxes.reshape(-1, num_anchors * num_classes, 4))
+            box_index = anchor if boxes.ndim == 3 else anchor * num_classes + cls
+            return _detections(
+                jnp.take_along_axis(flat_boxes, box_index[..., None], axis=1),
+                jnp.take_along_axis(scores.reshape(-1, num_anchors * num_classes),
+                                    anchor * num_classes + cls, axis=1), cls, valid)
         top_scores, top_idx = jax.lax.top_k(jnp.swapaxes(scores, 1, 2), top_k)  # [B, C, k]
-        top_boxes = jnp.take_along_axis(boxes[:, None], top_idx[..., None], axis=2)
+        top_boxes = jnp.take_along_axis(class_boxes, top_idx[..., None], axis=2)
         if not portable.forms().nms_as_op:
             picks, valid = _over_classes(top_boxes, top_scores, d=d,
                                          max_per_class=max_detections_per_class, **limits)

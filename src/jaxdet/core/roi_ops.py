@@ -122,10 +122,12 @@ def _roi_align_gather(features, shapes, box_levels, ny_, nx_, extrapolation_valu
     vals = jax.vmap(lambda f, i: jnp.take(f, i, axis=0))(flat, idx.reshape(b, -1))
     vals = vals.reshape(b, n, 2 * oy * sy, 2 * ox * sx, c)
     vals = jnp.where(valid[..., None], vals, jnp.asarray(extrapolation_value, dtype))
-    ky = _interleave(wy0, wy1).astype(dtype).reshape(b, n, oy, 2 * sy, 1, 1, 1)
-    kx = _interleave(wx0, wx1).astype(dtype).reshape(b, n, 1, 1, ox, 2 * sx, 1)
-    vals = vals.reshape(b, n, oy, 2 * sy, ox, 2 * sx, c) * ky * kx
-    return vals.sum(axis=(3, 5)) / (sy * sx)
+    # weighted along y, then along x, in tensors of rank <= 5 (TFLite's MUL broadcasts no more)
+    ky = _interleave(wy0, wy1).astype(dtype).reshape(b * n, oy, 2 * sy, 1)
+    vals = (vals.reshape(b * n, oy, 2 * sy, ox * 2 * sx * c) * ky).sum(axis=2)
+    kx = _interleave(wx0, wx1).astype(dtype).reshape(b * n, 1, ox, 2 * sx, 1)
+    vals = (vals.reshape(b * n, oy, ox, 2 * sx, c) * kx).sum(axis=3)
+    return vals.reshape(b, n, oy, ox, c) / (sy * sx)
 
 
 def _roi_align_matmul(features, shapes, box_levels, ny_, nx_, extrapolation_value, out_size,

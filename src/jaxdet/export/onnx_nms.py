@@ -45,6 +45,9 @@ class GreedyNmsPlugin(PrimitiveLeafPlugin):
         lead = tuple(scores_var.aval.shape[:-1])
         k, picks = scores_var.aval.shape[-1], int(p["max_picks"])
         n = int(np.prod(lead, dtype=np.int64))
+        # the selected count's symbolic dim, one per NMS node: ONNX Runtime treats equal
+        # dim names as equal sizes (and two NMS nodes select different numbers of boxes)
+        m = ctx.fresh_name("nms_selected")
 
         made: dict[int, Any] = {}
 
@@ -89,22 +92,22 @@ class GreedyNmsPlugin(PrimitiveLeafPlugin):
         ranks = op("Reshape", ranks, const([n, 1, k], np.int64), dtype=_F32, shape=(n, 1, k))
         selected = op("NonMaxSuppression", boxes, ranks, const([picks], np.int64),
                       const([p["iou_threshold"]], np.float32), const([0.5], np.float32),
-                      center_point_box=0, dtype=_I64, shape=("M", 3))
-        sets = op("Gather", selected, const(0, np.int64), axis=1, dtype=_I64, shape=("M",))
-        box = op("Gather", selected, const(2, np.int64), axis=1, dtype=_I64, shape=("M",))
+                      center_point_box=0, dtype=_I64, shape=(m, 3))
+        sets = op("Gather", selected, const(0, np.int64), axis=1, dtype=_I64, shape=(m,))
+        box = op("Gather", selected, const(2, np.int64), axis=1, dtype=_I64, shape=(m,))
         rows = op("Shape", selected, start=0, end=1, dtype=_I64, shape=(1,))
-        ones = op("Expand", const(1, np.int64), rows, dtype=_I64, shape=("M",))
+        ones = op("Expand", const(1, np.int64), rows, dtype=_I64, shape=(m,))
         counts = op("ScatterElements", const(np.zeros(n), np.int64), sets, ones, axis=0,
                     reduction="add", dtype=_I64, shape=(n,))
         first = op("CumSum", counts, const(0, np.int64), exclusive=1, dtype=_I64, shape=(n,))
         row = op("Range", const(0, np.int64), op("Squeeze", rows, dtype=_I64, shape=()),
-                 const(1, np.int64), dtype=_I64, shape=("M",))
-        slot = op("Sub", row, op("Gather", first, sets, axis=0, dtype=_I64, shape=("M",)),
-                  dtype=_I64, shape=("M",))
+                 const(1, np.int64), dtype=_I64, shape=(m,))
+        slot = op("Sub", row, op("Gather", first, sets, axis=0, dtype=_I64, shape=(m,)),
+                  dtype=_I64, shape=(m,))
         where = op("Concat", op("Unsqueeze", sets, const([1], np.int64), dtype=_I64,
-                                shape=("M", 1)),
-                   op("Unsqueeze", slot, const([1], np.int64), dtype=_I64, shape=("M", 1)),
-                   axis=1, dtype=_I64, shape=("M", 2))
+                                shape=(m, 1)),
+                   op("Unsqueeze", slot, const([1], np.int64), dtype=_I64, shape=(m, 1)),
+                   axis=1, dtype=_I64, shape=(m, 2))
         picked = op("ScatterND", const(np.zeros((n, picks)), np.int64), where, box,
                     dtype=_I64, shape=(n, picks))  # positions in the sorted order
         valid = op("Less", const(np.arange(picks)[None, :], np.int64),

@@ -55,7 +55,8 @@ def predict_as_signature(det: dict, size: tuple[int, int], class_ids: np.ndarray
                          slot_mask: np.ndarray | None = None) -> Outputs:
     """``task.predict``'s detections (pixels of the ``size`` (H, W) input, class indices) in
     the exporter's signature: boxes / keypoints normalized, classes as label ids, keypoints
-    zeroed outside the class's slots (``slot_mask`` [C, K])."""
+    zeroed outside the class's slots (``slot_mask`` [C, K]), masks (box-relative) as they
+    are."""
     h, w = size
     out = {"num_detections": np.asarray(det["num_detections"], np.float32),
            "detection_classes": np.asarray(class_ids)[det["classes"]].astype(np.float32),
@@ -65,6 +66,8 @@ def predict_as_signature(det: dict, size: tuple[int, int], class_ids: np.ndarray
         slots = slot_mask[det["classes"]]
         out["detection_keypoints"] = np.asarray(det["keypoints"]) / [h, w] * slots[..., None]
         out["detection_keypoint_scores"] = np.asarray(det["keypoint_scores"]) * slots
+    if "masks" in det:
+        out["detection_masks"] = np.asarray(det["masks"], np.float32)
     return out
 
 

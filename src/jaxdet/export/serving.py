@@ -11,7 +11,10 @@
   ``detection_boxes`` f32 [B, D, 4] (ymin, xmin, ymax, xmax) normalized to the input image,
   ``detection_scores`` f32 [B, D], ``detection_classes`` f32 [B, D] (label-map ids), and for
   models with keypoint tasks ``detection_keypoints`` f32 [B, D, K, 2] ((y, x) normalized) and
-  ``detection_keypoint_scores`` f32 [B, D, K] (zero outside the detection's class's keypoints).
+  ``detection_keypoint_scores`` f32 [B, D, K] (zero outside the detection's class's keypoints);
+  for Mask R-CNN ``detection_masks`` f32 [B, D, mask_height, mask_width]: each detection's
+  own-class mask probabilities in its box (TF's exporter output, before reframing to the
+  image).
 
 The weights are closed over (constants of the traced program), so an artifact is the model.
 """
@@ -127,6 +130,8 @@ def serving_function(task: Any, config: S.Config, params: Any, batch_stats: Any,
             own = jnp.asarray(slot_mask)[classes]  # [B, D, K]
             out["detection_keypoints"] = det["keypoints"] / scale[:, :, None, :] * own[..., None]
             out["detection_keypoint_scores"] = det["keypoint_scores"] * own
+        if "masks" in det:
+            out["detection_masks"] = det["masks"].astype(jnp.float32)
         return out
 
     return fn
