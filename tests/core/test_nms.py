@@ -100,12 +100,12 @@ def _np_batched_nms(boxes, scores, kw, class_agnostic):
                 ):
                     cand.append((scores[b, i, c], c, i))
         cand = sorted(cand, key=lambda t: -t[0])[:d]
-        own = (lambda t: boxes[b, t[2]]) if boxes.ndim == 3 else (lambda t: boxes[b, t[2], t[1]])
+        own = [boxes[b, t[2]] if boxes.ndim == 3 else boxes[b, t[2], t[1]] for t in cand]
         n = len(cand)
         out_num.append(n)
         out_scores.append([t[0] for t in cand] + [0.0] * (d - n))
         out_classes.append([t[1] for t in cand] + [0] * (d - n))
-        out_boxes.append([own(t) for t in cand] + [np.zeros(4)] * (d - n))
+        out_boxes.append(own + [np.zeros(4)] * (d - n))
     return np.array(out_boxes), np.array(out_scores), np.array(out_classes), np.array(out_num)
 
 
