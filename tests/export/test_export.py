@@ -3,9 +3,10 @@ exporter's outputs out) and, run by its own runtime, gives what ``jaxdet predict
 same images: the same classes (as label-map ids), boxes within 1e-4 (normalized), scores within
 1e-4, keypoints and masks within 1e-4, for an SSD-family model, a CenterNet with keypoints, an
 FPN Faster R-CNN and a (C4) Mask R-CNN, at the model's input size and with the config's
-resizer inside (TF's bilinear resize, keep-aspect-ratio padding). StableHLO runs with jax alone (no jaxdet import, checked in a fresh process, any
-batch); ONNX in ONNX Runtime (a fixed batch; skipped without ``make install-export``). Bad
-requests fail in one line and leave nothing behind."""
+resizer inside (TF's bilinear resize, keep-aspect-ratio padding). StableHLO runs with jax alone
+(no jaxdet import, checked in a fresh process, any batch); ONNX in ONNX Runtime (a fixed batch;
+skipped without ``make install-export``). Bad requests fail in one line and leave nothing
+behind."""
 
 from __future__ import annotations
 
