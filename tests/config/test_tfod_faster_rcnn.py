@@ -230,12 +230,57 @@ def test_fpn_config_converts_and_its_parameter_count_equals_tf():
 # ----------------------------------------------------------------- what does not map
 
 
-def _variant(tmp_path, old: str, new: str) -> Path:
+def _variant(tmp_path, old: str, new: str, *more: tuple[str, str]) -> Path:
     text = (TFOD_CONFIGS / f"{R50_640}.config").read_text()
-    assert old in text, old
+    for a, b in ((old, new), *more):
+        assert a in text, a
+        text = text.replace(a, b, 1)
     path = tmp_path / "pipeline.config"
-    path.write_text(text.replace(old, new, 1))
+    path.write_text(text)
     return path
+
+
+MASK_HEAD = """share_box_across_classes: true
+        predict_instance_masks: true
+        mask_height: 33
+        mask_width: 33
+        mask_prediction_conv_depth: 0
+        mask_prediction_num_conv_layers: 4
+        conv_hyperparams {
+          op: CONV
+          regularizer { l2_regularizer { weight: 0.0 } }
+          initializer { truncated_normal_initializer { stddev: 0.01 } }
+        }"""
+
+
+@needs_shared
+def test_mask_rcnn_fields_convert(tmp_path):
+    """The ResNet-50 config with the zoo Mask R-CNN's mask fields (mask_rcnn_box_predictor,
+    number_of_stages: 3, the loss weight, PNG masks in both readers, coco_mask_metrics):
+    jaxdet's Mask R-CNN, which builds."""
+    path = _variant(
+        tmp_path, "share_box_across_classes: true", MASK_HEAD,
+        ("num_classes: 90", "num_classes: 90\n    number_of_stages: 3\n"
+                            "    second_stage_mask_prediction_loss_weight: 4.0"),
+        ('train_input_reader: {', 'train_input_reader: {\n  load_instance_masks: true\n'
+                                  '  mask_type: PNG_MASKS'),
+        ('eval_input_reader: {', 'eval_input_reader: {\n  load_instance_masks: true\n'
+                                 '  mask_type: PNG_MASKS'),
+        ('metrics_set: "coco_detection_metrics"', 'metrics_set: "coco_detection_metrics"\n'
+                                                  '  metrics_set: "coco_mask_metrics"\n'
+                                                  '  eval_instance_masks: true'))
+    c = load_pipeline_config(path)
+    m = c.model
+    assert m.predict_instance_masks and (m.mask_height, m.mask_width) == (33, 33)
+    assert (m.mask_prediction_conv_depth, m.mask_prediction_num_conv_layers) == (0, 4)
+    assert m.second_stage_mask_prediction_loss_weight == 4.0
+    assert c.data.load_masks and "load_masks" not in c.data.train.model_dump()
+    assert c.eval.metrics_set == ("coco_detection_metrics", "coco_mask_metrics")
+    summary = tasks.family(c).summary(c)
+    # TF's automatic depth: 2 ** round((2 log2 2048 + 3 log2 90) / 5) = 2 ** 8
+    assert summary["outputs"]["masks"] == [33, 33] and summary["parameters"]["mask_head"] == (
+        3 * (3 * 3 * 256 * 256 + 256) - 3 * 3 * 256 * 256 + 3 * 3 * 2048 * 256
+        + 3 * 3 * 256 * 90 + 90)
 
 
 @needs_shared
@@ -245,13 +290,17 @@ def _variant(tmp_path, old: str, new: str) -> Path:
     ("score_converter: SOFTMAX", "score_converter: SIGMOID",
      r"score_converter: SIGMOID is not supported; jaxdet supports SOFTMAX"),
     ("share_box_across_classes: true", "share_box_across_classes: true\n"
-     "        predict_instance_masks: true", r"mask_rcnn_box_predictor\.predict_instance_masks: "
-     r"Mask R-CNN's mask head is not supported yet"),
+     "        predict_instance_masks: true", r"train_input_reader\.load_instance_masks: Mask "
+     r"R-CNN \(predict_instance_masks\) trains on instance masks"),
+    ("train_input_reader: {", "train_input_reader: {\n  load_instance_masks: true",
+     r"train_input_reader\.mask_type: NUMERICAL_MASKS is not supported; jaxdet supports "
+     r"PNG_MASKS"),
     ("use_static_shapes: true", "use_static_shapes: true\n    hard_example_miner { }",
      r"faster_rcnn\.hard_example_miner: the second stage's hard example miner is not "
      r"supported yet"),
     ("num_classes: 90", "num_classes: 90\n    number_of_stages: 3",
-     r"number_of_stages: 3 is not supported yet"),
+     r"number_of_stages: 3 is not supported; jaxdet's faster_rcnn has 2 stages, or 3 with "
+     r"predict_instance_masks"),
     ("height_stride: 16", "height_stride: 8", r"height_stride: 8 is not supported; jaxdet "
      r"supports 16"),
     ("use_dropout: false", "use_dropout: true", r"use_dropout: True is not supported"),

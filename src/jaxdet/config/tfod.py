@@ -517,6 +517,11 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     train, data_train = map_train(m, root, extras["l2"])
     data.update(data_train)
     data.update(map_inputs(m, root))
+    if model.get("predict_instance_masks") and not data.get("load_masks"):
+        reader = root.all("train_input_reader")[0] if root.has("train_input_reader") else root
+        raise m.error(reader, "load_instance_masks", "Mask R-CNN (predict_instance_masks) "
+                      "trains on instance masks: set load_instance_masks: true and mask_type: "
+                      "PNG_MASKS")
     if kind == "center_net":
         finish_keypoints(m, root, extras["keypoint_tasks"])
     raw = {"name": path.name.removesuffix(".config"),

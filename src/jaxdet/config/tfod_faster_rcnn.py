@@ -20,8 +20,10 @@ API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.p
   ``keep_aspect_ratio_resizer`` whose ``max_dimension`` is not (the zoo's 800x1333 GPU
   configs) is padded to the next multiple of 16 (1333 -> 1344), with a warning that says
   what changes.
-* Mask R-CNN heads (``predict_instance_masks``), R-FCN, Context R-CNN, the hard example miner
-  and ``number_of_stages`` other than 2 stop with one line.
+* Mask R-CNN (``mask_rcnn_box_predictor { predict_instance_masks: true ... }``, with
+  ``number_of_stages: 3``): the mask head's fields and loss weight; the input readers'
+  ``load_instance_masks`` (PNG masks) in ``tfod_train``. R-FCN, Context R-CNN, the hard
+  example miner and ``number_of_stages: 1`` stop with one line.
 """
 
 from __future__ import annotations
@@ -68,14 +70,22 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     for name, why in UNSUPPORTED.items():
         if fr.has(name):
             raise m.error(fr, name, why)
-    stages = int(fr.take("number_of_stages", 2))
-    if stages != 2:
-        raise m.error(fr, "number_of_stages", f"{stages} is not supported yet; jaxdet's "
-                      "faster_rcnn has 2 stages (3: Mask R-CNN's masks on the final "
-                      "detections, 1: RPN only)")
     if not fr.has("num_classes"):
         raise m.error(fr, None, "num_classes is required")
     box_predictor, fc_l2 = _second_stage_box_predictor(m, fr)
+    masks = box_predictor.get("predict_instance_masks", False)
+    stages = int(fr.take("number_of_stages", 2))
+    if stages not in (2, 3) or (stages == 3 and not masks):
+        raise m.error(fr, "number_of_stages", f"{stages} is not supported; jaxdet's "
+                      "faster_rcnn has 2 stages, or 3 with predict_instance_masks (Mask "
+                      "R-CNN's masks on the final detections; 1, RPN only, is not supported)")
+    if stages == 2 and masks:
+        m.warn(f"{fr.path}.number_of_stages: 2 with masks: jaxdet predicts each final "
+               "detection's mask (TF's number_of_stages: 3); TF's 2 stages take the masks of "
+               "the proposals the detections came from")
+    if masks:
+        box_predictor["second_stage_mask_prediction_loss_weight"] = float(
+            fr.take("second_stage_mask_prediction_loss_weight", 1.0))
     rpn, rpn_l2 = _first_stage_box_predictor(m, fr)
     model: dict[str, Any] = {
         "type": "faster_rcnn", "num_classes": int(fr.take("num_classes")),
@@ -108,8 +118,8 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
         "clip_anchors_to_image": bool(fr.take("clip_anchors_to_image", False)),
     }
     _classification_loss(m, fr)
-    if fr.has("second_stage_mask_prediction_loss_weight"):  # only read with masks (refused)
-        fr.take("second_stage_mask_prediction_loss_weight")
+    if fr.has("second_stage_mask_prediction_loss_weight") and not masks:
+        fr.take("second_stage_mask_prediction_loss_weight")  # TF reads it only with masks
     stride = STRIDE if neck is None else FPN_STRIDE
     data = {"resizer": _input_resizer(m, fr, _resizer(m, fr), stride), "mean": list(VGG_MEANS),
             "std": [1.0, 1.0, 1.0]}
@@ -300,9 +310,7 @@ def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
     from jaxdet.config.tfod import _l2_weight
 
     _, bp = m.choice(fr, "second_stage_box_predictor", ["mask_rcnn_box_predictor"])
-    if bp.take("predict_instance_masks", False):
-        raise m.error(bp, "predict_instance_masks", "Mask R-CNN's mask head is not supported "
-                      "yet by the pipeline.config converter")
+    masks = _mask_head(m, bp) if bp.take("predict_instance_masks", False) else {}
     m.only(bp, "predict_keypoints", [False], False)
     m.only(bp, "use_dropout", [False], False)
     if bp.has("dropout_keep_probability"):
@@ -320,8 +328,38 @@ def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
         if not ok:
             m.warn(f"{init.path}: jaxdet initializes the box predictor Glorot-uniform "
                    "(factor 1.0, uniform, FAN_AVG)")
-    return {"share_box_across_classes": bool(bp.take("share_box_across_classes", False))}, \
-        _l2_weight(m, hyper)
+    return {"share_box_across_classes": bool(bp.take("share_box_across_classes", False)),
+            **masks}, _l2_weight(m, hyper)
+
+
+def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
+    """mask_rcnn_box_predictor's mask fields (``predict_instance_masks: true``) -> jaxdet's
+    mask head; its conv_hyperparams: convolutions without normalization, truncated-normal
+    (stddev 0.01) kernels."""
+    out = {"predict_instance_masks": True,
+           "mask_height": int(bp.take("mask_height", 15)),
+           "mask_width": int(bp.take("mask_width", 15)),
+           "mask_prediction_conv_depth": int(bp.take("mask_prediction_conv_depth", 256)),
+           "mask_prediction_num_conv_layers": int(
+               bp.take("mask_prediction_num_conv_layers", 2)),
+           "masks_are_class_agnostic": bool(bp.take("masks_are_class_agnostic", False)),
+           "convolve_then_upsample": bool(bp.take("convolve_then_upsample", False))}
+    if bp.has("conv_hyperparams"):
+        hyper = m.sub(bp, "conv_hyperparams")
+        m.only(hyper, "op", ["CONV"], "CONV")
+        for norm in ("batch_norm", "group_norm", "sync_batch_norm"):
+            if hyper.has(norm):
+                raise m.error(hyper, norm, "not supported: jaxdet's mask head convolutions "
+                              "have no normalization")
+        if hyper.has("activation"):
+            m.only(hyper, "activation", ["RELU"], "RELU")
+        if hyper.has("regularizer"):
+            hyper.take("regularizer")  # the one weight decay is the RPN's (see map_faster_rcnn)
+        stddev = _truncated_normal_stddev(m, hyper)
+        if not math.isclose(stddev, 0.01):
+            m.warn(f"{hyper.path}: jaxdet initializes the mask head truncated-normal with "
+                   f"stddev 0.01, not {stddev}")
+    return out
 
 
 def _post_processing(m: Mapper, fr: Message) -> dict[str, Any]:

@@ -98,7 +98,8 @@ SAME: dict[str, str] = {
         "boxes are normalized to the image",
     f"{_FR}.second_stage_classification_loss.weighted_softmax.anchorwise_output":
         "losses are per proposal before reduction",
-    f"{_FR}.resize_masks": "used only with masks (predict_instance_masks: not supported yet)",
+    f"{_FR}.resize_masks": "ground-truth masks are always resized with their image (the "
+                           "resizer moves them, nearest neighbour)",
     f"{_TRAIN}.sync_replicas": "jaxdet's data parallelism is synchronous; batch_size is global",
     f"{_TRAIN}.replicas_to_aggregate": "batch_size is the global batch",
     f"{_TRAIN}.startup_delay_steps": "all devices start together",
@@ -149,14 +150,14 @@ DIFFERS: dict[str, str] = {
     "eval_config.max_num_boxes_to_visualize": "samples.png draws every detection >= 0.3",
     "eval_config.batch_size": "jaxdet evaluates in batches of eval.batch_size (default 8); "
                               "the metrics do not depend on it",
-    "eval_config.eval_instance_masks": "jaxdet has no masks yet",
+    "eval_config.eval_instance_masks":
+        "masks are evaluated when eval.metrics_set has coco_mask_metrics",
     # a CenterNet with keypoint tasks reads these (skeleton, oks_sigmas); other models don't
     "eval_config.keypoint_edge": "only CenterNet keypoint tasks have keypoints",
     "eval_config.parameterized_metric": "only CenterNet keypoint tasks have keypoints",
     "eval_config.super_categories": "super-category metrics are not computed",
-    **{f"{r}.{f}": "jaxdet has no masks, multiclass scores or context features yet"
-       for r in _READERS for f in ("load_instance_masks", "mask_type",
-                                   "load_multiclass_scores", "load_context_features")},
+    **{f"{r}.{f}": "jaxdet has no multiclass scores or context features yet"
+       for r in _READERS for f in ("load_multiclass_scores", "load_context_features")},
     # a CenterNet with keypoint tasks checks it against its keypoints; other models don't
     **{f"{r}.num_keypoints": "only CenterNet keypoint tasks read keypoints" for r in _READERS},
     **{f"{r}.sample_1_of_n_examples": "every example is read" for r in _READERS},

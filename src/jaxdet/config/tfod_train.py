@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jaxdet.config.pbtxt import Message
+from jaxdet.config.pbtxt import EnumValue, Message
 
 if TYPE_CHECKING:
     from jaxdet.config.tfod import Mapper
@@ -227,6 +227,12 @@ def _reader(m: Mapper, root: Message, name: str) -> dict | None:
     out: dict[str, Any] = {"type": "tfrecord", "input_path": paths}
     if reader.has("label_map_path"):
         out["label_map_path"] = str(reader.take("label_map_path"))
+    if reader.take("load_instance_masks", False):
+        # TF's default mask_type is NUMERICAL_MASKS; its own dataset tools write PNG_MASKS
+        m.only(reader, "mask_type", [EnumValue("PNG_MASKS")], EnumValue("NUMERICAL_MASKS"))
+        out["load_masks"] = True
+    elif reader.has("mask_type"):
+        reader.take("mask_type")  # read by TF only with load_instance_masks
     return out
 
 
@@ -241,11 +247,14 @@ def _tf_record_reader(m: Mapper, reader: Message) -> Message:
 
 
 def map_inputs(m: Mapper, root: Message) -> dict[str, Any]:
-    """train_input_reader / eval_input_reader -> data.train / data.eval (TFRecord sources)."""
-    out = {}
+    """train_input_reader / eval_input_reader -> data.train / data.eval (TFRecord sources);
+    ``data.load_masks`` when a reader loads instance masks (``load_instance_masks``, PNG)."""
+    out: dict[str, Any] = {}
     for tf_name, ours in (("train_input_reader", "train"), ("eval_input_reader", "eval")):
         reader = _reader(m, root, tf_name)
         if reader is not None:
+            if reader.pop("load_masks", False):  # jaxdet's is one data-wide switch
+                out["load_masks"] = True
             out[ours] = reader
     return out
 
