@@ -37,6 +37,7 @@ from jaxdet.core.detection_loss import DetectionLossParams
 from jaxdet.core.hard_example_miner import HardExampleMinerParams
 from jaxdet.models.backbones.efficientnet import EfficientNet
 from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS, Hourglass
+from jaxdet.models.backbones.inception_resnet_v2 import InceptionResNetV2
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.backbones.resnet_v2 import ResNetV2
@@ -78,6 +79,11 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
                         rngs=rngs)
     if b.name.startswith("hourglass"):
         return Hourglass(HOURGLASS_SPECS[b.name], batch_norm=bn, dtype=dtype, rngs=rngs)
+    if b.name == "inception_resnet_v2":
+        if cfg.type != "faster_rcnn":
+            raise ValueError("model.backbone.name=inception_resnet_v2 is Faster / Mask R-CNN's "
+                             f"split network; model.type {cfg.type} needs another backbone")
+        return InceptionResNetV2(batch_norm=bn, dtype=dtype, rngs=rngs)
     if b.name.startswith("resnet"):
         return ResNet(
             int(b.name.removeprefix("resnet")),

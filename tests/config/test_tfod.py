@@ -62,13 +62,12 @@ CENTER_NET = [f"centernet_{name}" for name in (
 UNSUPPORTED = {
     "center_net_deepmac": "model.center_net.deepmac_mask_estimation: DeepMAC (CenterNet "
                           "instance masks) is not supported yet",
-    "mask_rcnn": "model.faster_rcnn.feature_extractor.type: "
-                 "'faster_rcnn_inception_resnet_v2_keras' is not supported yet",
 }
-# the TF2 C4 and FPN Faster R-CNN configs (tests/config/test_tfod_faster_rcnn.py checks them)
+# the TF2 Faster R-CNN configs, C4, FPN and Mask R-CNN (tests/config/test_tfod_faster_rcnn.py)
 FASTER_RCNN = [*(f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8" for d in (50, 101, 152)
                  for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))),
-               "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8"]
+               "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8",
+               "mask_rcnn_inception_resnet_v2_1024x1024_coco17_gpu-8"]
 
 
 def _close(a, b) -> bool:

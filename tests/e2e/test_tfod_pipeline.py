@@ -187,13 +187,14 @@ def test_placeholder_paths_stop_training_naming_the_field(tmp_path, capsys):
 
 
 def test_unsupported_architecture_exits_2_with_one_line(tmp_path, capsys):
-    """A Faster R-CNN whose feature extractor jaxdet lacks (the FPN one) stops in one line
-    naming the field and what is supported."""
+    """A Faster R-CNN whose feature extractor jaxdet lacks (NASNet) stops in one line naming
+    the field and what is supported."""
     path = tmp_path / "frcnn.config"
     path.write_text("model { faster_rcnn { num_classes: 3 feature_extractor { type: "
-                    "'faster_rcnn_resnet50_fpn_keras' } } }\n")
+                    "'faster_rcnn_nas' } } }\n")
     assert main(["summary", "--pipeline-config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    assert "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_resnet50_fpn_keras'" in err
+    assert "model.faster_rcnn.feature_extractor.type: 'faster_rcnn_nas'" in err
+    assert "jaxdet has no NASNet backbone" in err
     assert "jaxdet supports faster_rcnn_resnet50_keras" in err

@@ -163,10 +163,15 @@ class FasterRCNNModelConfig(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> FasterRCNNModelConfig:
-        if not self.backbone.name.startswith("resnet") or self.backbone.name.startswith(
-                "resnet_v2"):
-            raise ValueError(f"model.backbone.name={self.backbone.name!r}: faster_rcnn (C4) "
-                             "needs resnet18, resnet34, resnet50, resnet101 or resnet152")
+        name = self.backbone.name
+        irv2 = name == "inception_resnet_v2"
+        if not (irv2 or name.startswith("resnet")) or name.startswith("resnet_v2"):
+            raise ValueError(f"model.backbone.name={name!r}: faster_rcnn needs resnet18, "
+                             "resnet34, resnet50, resnet101, resnet152 or (C4 only) "
+                             "inception_resnet_v2")
+        if irv2 and self.neck is not None:
+            raise ValueError("model.backbone.name=inception_resnet_v2 is a C4 network: remove "
+                             "model.neck")
         if self.box_coder.name != "faster_rcnn":
             raise ValueError("model.box_coder.name must be faster_rcnn for faster_rcnn")
         if self.second_stage_batch_size > self.first_stage_max_proposals:

@@ -74,11 +74,18 @@ class BackboneConfig(Strict):
     epsilon 1e-5, ``decay: 0.1``; inputs must divide by 128 for Hourglass-104). The
     MobileNetV2-FPN extractor is ``mobilenet_v2`` with the ``center_net_mobilenet_v2_fpn``
     neck, which also picks TF's levels and head width (``padding: same`` as TF).
+
+    ``inception_resnet_v2`` (Faster / Mask R-CNN only): ``tf.keras.applications``'
+    Inception-ResNet-v2 as the TF OD API's ``faster_rcnn_inception_resnet_v2_keras`` builds it
+    (every padding SAME, BatchNorm without a learned scale), split at ``block17_20`` (stride
+    16, 1088 channels) into the first stage and the box classifier (``mixed_7a``, the
+    ``block8`` repeats, ``conv_7b``: 1536 channels); no multiplier, activation or padding
+    options.
     """
 
     name: Literal[
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "mobilenet_v1",
-        "mobilenet_v2", *EFFICIENTNETS, *RESNETS_V2, *HOURGLASSES,
+        "mobilenet_v2", *EFFICIENTNETS, *RESNETS_V2, *HOURGLASSES, "inception_resnet_v2",
     ]
     depth_multiplier: float = Field(1.0, gt=0.0)
     min_depth: int = Field(8, ge=1)
@@ -106,7 +113,7 @@ class BackboneConfig(Strict):
         if self.name.startswith("efficientnet") and self.padding == "symmetric":
             raise ValueError(f"padding must be 'same' (or null) for {self.name}: EfficientNets "
                              "use TensorFlow's SAME padding only")
-        if self.name in (*RESNETS_V2, *HOURGLASSES):
+        if self.name in (*RESNETS_V2, *HOURGLASSES, "inception_resnet_v2"):
             fixed = {"depth_multiplier": 1.0, "activation": None, "padding": None,
                      "conv_bias": False}
             bad = [k for k, v in fixed.items() if getattr(self, k) != v]

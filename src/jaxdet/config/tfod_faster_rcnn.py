@@ -14,8 +14,9 @@ API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.p
   ``faster_rcnn_resnet{50,101,152}_fpn_keras`` (the same ResNet, with the ``conv_hyperparams``'
   activation and BatchNorm when ``override_base_feature_extractor_hyperparams``, an FPN of
   ``fpn.min_level`` .. ``fpn.max_level`` with TF2's Keras top-down path,
-  ``multiscale_anchor_generator`` anchors in TF's layout). The Inception-ResNet-v2
-  extractor stops with one line.
+  ``multiscale_anchor_generator`` anchors in TF's layout), and
+  ``faster_rcnn_inception_resnet_v2_keras`` (Keras' Inception-ResNet-v2, inputs scaled to
+  [-1, 1]).
 * Input size: jaxdet's C4 network needs it divisible by 16, the FPN one by 32. A
   ``keep_aspect_ratio_resizer`` whose ``max_dimension`` is not (the zoo's 800x1333 GPU
   configs) is padded to the next multiple of 16 (1333 -> 1344), with a warning that says
@@ -41,8 +42,11 @@ EXTRACTORS = {f"faster_rcnn_resnet{d}_keras": f"resnet{d}" for d in (50, 101, 15
 # the FPN variant: ResNet -> FPN, multi-level RPN and crops, fully connected box classifier
 FPN_EXTRACTORS = {f"faster_rcnn_resnet{d}_fpn_keras": f"resnet{d}" for d in (50, 101, 152)}
 # extractors of the TF OD API's Faster R-CNN that jaxdet lacks, and what is missing
+# the Keras Inception-ResNet-v2 split at block17_20 (first stage) / mixed_7a .. conv_7b
+IRV2_EXTRACTOR = "faster_rcnn_inception_resnet_v2_keras"
+IRV2_BN = {"decay": 0.9997, "epsilon": 1e-3}  # keras_models/inception_resnet_v2 defaults
+IRV2_MEAN_STD = ([127.5] * 3, [127.5] * 3)  # preprocess: 2 / 255 * x - 1
 NOT_YET_EXTRACTORS = {
-    "inception_resnet_v2": "jaxdet has no Inception-ResNet-v2 backbone",
     "inception_v2": "jaxdet has no Inception-v2 backbone",
     "nas": "jaxdet has no NASNet backbone",
     "pnas": "jaxdet has no PNASNet backbone",
@@ -66,7 +70,9 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     {l2})."""
     from jaxdet.config.tfod import _resizer
 
-    backbone, neck, fe_l2 = _feature_extractor(m, m.sub(fr, "feature_extractor"))
+    fe = m.sub(fr, "feature_extractor")
+    irv2 = [str(t) for t in fe.all_quietly("type")] == [IRV2_EXTRACTOR]
+    backbone, neck, fe_l2 = (_irv2_extractor(m, fe) if irv2 else _feature_extractor(m, fe))
     for name, why in UNSUPPORTED.items():
         if fr.has(name):
             raise m.error(fr, name, why)
@@ -121,8 +127,9 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     if fr.has("second_stage_mask_prediction_loss_weight") and not masks:
         fr.take("second_stage_mask_prediction_loss_weight")  # TF reads it only with masks
     stride = STRIDE if neck is None else FPN_STRIDE
-    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr), stride), "mean": list(VGG_MEANS),
-            "std": [1.0, 1.0, 1.0]}
+    mean, std = IRV2_MEAN_STD if irv2 else (list(VGG_MEANS), [1.0, 1.0, 1.0])
+    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr), stride), "mean": mean,
+            "std": std}
     if rpn_l2 and fc_l2 and not math.isclose(rpn_l2, fc_l2):
         m.warn(f"{fr.path}: first-stage box predictor L2 weight {rpn_l2} != second stage's "
                f"{fc_l2}; jaxdet applies one weight decay ({rpn_l2}) to every kernel")
@@ -176,6 +183,28 @@ def _feature_extractor(m: Mapper, fe: Message) -> tuple[dict, dict | None, float
     if not fpn:
         return backbone, None, 0.0
     return _fpn(m, fe, backbone, trainable)
+
+
+def _irv2_extractor(m: Mapper, fe: Message) -> tuple[dict, None, float]:
+    """faster_rcnn_inception_resnet_v2_keras -> (the backbone, no neck, no L2): TF builds the
+    Keras network with its own BatchNorm (momentum 0.9997, epsilon 1e-3, no scale) and no
+    conv_hyperparams; frozen unless ``batch_norm_trainable``."""
+    fe.take("type")
+    stride = int(fe.take("first_stage_features_stride", STRIDE))
+    if stride != STRIDE:
+        raise m.error(fe, "first_stage_features_stride", f"{stride} is not supported; jaxdet's "
+                      "Inception-ResNet-v2 has stride 16 (8 would dilate its block17 repeats)")
+    for name in ("conv_hyperparams", "override_base_feature_extractor_hyperparams", "fpn"):
+        if fe.has(name):
+            raise m.error(fe, name, f"not supported: TF's '{IRV2_EXTRACTOR}' takes no {name}")
+    if fe.has("pad_to_multiple"):
+        fe.take("pad_to_multiple")
+    trainable = bool(fe.take("batch_norm_trainable", False))
+    if not trainable:
+        m.warn(f"{fe.path}.batch_norm_trainable: false -> model.backbone.batch_norm.frozen: "
+               "true (TF's frozen BatchNorm still trains its offsets; jaxdet's holds them)")
+    return ({"name": "inception_resnet_v2", "batch_norm": {**IRV2_BN, "frozen": not trainable}},
+            None, 0.0)
 
 
 def _fpn(m: Mapper, fe: Message, backbone: dict,

@@ -104,14 +104,27 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
     return model
 
 
+def box_classifier(backbone: Any, x: jax.Array) -> jax.Array:
+    """The backbone's second-stage part on max-pooled crops: ResNet's conv5 stage, or the
+    ``box_classifier`` of a network split as TF splits it (Inception-ResNet-v2)."""
+    if hasattr(backbone, "box_classifier"):
+        return backbone.box_classifier(x)
+    return remat.run_blocks(backbone.blocks_by_level()[5], x)
+
+
+def box_classifier_modules(backbone: Any) -> list:
+    """The modules of :func:`box_classifier` (whose parameters the summary counts)."""
+    if hasattr(backbone, "conv_7b"):
+        return [*backbone.blocks_by_level()[5], backbone.conv_7b]
+    return backbone.blocks_by_level()[5]
+
+
 def box_classifier_map_shape(m: S.FasterRCNNModelConfig, backbone: Any) -> tuple[int, ...]:
     """``(h5, w5, C5)``: the conv5 map of one max-pooled crop (traced abstractly)."""
     pooled = (m.initial_crop_size - m.maxpool_kernel_size) // m.maxpool_stride + 1
     graphdef, state = nnx.split(backbone)
     crop = jax.ShapeDtypeStruct((1, pooled, pooled, backbone.out_channels[4]), jnp.float32)
-    out = jax.eval_shape(
-        lambda st, x: remat.run_blocks(nnx.merge(graphdef, st).blocks_by_level()[5], x),
-        state, crop)
+    out = jax.eval_shape(lambda st, x: box_classifier(nnx.merge(graphdef, st), x), state, crop)
     return tuple(out.shape[1:])
 
 
@@ -220,7 +233,7 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
         anchors = {"feature_maps": [list(s) for s in shapes], "per_location": k,
                    "total": sum(h * w * k for h, w in shapes)}
     else:
-        conv5 = sum(count(b) for b in model.backbone.blocks_by_level()[5])
+        conv5 = sum(count(b) for b in box_classifier_modules(model.backbone))
         h, w = gen.feature_map_shape((height, width))
         parameters = {"first_stage_features": count(model.backbone) - conv5,
                       "rpn": count(model.rpn), "box_classifier": conv5,

@@ -131,7 +131,8 @@ class MaskHead(nnx.Module):
 
 
 class FasterRCNN(nnx.Module):
-    """``backbone`` (a :class:`ResNet`; its ``layer4`` is the box classifier), ``rpn``,
+    """``backbone`` (a :class:`ResNet`, whose ``layer4`` is the box classifier, or a network
+    with ``first_stage`` / ``box_classifier`` methods: Inception-ResNet-v2), ``rpn``,
     ``box_predictor`` and, for Mask R-CNN, ``mask_head`` (a :class:`MaskHead` or None; see the
     module docstring)."""
 
@@ -155,6 +156,8 @@ class FasterRCNN(nnx.Module):
     def features(self, images: jax.Array) -> jax.Array:
         """The stride-16 map (end of conv4) ``[B, H/16, W/16, C4]``."""
         b = self.backbone
+        if hasattr(b, "first_stage"):  # a network split as TF splits it (Inception-ResNet-v2)
+            return b.first_stage(images)
         x = b.act(b.bn1(b.conv1(images)))
         if b.padding == "same":  # as ResNet.__call__: TF's SAME stem pool
             x = reduce_window_2d(x, -float("inf"), jax.lax.max, (3, 3), (2, 2), "SAME")
@@ -176,6 +179,8 @@ class FasterRCNN(nnx.Module):
         classifier's map ``[N, h5, w5, C5]``."""
         k, s = self.maxpool_kernel_size, self.maxpool_stride
         x = reduce_window_2d(crops, -float("inf"), jax.lax.max, (k, k), (s, s), "VALID")
+        if hasattr(self.backbone, "box_classifier"):
+            return self.backbone.box_classifier(x)
         return remat.run_blocks(self.backbone.blocks_by_level()[5], x)
 
     def box_head(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:

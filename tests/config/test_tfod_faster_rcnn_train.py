@@ -1,0 +1,86 @@
+"""The TF2 zoo's Faster R-CNN configs, converted, train a step: the ResNet-50 C4 and FPN ones
+and the Mask R-CNN (Inception-ResNet-v2, with its mask loss) by default, the other C4 ones
+(ResNet-101 / 152, 1024 and 800x1333) under ``--exhaustive``. Each at a small input, batch 1,
+through the generic train step: a finite positive loss and every parameter moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdet import builders
+from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.train.step import init_train_state
+
+TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
+needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
+pytestmark = pytest.mark.slow
+MAX_BOXES = 4
+
+R50_C4 = "faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"
+R50_FPN = "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8"
+MASK_RCNN = "mask_rcnn_inception_resnet_v2_1024x1024_coco17_gpu-8"
+OTHER_C4 = [f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8" for d in (50, 101, 152)
+            for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))
+            if (d, s) != (50, "640x640")]
+
+
+def _config(name: str, size: int):
+    resizer = ([f"data.resizer.height={size}", f"data.resizer.width={size}"]
+               if name == MASK_RCNN else
+               [f"data.resizer.min_dimension={size}", f"data.resizer.max_dimension={size}"])
+    return load_pipeline_config(TFOD_CONFIGS / f"{name}.config", [
+        *resizer, "train.batch_size=1", f"data.max_number_of_boxes={MAX_BOXES}",
+        "model.first_stage_max_proposals=32", "model.second_stage_batch_size=16",
+        "precision=fp32"])
+
+
+def _batch(task, size: int) -> dict:
+    """One image with two boxes (and, for Mask R-CNN, their filled-box masks)."""
+    layout = task.batch_layout()
+    rng = np.random.default_rng(0)
+    batch = {k: np.zeros((1, *f.shape), f.dtype) for k, f in layout.items()}
+    batch["images"] = rng.normal(size=batch["images"].shape).astype(np.float32)
+    batch["boxes"][0, :2] = [[0.1, 0.1, 0.6, 0.5], [0.3, 0.4, 0.9, 0.95]]
+    batch["classes"][0, :2] = [0, 5]
+    batch["valid"][0, :2] = True
+    batch["image_info"][0] = [size, size, size, size]
+    if "masks" in batch:
+        _, _, mh, mw = batch["masks"].shape
+        for i, (y0, x0, y1, x1) in enumerate(batch["boxes"][0, :2]):
+            batch["masks"][0, i, int(y0 * mh):int(y1 * mh), int(x0 * mw):int(x1 * mw)] = 1
+    return batch
+
+
+def _train_one_step(name: str, size: int) -> dict:
+    config = _config(name, size)
+    task = builders.build_task(config, seed=0)
+    tx, schedule = builders.build_optimizer(config.train)
+    step = builders.build_train_step(config, task, tx, schedule)
+    state = init_train_state(task, tx, ema=False)
+    before = jax.tree.leaves(state["params"])
+    state, metrics = step(state, {k: jnp.asarray(v) for k, v in _batch(task, size).items()})
+    moved = sum(a.size for a, b in zip(before, jax.tree.leaves(state["params"]), strict=True)
+                if not np.array_equal(a, b))
+    assert moved > 0.9 * sum(a.size for a in before)
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["loss"]) > 0
+    return metrics
+
+
+@needs_shared
+@pytest.mark.parametrize("name", [R50_C4, R50_FPN, MASK_RCNN])
+def test_converted_config_trains_a_step(name):
+    metrics = _train_one_step(name, 128)
+    assert float(metrics["num_proposals"]) > 0
+    assert ("second_stage_mask_loss" in metrics) == (name == MASK_RCNN)
+
+
+@needs_shared
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", OTHER_C4)
+def test_other_c4_configs_train_a_step(name):
+    _train_one_step(name, 128)
