@@ -159,6 +159,15 @@ def test_zoo_c4_configs_build_and_summarize(name, monkeypatch):
 # ----------------------------------------------------------------- parameter counts vs TF
 
 
+def _assert_batch_stats_are_tf_moving_statistics(config, tf: dict) -> int:
+    """TF's non-trainable variables are exactly its BatchNorm moving statistics, as many as
+    jaxdet's batch statistics (not parameters); returns that count."""
+    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
+    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
+    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats
+    return stats
+
+
 @needs_shared
 def test_parameter_count_equals_tf():
     """TF 2.21's model of the ResNet-50 640 config (tests/config/fixtures/
@@ -174,9 +183,7 @@ def test_parameter_count_equals_tf():
     assert p["rpn"] == parts["rpn_conv"]["trainable"] + parts["rpn_predictors"]["trainable"]
     assert p["box_classifier"] == parts["box_classifier"]["trainable"]
     assert p["box_predictor"] == parts["box_predictor"]["trainable"]
-    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
-    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
-    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats == 53_120
+    assert _assert_batch_stats_are_tf_moving_statistics(config, tf) == 53_120
 
 
 @needs_shared
@@ -207,9 +214,7 @@ def test_fpn_config_converts_and_its_parameter_count_equals_tf():
     assert p["rpn"] == parts["rpn_conv"] + parts["rpn_predictors"]
     assert p["box_classifier"] == parts["fc_box_classifier"]
     assert p["box_predictor"] == parts["box_predictor"]
-    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(c, seed=0))
-    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
-    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats
+    _assert_batch_stats_are_tf_moving_statistics(c, tf)
 
 
 @needs_shared
@@ -239,9 +244,7 @@ def test_mask_rcnn_zoo_config_converts_and_its_parameter_count_equals_tf():
     assert p["rpn"] == parts["rpn_conv"] + parts["rpn_predictors"]
     assert p["box_predictor"] == parts["box_predictor"]
     assert p["mask_head"] == parts["mask_head"]
-    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(c, seed=0))
-    stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
-    assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats
+    _assert_batch_stats_are_tf_moving_statistics(c, tf)
 
 
 # ----------------------------------------------------------------- what does not map

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxdet import builders
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.train.step import init_train_state
+
+from .conftest import train_one_step
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
 needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
@@ -59,16 +58,7 @@ def _batch(task, size: int) -> dict:
 def _train_one_step(name: str, size: int) -> dict:
     config = _config(name, size)
     task = builders.build_task(config, seed=0)
-    tx, schedule = builders.build_optimizer(config.train)
-    step = builders.build_train_step(config, task, tx, schedule)
-    state = init_train_state(task, tx, ema=False)
-    before = jax.tree.leaves(state["params"])
-    state, metrics = step(state, {k: jnp.asarray(v) for k, v in _batch(task, size).items()})
-    moved = sum(a.size for a, b in zip(before, jax.tree.leaves(state["params"]), strict=True)
-                if not np.array_equal(a, b))
-    assert moved > 0.9 * sum(a.size for a in before)
-    assert np.isfinite(float(metrics["loss"])) and float(metrics["loss"]) > 0
-    return metrics
+    return train_one_step(config, task, _batch(task, size))
 
 
 @needs_shared

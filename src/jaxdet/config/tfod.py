@@ -287,16 +287,22 @@ def _box_predictor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, floa
     return head, _l2_weight(m, hyper)
 
 
+def multiscale_anchors(ag: Message) -> dict:
+    """multiscale_anchor_generator {...} -> jaxdet's multiscale anchors in TF's layout (TF's
+    defaults; ``normalize_coordinates`` only changes TF's internal units)."""
+    return {"name": "multiscale", "min_level": int(ag.take("min_level", 3)),
+            "max_level": int(ag.take("max_level", 7)),
+            "anchor_scale": float(ag.take("anchor_scale", 4.0)),
+            "scales_per_octave": int(ag.take("scales_per_octave", 2)),
+            "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5],
+            "tf_layout": True}
+
+
 def _anchors(m: Mapper, ssd: Message) -> dict:
     kind, ag = m.choice(ssd, "anchor_generator", ["multiscale_anchor_generator",
                                                   "ssd_anchor_generator"])
     if kind == "multiscale_anchor_generator":
-        return {"name": "multiscale", "min_level": int(ag.take("min_level", 3)),
-                "max_level": int(ag.take("max_level", 7)),
-                "anchor_scale": float(ag.take("anchor_scale", 4.0)),
-                "scales_per_octave": int(ag.take("scales_per_octave", 2)),
-                "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5],
-                "tf_layout": True}
+        return multiscale_anchors(ag)
     for unsupported in ("scales", "height_stride", "width_stride", "height_offset",
                         "width_offset"):
         if ag.has(unsupported):

@@ -275,14 +275,11 @@ def _grid_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
 
 def _multiscale_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
     """first_stage_anchor_generator { multiscale_anchor_generator } -> jaxdet's multiscale
-    anchors in TF's layout (``normalize_coordinates`` only changes TF's internal units)."""
+    anchors (``config.tfod.multiscale_anchors``)."""
+    from jaxdet.config.tfod import multiscale_anchors
+
     _, ag = m.choice(fr, "first_stage_anchor_generator", ["multiscale_anchor_generator"])
-    return {"name": "multiscale", "min_level": int(ag.take("min_level", 3)),
-            "max_level": int(ag.take("max_level", 7)),
-            "anchor_scale": float(ag.take("anchor_scale", 4.0)),
-            "scales_per_octave": int(ag.take("scales_per_octave", 2)),
-            "aspect_ratios": [float(a) for a in ag.all("aspect_ratios")] or [1.0, 2.0, 0.5],
-            "tf_layout": True}
+    return multiscale_anchors(ag)
 
 
 def _first_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
