@@ -26,6 +26,8 @@ from jaxdet.parallel.sharding import (
 )
 from jaxdet.train.step import init_train_state, make_train_step
 
+from .conftest import assert_trees_close
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("mesh")]
 
 MESHES = [(2, 4)]  # data x spatial; tests/parallel/test_mesh_equivalence.py covers the rest
@@ -107,10 +109,8 @@ def test_train_step_on_mesh_equals_single_device(reference: _Reference, shape) -
         np.testing.assert_allclose(metrics[key], reference.metrics[key], rtol=1e-5,
                                    atol=1e-6, err_msg=key)
     assert reference.metrics["num_sampled_positives"] > 0
-    for (path, a), e in zip(jax.tree_util.tree_leaves_with_path(state["params"]),
-                            jax.tree.leaves(reference.state["params"]), strict=True):
-        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-6,
-                                   err_msg=jax.tree_util.keystr(path))
+    assert_trees_close(state["params"], reference.state["params"], rtol=1e-4, atol=1e-6,
+                       what="params")
 
 
 @pytest.mark.parametrize("shape", MESHES, ids=lambda s: f"mesh{s[0]}x{s[1]}")

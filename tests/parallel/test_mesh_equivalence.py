@@ -28,6 +28,8 @@ from jaxdet.parallel.sharding import (
 )
 from jaxdet.train.step import init_train_state, make_train_step
 
+from .conftest import assert_trees_close
+
 pytestmark = pytest.mark.xdist_group("mesh")
 
 MESHES = [(8, 1), (4, 2), (2, 4), (1, 8)]
@@ -109,15 +111,6 @@ def reference(request) -> _Reference:
     return _REFERENCES[request.param]
 
 
-def _assert_trees_close(actual, expected, *, rtol: float, atol: float, what: str) -> None:
-    flat_a = jax.tree_util.tree_leaves_with_path(actual)
-    flat_e = jax.tree.leaves(expected)
-    assert len(flat_a) == len(flat_e)
-    for (path, a), e in zip(flat_a, flat_e, strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol,
-                                   err_msg=f"{what} {jax.tree_util.keystr(path)}")
-
-
 @pytest.mark.parametrize("shape", MESHES, ids=lambda s: f"mesh{s[0]}x{s[1]}")
 def test_train_step_on_mesh_equals_single_device(reference: _Reference, shape) -> None:
     mesh = make_mesh(*shape)
@@ -134,11 +127,11 @@ def test_train_step_on_mesh_equals_single_device(reference: _Reference, shape) -
     for key in ("loss", "classification_loss", "localization_loss", "num_positives"):
         np.testing.assert_allclose(metrics[key], reference.metrics[key], rtol=2e-6, err_msg=key)
     assert reference.metrics["num_positives"] > 0
-    _assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=2e-7,
+    assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=2e-7,
                         what="params")
-    _assert_trees_close(state["batch_stats"], reference.state["batch_stats"], rtol=1e-5,
+    assert_trees_close(state["batch_stats"], reference.state["batch_stats"], rtol=1e-5,
                         atol=1e-6, what="batch_stats")
-    _assert_trees_close(state["opt_state"], reference.state["opt_state"], rtol=1e-5,
+    assert_trees_close(state["opt_state"], reference.state["opt_state"], rtol=1e-5,
                         atol=1e-6, what="opt_state")
 
 
@@ -158,9 +151,9 @@ def test_remat_step_on_spatial_mesh_equals_single_device() -> None:
         place(reference.state0, shardings),
         place_batch(reference.batch, batch_sharding(mesh, task.batch_layout()))))
     np.testing.assert_allclose(metrics["loss"], reference.metrics["loss"], rtol=2e-6)
-    _assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=2e-7,
+    assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=2e-7,
                         what="params")
-    _assert_trees_close(state["batch_stats"], reference.state["batch_stats"], rtol=1e-5,
+    assert_trees_close(state["batch_stats"], reference.state["batch_stats"], rtol=1e-5,
                         atol=1e-6, what="batch_stats")
 
 

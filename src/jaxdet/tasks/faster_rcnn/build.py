@@ -18,7 +18,12 @@ from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
 from jaxdet.models import remat
 from jaxdet.tasks.faster_rcnn.fpn_model import FasterRCNNFPN
-from jaxdet.tasks.faster_rcnn.model import FasterRCNN, MaskHead, mask_prediction_conv_depth
+from jaxdet.tasks.faster_rcnn.model import (
+    FasterRCNN,
+    MaskHead,
+    box_classifier,
+    mask_prediction_conv_depth,
+)
 from jaxdet.tasks.faster_rcnn.task import FasterRCNNParams, FasterRCNNTask
 
 # the ResNet's levels: 2-4 the first stage, 5 (conv5) the box classifier
@@ -102,14 +107,6 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
         remat.set_remat(model, targets)
     builders.apply_batch_norm_statistics(model, config)
     return model
-
-
-def box_classifier(backbone: Any, x: jax.Array) -> jax.Array:
-    """The backbone's second-stage part on max-pooled crops: ResNet's conv5 stage, or the
-    ``box_classifier`` of a network split as TF splits it (Inception-ResNet-v2)."""
-    if hasattr(backbone, "box_classifier"):
-        return backbone.box_classifier(x)
-    return remat.run_blocks(backbone.blocks_by_level()[5], x)
 
 
 def box_classifier_modules(backbone: Any) -> list:

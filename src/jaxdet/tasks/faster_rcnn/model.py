@@ -130,6 +130,15 @@ class MaskHead(nnx.Module):
         return jnp.transpose(self.last(x), (0, 3, 1, 2))
 
 
+def box_classifier(backbone: nnx.Module, x: jax.Array) -> jax.Array:
+    """The backbone's second-stage part on max-pooled crops ``[N, h, w, C4]``: ResNet's conv5
+    stage, or the ``box_classifier`` of a network split as TF splits it
+    (Inception-ResNet-v2)."""
+    if hasattr(backbone, "box_classifier"):
+        return backbone.box_classifier(x)
+    return remat.run_blocks(backbone.blocks_by_level()[5], x)
+
+
 class FasterRCNN(nnx.Module):
     """``backbone`` (a :class:`ResNet`, whose ``layer4`` is the box classifier, or a network
     with ``first_stage`` / ``box_classifier`` methods: Inception-ResNet-v2), ``rpn``,
@@ -179,9 +188,7 @@ class FasterRCNN(nnx.Module):
         classifier's map ``[N, h5, w5, C5]``."""
         k, s = self.maxpool_kernel_size, self.maxpool_stride
         x = reduce_window_2d(crops, -float("inf"), jax.lax.max, (k, k), (s, s), "VALID")
-        if hasattr(self.backbone, "box_classifier"):
-            return self.backbone.box_classifier(x)
-        return remat.run_blocks(self.backbone.blocks_by_level()[5], x)
+        return box_classifier(self.backbone, x)
 
     def box_head(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Box classifier map -> spatial mean -> (class logits ``[N, num_classes + 1]``, box
@@ -203,5 +210,5 @@ class FasterRCNN(nnx.Module):
         return self.first_stage(images)[1:]
 
 
-__all__ = ["BoxPredictor", "FasterRCNN", "MaskHead", "RPNHead", "mask_prediction_conv_depth",
-           "resize_bilinear_align_corners"]
+__all__ = ["BoxPredictor", "FasterRCNN", "MaskHead", "RPNHead", "box_classifier",
+           "mask_prediction_conv_depth", "resize_bilinear_align_corners"]
