@@ -6,15 +6,19 @@
 Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some):
 the config's network with its kernels re-drawn He-normal, its BatchNorm statistics set to the
 test images' own (every layer normalized: a well-conditioned network), and its last predictor
-layers scaled so class logits spread by 2 and box encodings by 0.5 on the test images (scores
-differ between anchors without saturating, so NMS has real work); ``--batch`` random uint8 images at
-the model's input size; the artifact written by ``jaxdet export``'s own code path, run in its
-runtime (``jaxdet.export.runtimes.load_artifact``) and compared with the jitted
+layers scaled so class logits spread by 2 and box encodings by 0.5 on the test images, the
+class biases shifted so that the top logit is 0 (scores differ between anchors without
+saturating, so NMS has real work); ``--batch`` random uint8 images at the model's input size;
+the artifact written by ``jaxdet export``'s own code path, run in its runtime
+(``jaxdet.export.runtimes.load_artifact``) and compared with the jitted
 ``task.predict`` on the host-preprocessed images. Prints one JSON line per config, then one
 JSON object: per config and format the detection count and classes equal or not, the largest
-box / score difference, ``ok`` (both equal, differences <= 1e-4) and the seconds export +
-first run took. A format the environment lacks (ONNX without ``make install-export``,
-SavedModel / TFLite without ``make install-tf-export``) is listed as skipped.
+box / score difference, ``ok`` (both equal, differences <= 1e-4), ``near_tie`` (the
+detections that pair within 1e-4, the swaps between candidates whose scores lie closer than
+the runtimes' rounding, and whether the sorted scores agree: ``runtimes.near_tie_differences``)
+and the seconds export + first run took. A format the environment lacks (ONNX without
+``make install-export``, SavedModel / TFLite without ``make install-tf-export``) is listed
+as skipped.
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from inference_throughput import machine_info
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
 from jaxdet.export.exporter import FORMATS, export_serving_function
-from jaxdet.export.runtimes import differences, load_artifact, predict_as_signature
+from jaxdet.export.runtimes import (
+    differences,
+    load_artifact,
+    near_tie_differences,
+    predict_as_signature,
+)
 from jaxdet.export.serving import serving_function
 from jaxdet.predict import preprocess_images
 
@@ -90,30 +99,53 @@ def recalibrate_batch_norm(name: str, overrides: list[str], params, stats, x):
     return new_stats
 
 
-def calibrate_predictors(task, params, stats, x, *, logit_std: float = 2.0,
-                         box_std: float = 0.5):
-    """The last class / box predictor kernels scaled so that, on the images ``x``, class
-    logits vary by ``logit_std`` and box encodings by ``box_std`` around their biases: a deep
-    residual network with redrawn weights can reach logits in the thousands (every score 0 or
-    exactly 1, where the last bit of each runtime decides), as the torchvision RetinaNet did."""
+def _logits(task, params, stats, x) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(box encodings, class logits) of the images ``x``: the model's rank-3 outputs
+    ``[B, anchors, 4]`` and ``[B, anchors, classes]``, float64."""
     out = jax.jit(lambda p, s, x: task.apply(p, s, x, train=False))(params, stats, x)
     leaves = [np.asarray(a, np.float64) for a in jax.tree_util.tree_leaves(out)
               if np.ndim(a) == 3]
-    spread = {"box": max((a.std() for a in leaves if a.shape[-1] == 4), default=0.0),
-              "class": max((a.std() for a in leaves if a.shape[-1] != 4), default=0.0)}
+    return ([a for a in leaves if a.shape[-1] == 4], [a for a in leaves if a.shape[-1] != 4])
+
+
+def calibrate_predictors(task, params, stats, x, *, logit_std: float = 2.0,
+                         box_std: float = 0.5, top_logit: float = 0.0):
+    """The last class / box predictor kernels scaled so that, on the images ``x``, class
+    logits vary by ``logit_std`` and box encodings by ``box_std`` around their biases: a deep
+    residual network with redrawn weights can reach logits in the thousands (every score 0 or
+    exactly 1, where the last bit of each runtime decides), as the torchvision RetinaNet did.
+    Then the class biases are shifted so that the largest logit is ``top_logit``: the top-100
+    of 130k-307k anchors x 90 classes lie ~5 standard deviations above the prior bias, where
+    a sigmoid saturates (scores 0.998 whose gaps, a few 1e-6, are below the runtimes'
+    rounding, so NMS would decide between ties); at ``top_logit`` 0 the kept scores lie
+    where the sigmoid is steepest."""
+    boxes, classes = _logits(task, params, stats, x)
+    spread = {"box": max((a.std() for a in boxes), default=0.0),
+              "class": max((a.std() for a in classes), default=0.0)}
     target = {"box": box_std, "class": logit_std}
+
+    def kind_of(name: str) -> str | None:
+        if "depthwise" in name:
+            return None
+        return "class" if "class_predictor" in name else "box" if "box_predictor" in name \
+            else None
 
     def scale(path, leaf):
         name = jax.tree_util.keystr(path)
-        if "kernel" not in name or "depthwise" in name:
-            return leaf
-        kind = "class" if "class_predictor" in name else "box" if "box_predictor" in name \
-            else None
-        if kind is None or spread[kind] <= 0:
+        kind = kind_of(name)
+        if "kernel" not in name or kind is None or spread[kind] <= 0:
             return leaf
         return leaf * np.float32(target[kind] / spread[kind])
 
-    return jax.tree_util.tree_map_with_path(scale, params)
+    params = jax.tree_util.tree_map_with_path(scale, params)
+    _, classes = _logits(task, params, stats, x)
+    shift = np.float32(top_logit - max((a.max() for a in classes), default=top_logit))
+
+    def move(path, leaf):
+        name = jax.tree_util.keystr(path)
+        return leaf + shift if "bias" in name and kind_of(name) == "class" else leaf
+
+    return jax.tree_util.tree_map_with_path(move, params)
 
 
 def check_config(name: str, formats: list[str], batch: int, overrides: list[str],
@@ -149,6 +181,9 @@ def check_config(name: str, formats: list[str], batch: int, overrides: list[str]
         d["ok"] = (d["num_detections_equal"] and d["classes_equal"]
                    and all(v <= ATOL for v in d["max_abs"].values()))
         d["max_abs"] = {k: float(f"{v:.2e}") for k, v in d["max_abs"].items()}
+        tie = near_tie_differences(got, want, ATOL)
+        d["near_tie"] = {**tie, **{k: float(f"{tie[k]:.2e}")
+                                   for k in ("sorted_scores_max_abs", "paired_max_abs")}}
         d["seconds"] = round(time.perf_counter() - t0, 1)
         row[fmt] = d
     return row
@@ -172,8 +207,10 @@ def main(argv: list[str] | None = None) -> dict:
                                      Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
     ok = all(r[f].get("ok", True) for r in rows for f in args.formats)
+    tie_ok = all(r[f].get("near_tie", {}).get("ok", True) for r in rows for f in args.formats)
     result = {"benchmark": "export_parity", "family": args.family, "formats": args.formats,
-              "all_ok": ok, "configs": rows, **machine_info()}
+              "all_ok": ok, "all_ok_up_to_near_ties": tie_ok, "configs": rows,
+              **machine_info()}
     print(json.dumps(result))
     return result
 

@@ -35,7 +35,8 @@ from jaxdet.train.step import init_train_state
 def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, int],
                     max_boxes: int, num_classes: int, layout: dict | None = None) -> dict:
     """A batch in the loader's layout with 1..max_boxes random boxes per image; the task's
-    other ``layout`` fields (keypoints) are random within each box, all labelled."""
+    other ``layout`` fields (keypoints) are random within each box, all labelled;
+    ``image_info`` (Faster R-CNN) says the whole input is image."""
     boxes = np.zeros((batch_size, max_boxes, 4), np.float32)
     valid = np.zeros((batch_size, max_boxes), bool)
     for b in range(batch_size):
@@ -50,6 +51,8 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, size: tuple[int, 
         "valid": valid,
         "ignore": np.zeros((batch_size, max_boxes), bool),
     }
+    if layout and "image_info" in layout:  # Faster R-CNN: the whole input is image
+        batch["image_info"] = np.tile(np.asarray([[*size, *size]], np.float32), (batch_size, 1))
     if layout and "keypoints" in layout:
         k = layout["keypoints"].shape[1]
         t = rng.uniform(0.0, 1.0, (batch_size, max_boxes, k, 2))

@@ -1,8 +1,10 @@
-"""jaxdet vs torchvision RetinaNet-ResNet50-FPN in one process: train step and inference.
+"""jaxdet vs torchvision (RetinaNet or Faster R-CNN, ResNet50-FPN) in one process: train step
+and inference.
 
     make peer-venv     # once: .venv-peer = jaxdet + torch + torchvision (kept out of make test)
     .venv-peer/bin/python benchmarks/vs_torchvision.py --train-batch-size 2 \
         --infer-batch-sizes 1 8 --calls 4
+    .venv-peer/bin/python benchmarks/vs_torchvision.py --config faster_rcnn_resnet50_v1_fpn_640
 
 Both detectors get the same random 640x640 images, the same random boxes and the same batch
 size, and run with the same thread count (``torch.set_num_threads(--threads)``; XLA:CPU uses
@@ -15,11 +17,13 @@ against jaxdet. Each figure is the median of ``--calls`` timed calls after warm-
 - **ours**: ``--config`` (default ``retinanet_resnet50_fpn_640``, the TF OD API RetinaNet:
   6 anchors per location, 90 classes), jitted train step (loss, gradients, optimizer) and
   jitted ``predict`` (forward, decode, batched NMS). Compile time is reported apart.
-- **torchvision**: ``retinanet_resnet50_fpn(weights=None, weights_backbone=None,
-  num_classes=91, min_size=640, max_size=640)`` (9 anchors per location), ``model(images,
-  targets)`` + backward + SGD-momentum step in train mode, ``model(images)`` under
-  ``no_grad`` in eval mode (its transform, head, decode and NMS included). Two warm-up calls
-  are not timed.
+- **torchvision**: ``--peer`` (default: ``fasterrcnn_resnet50_fpn`` for a ``faster_rcnn``
+  config, else ``retinanet_resnet50_fpn``) built with ``weights=None, weights_backbone=None,
+  num_classes=91, min_size=640, max_size=640`` (RetinaNet: 9 anchors per location; Faster
+  R-CNN: its defaults, 2000 / 1000 RPN proposals in train / eval, 512 sampled RoIs, RoIAlign
+  7x7 from P2-P5, 100 detections), ``model(images, targets)`` + backward + SGD-momentum step
+  in train mode, ``model(images)`` under ``no_grad`` in eval mode (its transform, head,
+  decode and NMS included). Two warm-up calls are not timed.
 - ``--match-torchvision-head`` sets ours to 9 anchors per location and 91 classes as well,
   so both do the same convolutions. ``--config retinanet_resnet50_fpn_torchvision --set
   'data.resizer={name: fixed_shape, height: 640, width: 640}'`` runs torchvision's network
@@ -53,6 +57,7 @@ from jaxdet.train.step import init_train_state  # noqa: E402
 from train_throughput import synthetic_batch  # noqa: E402
 
 MATCH_TORCHVISION_HEAD = ["model.num_classes=91", "model.anchors.scales_per_octave=3"]
+PEERS = ("retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn")
 
 
 class OurTrainer:
@@ -78,11 +83,13 @@ class OurTrainer:
 
 
 class Torchvision:
-    """torchvision RetinaNet-R50-FPN on the same images/boxes; ``train()``/``infer()`` block."""
+    """A torchvision detector (``peer``: a ``torchvision.models.detection`` builder) on the
+    same images/boxes; ``train()``/``infer()`` block."""
 
-    def __init__(self, batches: list[dict], *, threads: int, gpu: bool):
+    def __init__(self, batches: list[dict], *, threads: int, gpu: bool,
+                 peer: str = "retinanet_resnet50_fpn"):
         import torch
-        from torchvision.models.detection import retinanet_resnet50_fpn
+        from torchvision.models import detection
 
         self.torch = torch
         torch.set_num_threads(threads)
@@ -90,7 +97,7 @@ class Torchvision:
         self.device = torch.device("cuda" if gpu else "cpu")
         self.gpu = gpu
         height, width = batches[0]["images"].shape[1:3]
-        model = retinanet_resnet50_fpn(
+        model = getattr(detection, peer)(
             weights=None, weights_backbone=None, num_classes=91,
             min_size=min(height, width), max_size=max(height, width),
         ).to(self.device)
@@ -195,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--infer-batch-sizes", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--calls", type=int, default=4, help="timed calls per measurement")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--peer", choices=PEERS, default=None,
+                        help="torchvision detector (default: by the config's model.type)")
     args = parser.parse_args(argv)
 
     import torch
@@ -205,15 +214,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.match_torchvision_head:
         overrides += MATCH_TORCHVISION_HEAD
     config = load_config(args.config, overrides)
+    peer = args.peer or ("fasterrcnn_resnet50_fpn" if config.model.type == "faster_rcnn"
+                         else "retinanet_resnet50_fpn")
     size = builders.input_size(config.data)
     rng = np.random.default_rng(0)
     n = max([args.train_batch_size, *args.infer_batch_sizes, 1])
     max_boxes = config.data.max_number_of_boxes
-    batches = [synthetic_batch(rng, n, size, max_boxes, config.model.num_classes)
+    layout = builders.build_task(config).batch_layout()
+    batches = [synthetic_batch(rng, n, size, max_boxes, config.model.num_classes, layout)
                for _ in range(2)]
     result = {
         "benchmark": "vs_torchvision",
         "config": args.config,
+        "peer": peer,
         "overrides": overrides,
         "input_size": list(size),
         "threads": args.threads,
@@ -239,10 +252,10 @@ def main(argv: list[str] | None = None) -> dict:
                          _measure(predictor, calls=args.calls, warmup=1))
         del predictor
 
-    theirs = Torchvision(batches, threads=args.threads, gpu=gpu)
+    theirs = Torchvision(batches, threads=args.threads, gpu=gpu, peer=peer)
     result["torchvision_gflops_per_image"] = theirs.conv_gflops_per_image()
     if b:
-        theirs_train = Torchvision(train_batches, threads=args.threads, gpu=gpu)
+        theirs_train = Torchvision(train_batches, threads=args.threads, gpu=gpu, peer=peer)
         compile_s, _, ours_t = ours_rows["train"]
         theirs_t = _measure(theirs_train.train, calls=args.calls, warmup=2)
         result["train"] = _row(b, compile_s, None, ours_t, theirs_t)

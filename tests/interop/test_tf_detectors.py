@@ -24,8 +24,9 @@ from PIL import Image
 from jaxdet import builders
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
-from jaxdet.interop.tf_import import load_tf_detection_checkpoint, plan_tf_import
-from jaxdet.interop.tfod_names import ssd_detector_map, tf_unapplied, variables_of
+from jaxdet.interop.tf_import import detector_map, load_tf_detection_checkpoint, plan_tf_import
+from jaxdet.interop.tfod_names import tf_unapplied, variables_of
+from jaxdet.tasks.faster_rcnn.build import build_faster_rcnn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -131,15 +132,18 @@ NAMES_ONLY = sorted(d.name.removeprefix("tf_") for d in (FIXTURES / "tf_names").
 
 
 @pytest.mark.parametrize("name", NAMES_ONLY)
-def test_every_other_zoo_ssd_config_maps_onto_its_tf_checkpoint(name, tmp_path):
-    """The other TF2 zoo SSD/EfficientDet configs: every tensor of TF's checkpoint of that
-    architecture (its index and object graph, written by TensorFlow) has its place in the
-    model jaxdet builds from the config, with the same shape, and nothing is left over."""
+def test_every_other_zoo_config_maps_onto_its_tf_checkpoint(name, tmp_path):
+    """The other TF2 zoo SSD/EfficientDet configs and the ResNet-101/152 C4 Faster R-CNN ones
+    (whose 1024x1024 and 800x1333 versions have the same variables): every tensor of TF's
+    checkpoint of that architecture (its index and object graph, written by TensorFlow) has
+    its place in the model jaxdet builds from the config, with the same shape, and nothing is
+    left over."""
     fixture = FIXTURES / "tf_names" / f"tf_{name}"
     ckpt = TfCheckpoint(rebuild_data(fixture, tmp_path / "ckpt-0"))
     config = load_pipeline_config(fixture / "pipeline.config", PLACEHOLDERS)
-    model = nnx.eval_shape(lambda: builders.build_model(config))
-    mapping = ssd_detector_map(model, add_background_class=config.model.add_background_class)
+    build = build_faster_rcnn if config.model.type == "faster_rcnn" else builders.build_model
+    model = nnx.eval_shape(lambda: build(config, seed=0))
+    mapping = detector_map(model, config)
     plan = plan_tf_import(model, ckpt, mapping, unapplied=tf_unapplied(model))
     assert plan.mismatched == []
     assert plan.unused == []

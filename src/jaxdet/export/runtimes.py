@@ -109,6 +109,62 @@ def differences(got: Outputs, want: Outputs) -> dict:
     return result
 
 
+def _pair_within(got: Outputs, want: Outputs, i: int, atol: float) -> tuple[list, list, float]:
+    """Image ``i``'s detections paired one to one where they agree: same class and every
+    other output within ``atol``, the closest such partner taken. Returns (unpaired expected
+    indices, unpaired ``got`` indices, largest difference over the pairs)."""
+    keys = [k for k in want if k not in ("num_detections", "detection_classes")]
+    free = list(range(int(got["num_detections"][i])))
+    missing, worst = [], 0.0
+    for d in range(int(want["num_detections"][i])):
+        gaps = {j: max(float(np.max(np.abs(np.asarray(got[k][i, j]) - want[k][i, d])))
+                       for k in keys)
+                for j in free if got["detection_classes"][i, j] == want["detection_classes"][i, d]}
+        close = {j: g for j, g in gaps.items() if g <= atol}
+        if not close:
+            missing.append(d)
+            continue
+        j = min(close, key=close.get)
+        free.remove(j)
+        worst = max(worst, close[j])
+    return missing, free, worst
+
+
+def near_tie_differences(got: Outputs, want: Outputs, atol: float = 1e-4,
+                         max_swap_fraction: float = 0.05) -> dict:
+    """Tells near-tie swaps from real differences. Two runtimes whose scores differ by their
+    rounding (1e-6) may keep different detections where candidates' scores lie closer than
+    that: NMS picks the other of two overlapping boxes, or another candidate takes the last
+    of the ``max_detections`` places. Such a swap leaves the per-image score lists equal.
+
+    Returns ``{"swaps": int, "sorted_scores_max_abs": float, "paired_max_abs": float, "ok":
+    bool}``: detections paired where class and every output agree within ``atol``; the rest
+    counted as swaps; ``ok`` when counts are equal, every image's scores sorted descending
+    are equal within ``atol`` rank by rank, and so are the unpaired detections' scores (each
+    swapped-out detection has a swapped-in one of the same score), and at most
+    ``max_swap_fraction`` of the detections are swapped (a wrong box decoding or class map
+    would unpair nearly all of them)."""
+    result = {"swaps": 0, "sorted_scores_max_abs": 0.0, "paired_max_abs": 0.0,
+              "ok": bool(np.array_equal(got["num_detections"], want["num_detections"]))}
+    if not result["ok"]:
+        return result
+    for i in range(len(want["num_detections"])):
+        n = int(want["num_detections"][i])
+        ranked = [np.sort(np.asarray(o["detection_scores"][i, :n]))[::-1] for o in (got, want)]
+        missing, extra, worst = _pair_within(got, want, i, atol)
+        swapped = [np.sort(np.asarray(o["detection_scores"][i, idx]))
+                   for o, idx in ((want, missing), (got, extra))]
+        gap = float(np.max(np.abs(ranked[0] - ranked[1]), initial=0.0))
+        swap_gap = float(np.max(np.abs(swapped[0] - swapped[1]), initial=0.0))
+        result["swaps"] += len(missing)
+        result["sorted_scores_max_abs"] = max(result["sorted_scores_max_abs"], gap, swap_gap)
+        result["paired_max_abs"] = max(result["paired_max_abs"], worst)
+    total = max(int(np.sum(want["num_detections"])), 1)
+    result["ok"] = (result["sorted_scores_max_abs"] <= atol
+                    and result["swaps"] <= max_swap_fraction * total)
+    return result
+
+
 def assert_same_detections(got: Outputs, want: Outputs, atol: float = 1e-4) -> None:
     """Raises AssertionError unless ``got`` has ``want``'s detection count and classes, and
     every other output within ``atol``."""
@@ -119,4 +175,5 @@ def assert_same_detections(got: Outputs, want: Outputs, atol: float = 1e-4) -> N
     assert not far, f"outputs beyond {atol}: {far}"
 
 
-__all__ = ["assert_same_detections", "differences", "load_artifact", "predict_as_signature"]
+__all__ = ["assert_same_detections", "differences", "load_artifact", "near_tie_differences",
+           "predict_as_signature"]

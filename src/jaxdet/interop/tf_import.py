@@ -4,7 +4,8 @@
     print(report.line())   # "restored 326 tensors, 0 re-initialised, 0 unused in the checkpoint"
 
 The map from TF object paths to jaxdet variables comes from ``interop.tfod_names`` (the SSD
-family) or ``interop.tfod_center_net_names`` (CenterNet), by ``model.type``; every
+family), ``interop.tfod_center_net_names`` (CenterNet) or ``interop.tfod_faster_rcnn_names``
+(Faster R-CNN), by ``model.type``; every
 tensor is CRC-checked, transformed to jaxdet's layout and shape-checked. A checkpoint of
 another architecture stops at the first missing names (listed, with what the checkpoint has
 instead); a tensor whose shape differs is an error naming it, unless it may be
@@ -26,6 +27,7 @@ from flax import nnx
 from jaxdet.config import schema as S
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
 from jaxdet.interop.tfod_center_net_names import center_net_detector_map
+from jaxdet.interop.tfod_faster_rcnn_names import faster_rcnn_detector_map
 from jaxdet.interop.tfod_names import (
     Path,
     Target,
@@ -178,13 +180,16 @@ def load_tf_checkpoint(
 
 def detector_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
     """The TF name map of the detector ``config`` builds, by ``model.type``: a CenterNet's
-    (``interop.tfod_center_net_names``) or an SSD-family detector's (``interop.tfod_names``).
+    (``interop.tfod_center_net_names``), a Faster R-CNN's (``interop.tfod_faster_rcnn_names``)
+    or an SSD-family detector's (``interop.tfod_names``).
 
     Raises:
       UnmappedModelError: a model part without a map (the message names it)."""
     if config.model.type == "center_net":
         tasks = [t.name for t in config.model.keypoint_tasks]
         return center_net_detector_map(model, keypoint_tasks=tasks)
+    if config.model.type == "faster_rcnn":
+        return faster_rcnn_detector_map(model)
     return ssd_detector_map(model, add_background_class=config.model.add_background_class)
 
 
