@@ -4,8 +4,9 @@
     .venv-tf/bin/python benchmarks/export_parity.py --family ssd     # + saved_model, tflite
 
 Per config (``configs/*.yaml`` whose ``model.type`` is the family; ``--configs`` picks some):
-the config's network with its kernels re-drawn He-normal, its BatchNorm statistics set to the
-test images' own (every layer normalized: a well-conditioned network), and its last predictor
+the config's network with its kernels re-drawn He-normal, its residual branches scaled by 0.2,
+its BatchNorm statistics set to the test images' own (every layer normalized: together a
+well-conditioned network, see ``scale_residual_branches``), and its last predictor
 layers scaled so class logits spread by 2 and box encodings by 0.5 on the test images, the
 class biases shifted so that the top logit is 0 (scores differ between anchors without
 saturating, so NMS has real work); ``--batch`` random uint8 images at the model's input size;
@@ -16,7 +17,10 @@ JSON object: per config and format the detection count and classes equal or not,
 box / score difference, ``ok`` (both equal, differences <= 1e-4), ``near_tie`` (the
 detections that pair within 1e-4, the swaps between candidates whose scores lie closer than
 the runtimes' rounding, and whether the sorted scores agree: ``runtimes.near_tie_differences``)
-and the seconds export + first run took. A format the environment lacks (ONNX without
+``rounding_floor`` (the same comparisons between predict and predict on the input changed by
+float32 rounding, ``x (1 + eps n)``: how far rounding alone moves this network's detections),
+``within_rounding`` (the artifact no further from predict than 3x that floor, see
+``_within``) and the seconds export + first run took. A format the environment lacks (ONNX without
 ``make install-export``, SavedModel / TFLite without ``make install-tf-export``) is listed
 as skipped.
 """
@@ -84,6 +88,21 @@ def redraw_kernels(params, seed: int = 0):
     return jax.tree_util.tree_unflatten(tree, out)
 
 
+def scale_residual_branches(params, scale: float = 0.2):
+    """The last BatchNorm of every ResNet bottleneck and EfficientNet MBConv block (``bn3``,
+    the one whose output joins the skip connection) scaled by ``scale``. A deep network of
+    full-strength normalized residual branches with random weights is chaotic: in
+    ``retinanet_resnet152_fpn_1024`` a relative change of 1e-6 in the input moved class
+    logits (spread 2) by up to 1.05, so two runtimes' rounding alone gave different
+    detections. With the branches at 0.2, the same change moves them by 1.5e-5."""
+
+    def visit(path, leaf):
+        name = jax.tree_util.keystr(path)
+        return leaf * np.float32(scale) if "'bn3'" in name and "'scale'" in name else leaf
+
+    return jax.tree_util.tree_map_with_path(visit, params)
+
+
 def recalibrate_batch_norm(name: str, overrides: list[str], params, stats, x):
     """BatchNorm running statistics set to the batch statistics of the images ``x``, layer
     after layer (one train-mode pass of the same network built with decay ~0 and no frozen
@@ -148,12 +167,35 @@ def calibrate_predictors(task, params, stats, x, *, logit_std: float = 2.0,
     return jax.tree_util.tree_map_with_path(move, params)
 
 
+def _compare(got: dict, want: dict) -> dict:
+    """Strict (``runtimes.differences``, ``ok``) and near-tie (``near_tie``) comparisons."""
+    d = differences(got, want)
+    d["ok"] = (d["num_detections_equal"] and d["classes_equal"]
+               and all(v <= ATOL for v in d["max_abs"].values()))
+    d["max_abs"] = {k: float(f"{v:.2e}") for k, v in d["max_abs"].items()}
+    tie = near_tie_differences(got, want, ATOL)
+    d["near_tie"] = {**tie, **{k: float(f"{tie[k]:.2e}")
+                               for k in ("sorted_scores_max_abs", "paired_max_abs")}}
+    return d
+
+
+def _within(d: dict, floor: dict, total: int, factor: float = 3.0) -> bool:
+    """An artifact whose detections are as close to predict's as float32 allows: the same
+    counts, and its swaps and rank-by-rank score differences no more than ``factor`` times
+    those of predict on the rounding-nudged input (or within 1e-4 / 5% of the detections)."""
+    tie, base = d["near_tie"], floor["near_tie"]
+    return bool(d["num_detections_equal"]
+                and tie["sorted_scores_max_abs"] <= max(ATOL,
+                                                        factor * base["sorted_scores_max_abs"])
+                and tie["swaps"] <= max(0.05 * total, factor * base["swaps"]))
+
+
 def check_config(name: str, formats: list[str], batch: int, overrides: list[str],
                  tmp: Path) -> dict:
     config = load_config(name, overrides)
     task = builders.build_task(config)
     params, stats = task.initial_variables()
-    params = redraw_kernels(params)
+    params = scale_residual_branches(redraw_kernels(params))
     size = builders.input_size(config.data)
     ids = list(range(1, config.model.num_classes + 1))
     images = np.random.default_rng(0).integers(0, 256, (batch, *size, 3)).astype(np.uint8)
@@ -162,10 +204,18 @@ def check_config(name: str, formats: list[str], batch: int, overrides: list[str]
     params = calibrate_predictors(task, params, stats, jnp.asarray(x))
     fn = serving_function(task, config, params, stats, class_ids=ids,
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels)
-    det = jax.device_get(jax.jit(task.predict)(params, stats, jnp.asarray(x), info))
+    predict = jax.jit(task.predict)
+    det = jax.device_get(predict(params, stats, jnp.asarray(x), info))
     want = predict_as_signature(det, size, np.asarray(ids))
     row: dict = {"config": name, "input_size": list(size),
                  "detections": [int(n) for n in det["num_detections"]]}
+    # jaxdet's own predict on the input changed by float32 rounding: how far this network's
+    # detections move when nothing but the last bit of the input does.
+    rng = np.random.default_rng(1)
+    nudged = np.asarray(x) * (1 + np.finfo(np.float32).eps * rng.standard_normal(x.shape))
+    floor_det = jax.device_get(predict(params, stats, jnp.asarray(nudged, jnp.float32), info))
+    floor = _compare(predict_as_signature(floor_det, size, np.asarray(ids)), want)
+    row["rounding_floor"] = floor
     for fmt in formats:
         missing = [m for m in NEEDS.get(fmt, ()) if importlib.util.find_spec(m) is None]
         if missing:
@@ -176,14 +226,8 @@ def check_config(name: str, formats: list[str], batch: int, overrides: list[str]
         export_serving_function(fn, config, out, size, format=fmt, input_type="image_tensor",
                                 batch_size=batch, class_ids=ids,
                                 class_names=[str(i) for i in ids])
-        got = load_artifact(out)(images)
-        d = differences(got, want)
-        d["ok"] = (d["num_detections_equal"] and d["classes_equal"]
-                   and all(v <= ATOL for v in d["max_abs"].values()))
-        d["max_abs"] = {k: float(f"{v:.2e}") for k, v in d["max_abs"].items()}
-        tie = near_tie_differences(got, want, ATOL)
-        d["near_tie"] = {**tie, **{k: float(f"{tie[k]:.2e}")
-                                   for k in ("sorted_scores_max_abs", "paired_max_abs")}}
+        d = _compare(load_artifact(out)(images), want)
+        d["within_rounding"] = _within(d, floor, int(np.sum(det["num_detections"])))
         d["seconds"] = round(time.perf_counter() - t0, 1)
         row[fmt] = d
     return row
@@ -208,8 +252,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(json.dumps(rows[-1]), flush=True)
     ok = all(r[f].get("ok", True) for r in rows for f in args.formats)
     tie_ok = all(r[f].get("near_tie", {}).get("ok", True) for r in rows for f in args.formats)
+    rounding_ok = all(r[f].get("within_rounding", True) for r in rows for f in args.formats)
     result = {"benchmark": "export_parity", "family": args.family, "formats": args.formats,
-              "all_ok": ok, "all_ok_up_to_near_ties": tie_ok, "configs": rows,
+              "all_ok": ok, "all_ok_up_to_near_ties": tie_ok,
+              "all_within_rounding": rounding_ok, "configs": rows,
               **machine_info()}
     print(json.dumps(result))
     return result
