@@ -58,11 +58,12 @@ CENTER_NET = [f"centernet_{name}" for name in (
     "hourglass104_512x512_coco17_tpu-8", "hourglass104_512x512_kpts_coco17_tpu-32",
     "resnet101_v1_fpn_512x512_coco17_tpu-8", "resnet50_v1_fpn_512x512_kpts_coco17_tpu-8",
     "resnet50_v2_512x512_kpts_coco17_tpu-8")]
-# config-name prefix -> the field its one-line error must name
-UNSUPPORTED = {
-    "center_net_deepmac": "model.center_net.deepmac_mask_estimation: DeepMAC (CenterNet "
-                          "instance masks) is not supported yet",
-}
+# the TF2 DeepMAC configs (tests/config/test_tfod_deepmac.py checks them)
+DEEPMAC = [f"center_net_deepmac_{s}" for s in (
+    "1024x1024_coco_tpu-128", "1024x1024_non_voc_only_tpu-128", "1024x1024_voc_only_tpu-128",
+    "512x512_voc_only_tpu-32")]
+# config-name prefix -> the field its one-line error must name (none left in the TF2 zoo)
+UNSUPPORTED: dict[str, str] = {}
 # the TF2 Faster R-CNN configs, C4, FPN and Mask R-CNN (tests/config/test_tfod_faster_rcnn.py)
 FASTER_RCNN = [*(f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8" for d in (50, 101, 152)
                  for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))),
@@ -116,7 +117,7 @@ def test_every_tfod_config_converts_or_fails_with_one_clear_line():
         assert "\n" not in message, message
         assert message.startswith(f"{path}:"), message
         assert UNSUPPORTED[prefix] in message, message
-    assert sorted(converted) == sorted([*SHIPPED, *CENTER_NET, *FASTER_RCNN])
+    assert sorted(converted) == sorted([*SHIPPED, *CENTER_NET, *FASTER_RCNN, *DEEPMAC])
 
 
 @needs_shared

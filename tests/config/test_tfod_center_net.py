@@ -1,5 +1,5 @@
 """pipeline.config -> jaxdet for CenterNet: the TF OD API's 7 CenterNet configs convert,
-build with TF's parameter counts and train a step; the 4 DeepMAC configs stop with one line;
+build with TF's parameter counts and train a step (the 4 DeepMAC ones: test_tfod_deepmac.py);
 keypoint label maps are read (or the zoo's placeholder taken as COCO's person), and what does
 not map is an error naming the file, line and field."""
 
@@ -34,9 +34,6 @@ HG_1024_KPTS = "centernet_hourglass104_1024x1024_kpts_coco17_tpu-32"
 R101 = "centernet_resnet101_v1_fpn_512x512_coco17_tpu-8"  # its extractor is resnet_v2_101
 R50_V1_KPTS = "centernet_resnet50_v1_fpn_512x512_kpts_coco17_tpu-8"
 R50_V2_KPTS = "centernet_resnet50_v2_512x512_kpts_coco17_tpu-8"
-DEEPMAC = tuple(f"center_net_deepmac_{s}" for s in (
-    "1024x1024_coco_tpu-128", "1024x1024_non_voc_only_tpu-128", "1024x1024_voc_only_tpu-128",
-    "512x512_voc_only_tpu-32"))
 
 # what each file says: (backbone, neck, input size, keypoints?, schedule, num_steps, restore)
 EXPECTED = {
@@ -163,18 +160,6 @@ def test_resnet50_v1_fpn_converts_to_the_shipped_config_plus_keypoints():
         "eval.batch_size: converted 8 != shipped 1",
         "eval.num_visualizations: converted 10 != shipped 8",
     }
-
-
-@needs_shared
-@pytest.mark.parametrize("name", DEEPMAC)
-def test_deepmac_configs_stop_with_one_line(name):
-    path = TFOD_CONFIGS / f"{name}.config"
-    with pytest.raises(TfodConfigError) as err:
-        convert_pipeline_config(path)
-    message = str(err.value)
-    assert "\n" not in message and message.startswith(f"{path}:")
-    assert ("model.center_net.deepmac_mask_estimation: DeepMAC (CenterNet instance masks) is "
-            "not supported yet") in message
 
 
 # ----------------------------------------------------------------- keypoint label maps

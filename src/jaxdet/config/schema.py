@@ -35,6 +35,7 @@ from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     SSDRandomCropConfig,
 )
 from jaxdet.config.schema_base import Strict, later_field
+from jaxdet.config.schema_deepmac import DeepMACMaskHeadConfig  # noqa: F401  (re-exported)
 from jaxdet.config.schema_faster_rcnn import (  # noqa: F401  (re-exported)
     FasterRCNNModelConfig,
     FasterRCNNPostProcessingConfig,

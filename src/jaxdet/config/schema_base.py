@@ -24,6 +24,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class BatchNormConfig(Strict):
+    """BatchNorm hyper-parameters (TF OD API: decay, epsilon, train). ``epsilon`` 0 is
+    torchvision's frozen backbone norms with its COCO RetinaNet / Faster R-CNN weights
+    (``overwrite_eps(model, 0.0)``); only sensible with ``frozen: true``."""
+
+    decay: float = Field(0.997, gt=0.0, lt=1.0)
+    epsilon: float = Field(1e-3, ge=0.0)
+    frozen: bool = False
+
+
 def fingerprint_dump(section: BaseModel) -> dict:
     """``section.model_dump(mode="json")`` without the :func:`later_field` fields that hold their
     default, at any depth (what the checkpoint fingerprint hashes)."""

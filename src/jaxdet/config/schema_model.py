@@ -7,18 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from jaxdet.config.schema_base import Strict, later_field
-
-
-class BatchNormConfig(Strict):
-    """BatchNorm hyper-parameters (TF OD API: decay, epsilon, train). ``epsilon`` 0 is
-    torchvision's frozen backbone norms with its COCO RetinaNet / Faster R-CNN weights
-    (``overwrite_eps(model, 0.0)``); only sensible with ``frozen: true``."""
-
-    decay: float = Field(0.997, gt=0.0, lt=1.0)
-    epsilon: float = Field(1e-3, ge=0.0)
-    frozen: bool = False
-
+from jaxdet.config.schema_base import BatchNormConfig, Strict, later_field
+from jaxdet.config.schema_deepmac import DeepMACMaskHeadConfig
 
 # tf.keras.layers.BatchNormalization()'s defaults (momentum 0.99, epsilon 1e-3): what the TF OD
 # API's CenterNet necks use, whatever their backbone's batch norm.
@@ -563,7 +553,7 @@ class CenterNetModelConfig(Strict):
     ``2**feature_level``, 4 for level 2) -> three heads (3x3 conv of ``head_depth`` + ReLU +
     1x1): the per-class center heatmap (bias ``heatmap_bias_init``), box size and center
     offset. Targets: a Gaussian per box whose radius keeps IoU >= ``min_overlap``
-    (``core.center_net``)."""
+    (``core.center_net``). ``mask_head``: DeepMAC instance masks (TF ``DeepMACMetaArch``)."""
 
     type: Literal["center_net"]
     num_classes: int = Field(ge=1)
@@ -576,6 +566,7 @@ class CenterNetModelConfig(Strict):
     loss: CenterNetLossConfig = CenterNetLossConfig()
     post_processing: CenterNetPostProcessingConfig = CenterNetPostProcessingConfig()
     keypoint_tasks: tuple[CenterNetKeypointTaskConfig, ...] = later_field(())
+    mask_head: DeepMACMaskHeadConfig | None = later_field(None)
 
     @model_validator(mode="after")
     def _distinct_keypoint_tasks(self) -> CenterNetModelConfig:

@@ -477,11 +477,8 @@ MODEL_MAPPERS = {"ssd": map_ssd, "center_net": map_center_net, "faster_rcnn": ma
 
 
 def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
-    """The architecture (``ssd``, ``center_net`` or ``faster_rcnn``) and its message; DeepMAC
-    (a CenterNet with ``deepmac_mask_estimation``) and the architectures jaxdet lacks stop
-    here, in one line."""
-    from jaxdet.config.tfod_center_net import check_deepmac
-
+    """The architecture (``ssd``, ``center_net`` or ``faster_rcnn``) and its message; the
+    architectures jaxdet lacks stop here, in one line."""
     if not root.has("model"):
         raise TfodConfigError(f"{m.source}: no model {{ ... }} section")
     model = m.sub(root, "model")
@@ -494,10 +491,7 @@ def _model_kind(m: Mapper, root: Message) -> tuple[str, Message]:
         raise m.error(model, kind, f"{what} is not supported yet; jaxdet supports model.ssd "
                       "(SSD / RetinaNet family), model.center_net (CenterNet) and "
                       "model.faster_rcnn (Faster R-CNN C4)")
-    arch = m.sub(model, kind)
-    if kind == "center_net":
-        check_deepmac(m, arch)
-    return kind, arch
+    return kind, m.sub(model, kind)
 
 
 def convert_pipeline_config(path: str | Path) -> Conversion:
@@ -523,11 +517,13 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     train, data_train = map_train(m, root, extras["l2"])
     data.update(data_train)
     data.update(map_inputs(m, root))
-    if model.get("predict_instance_masks") and not data.get("load_masks"):
+    if ((model.get("predict_instance_masks") or "mask_head" in model)
+            and not data.get("load_masks")):
         reader = root.all("train_input_reader")[0] if root.has("train_input_reader") else root
-        raise m.error(reader, "load_instance_masks", "Mask R-CNN (predict_instance_masks) "
-                      "trains on instance masks: set load_instance_masks: true and mask_type: "
-                      "PNG_MASKS")
+        what = ("DeepMAC (deepmac_mask_estimation)" if "mask_head" in model
+                else "Mask R-CNN (predict_instance_masks)")
+        raise m.error(reader, "load_instance_masks", f"{what} trains on instance masks: set "
+                      "load_instance_masks: true and mask_type: PNG_MASKS")
     if kind == "center_net":
         finish_keypoints(m, root, extras["keypoint_tasks"])
     raw = {"name": path.name.removesuffix(".config"),

@@ -14,7 +14,9 @@ API's ``protos/center_net.proto`` and ``builders/model_builder.py``
 * Keypoint tasks read their keypoints from ``keypoint_label_map_path`` (by
   ``keypoint_class_name``); the zoo configs' placeholder path is accepted for COCO's person
   (the zoo tarballs' label map) with a warning.
-* DeepMAC (``deepmac_mask_estimation``) stops with one line before anything else is read.
+* DeepMAC (``deepmac_mask_estimation``, TF's ``DeepMACMetaArch``) becomes ``model.mask_head``
+  (``config/tfod_deepmac.py``); as TF's DeepMAC builds no keypoint heads, keypoint tasks
+  beside it stop with one line.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ EXTRACTORS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
 _CAFFE_MEANS_RGB = (123.68, 116.779, 103.939)  # tf.keras resnet.preprocess_input, as R, G, B
 # Fields of center_net {...} that name tasks or options jaxdet's CenterNet does not have.
 UNSUPPORTED_TASKS = {
-    "mask_estimation_task": "CenterNet instance masks are not supported yet",
+    "mask_estimation_task": "CenterNet's per-class segmentation masks are not supported (DeepMAC"
+                            "'s deepmac_mask_estimation instance masks are)",
     "densepose_estimation_task": "DensePose is not supported",
     "track_estimation_task": "tracking is not supported",
     "temporal_offset_task": "temporal offsets (tracking) are not supported",
@@ -88,20 +91,11 @@ class KeypointTaskInfo:
     ids: list[int] = field(default_factory=list)
 
 
-def check_deepmac(m: Mapper, cn: Message) -> None:
-    """DeepMAC configs stop here, with one line, before any other field is read."""
-    if cn.has("deepmac_mask_estimation"):
-        raise m.error(cn, "deepmac_mask_estimation",
-                      "DeepMAC (CenterNet instance masks) is not supported yet: mask heads "
-                      "come with the Faster/Mask R-CNN work (issue 20)")
-
-
 def map_center_net(m: Mapper, cn: Message) -> tuple[dict, dict, dict]:
     """``center_net {...}`` -> (jaxdet model, data fields, extras {l2, keypoint_tasks}).
 
     ``extras["keypoint_tasks"]``: a :class:`KeypointTaskInfo` per keypoint task (for
     :func:`finish_keypoints`)."""
-    check_deepmac(m, cn)
     for name, why in UNSUPPORTED_TASKS.items():
         if cn.has(name):
             raise m.error(cn, name, f"not supported: {why}")
@@ -118,6 +112,9 @@ def map_center_net(m: Mapper, cn: Message) -> tuple[dict, dict, dict]:
         raise m.error(cn, None, "object_detection_task is required: jaxdet's CenterNet always "
                       "predicts boxes")
     loss = {**center["loss"], **_object_detection(m, m.sub(cn, "object_detection_task"), heads)}
+    if cn.has("deepmac_mask_estimation") and cn.has("keypoint_estimation_task"):
+        raise m.error(cn, "keypoint_estimation_task", "not supported beside "
+                      "deepmac_mask_estimation (TF's DeepMAC builds no keypoint heads)")
     infos = _keypoint_tasks(m, cn, center["loss"], heads)
     model = {"type": "center_net", "num_classes": int(cn.take("num_classes")),
              "backbone": backbone, "neck": neck, "feature_level": 2,
@@ -127,6 +124,11 @@ def map_center_net(m: Mapper, cn: Message) -> tuple[dict, dict, dict]:
              "post_processing": center["post_processing"]}
     if infos:
         model["keypoint_tasks"] = [info.task for info in infos]
+    if cn.has("deepmac_mask_estimation"):
+        from jaxdet.config.tfod_deepmac import map_deepmac
+
+        model["mask_head"] = map_deepmac(m, m.sub(cn, "deepmac_mask_estimation"),
+                                         model["num_classes"])
     return model, data, {"l2": 0.0, "keypoint_tasks": infos}
 
 

@@ -58,6 +58,21 @@ class BatchNormParams:
     num_groups: int = 1
 
 
+class RunningStat(nnx.BatchStat):
+    """A BatchNorm running statistic whose whole-array update (``stat[...] = new``) replaces
+    the value directly. nnx's ``Variable.__setitem__`` first compares the new value's
+    ``.sharding`` with the old one's; asked of a tracer inside ``jit``, that attribute raises
+    an error whose message is built by walking the whole trace, once per BatchNorm per step:
+    tracing RetinaNet-R50's train step took 6.1 s instead of 1.7 s. The update is the same
+    array either way (same shape, the statistic's dtype)."""
+
+    def __setitem__(self, key, value) -> None:
+        if key is Ellipsis:
+            self.set_value(jnp.asarray(value, self.get_value().dtype))
+        else:
+            super().__setitem__(key, value)
+
+
 class BatchNorm(nnx.BatchNorm):
     """``nnx.BatchNorm`` that can be frozen, that folds running statistics into one float32
     affine transform whenever it uses them (eval mode or frozen), and that can take its
@@ -104,6 +119,8 @@ class BatchNorm(nnx.BatchNorm):
         )
         self.frozen = frozen
         self.num_groups = _check_groups(num_groups)
+        self.mean = RunningStat(self.mean.get_value())
+        self.var = RunningStat(self.var.get_value())
 
     def __call__(self, x, use_running_average: bool | None = None, *, mask=None):
         """Normalize ``x`` [B, ..., C] (features last); returns the same shape in ``dtype``

@@ -1,10 +1,13 @@
 """The stacked Hourglass network of the TF OD API's CenterNet (``hourglass_104``, and the
-single-stack ``hourglass_10/20/32/52``), the CornerNet / CenterNet backbone.
+single-stack ``hourglass_10/20/32/52``), the CornerNet / CenterNet backbone; without its
+downsampling stem (``initial_downsample=False``) also DeepMAC's mask network
+(:func:`mask_network_spec`).
 
 Layout (TF ``keras_models/hourglass_network.py``), NHWC throughout:
 
 * stem: 7x7/2 conv + BN + ReLU to ``stem_channels``, then a stride-2 residual block to
-  ``channels[0]``: stride 4.
+  ``channels[0]``: stride 4. Without ``initial_downsample`` (TF's ``InputConvBlock``): a
+  3x3/1 conv + BN + ReLU and a stride-1 residual block with a 1x1 conv skip: stride 1.
 * ``num_stacks`` hourglasses, each an encoder-decoder over ``len(channels) - 1`` stages: at
   each stage a full-resolution branch (``blocks[0]`` residual blocks at ``channels[0]``) and
   a branch that downsamples with a stride-2 residual block to ``channels[1]``, recurses on
@@ -55,6 +58,26 @@ HOURGLASS_SPECS: dict[str, HourglassSpec] = {
     "hourglass_104": HourglassSpec(128, (256, 256, 384, 384, 384, 512), (2, 2, 2, 2, 2, 4), 2),
 }
 
+# DeepMAC's mask networks (TF ``hourglass_network.hourglass_10/20/32/52/100`` with
+# ``num_channels``): channels as multiples of ``num_channels``, residual blocks per stage.
+MASK_NETWORKS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "hourglass10": ((2, 2), (1, 1)),
+    "hourglass20": ((2, 2, 3), (1, 2, 2)),
+    "hourglass32": ((2, 2, 3, 3), (2, 2, 2, 2)),
+    "hourglass52": ((2, 2, 3, 3, 3, 4), (2, 2, 2, 2, 2, 4)),
+    "hourglass100": ((2, 2, 3, 3, 3, 4), (4, 4, 4, 4, 4, 8)),
+}
+
+
+def mask_network_spec(name: str, num_channels: int) -> HourglassSpec:
+    """The single-stack hourglass of DeepMAC's ``network_type`` ``name`` (a key of
+    :data:`MASK_NETWORKS`) whose stem is ``num_channels`` wide (TF ``num_init_channels``)."""
+    if name not in MASK_NETWORKS:
+        raise ValueError(f"unknown DeepMAC mask network {name!r}; expected one of "
+                         f"{', '.join(MASK_NETWORKS)}")
+    widths, blocks = MASK_NETWORKS[name]
+    return HourglassSpec(num_channels, tuple(w * num_channels for w in widths), blocks, 1)
+
 
 class ConvBlock(nnx.Module):
     """conv (no bias, symmetric ``k // 2`` padding) -> BN (-> ReLU when ``relu``)."""
@@ -72,15 +95,16 @@ class ConvBlock(nnx.Module):
 
 class Residual(nnx.Module):
     """3x3/``stride`` conv block -> 3x3 conv + BN, plus the skip (1x1/``stride`` conv + BN
-    when ``stride > 1`` or the width changes), then ReLU."""
+    when ``stride > 1``, the width changes or ``force_skip``), then ReLU."""
 
     def __init__(self, in_ch: int, out_ch: int, stride: int = 1, *, bn: BatchNormParams,
-                 dtype, rngs: nnx.Rngs):
+                 dtype, rngs: nnx.Rngs, force_skip: bool = False):
         self.conv_block = ConvBlock(in_ch, out_ch, 3, stride, bn=bn, dtype=dtype, rngs=rngs)
         self.conv = conv(out_ch, out_ch, 3, dtype=dtype, rngs=rngs)
         self.norm = make_batch_norm(out_ch, bn, dtype, rngs)
         self.skip = (ConvBlock(in_ch, out_ch, 1, stride, relu=False, bn=bn, dtype=dtype,
-                               rngs=rngs) if stride > 1 or in_ch != out_ch else None)
+                               rngs=rngs) if stride > 1 or in_ch != out_ch or force_skip
+                     else None)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         y = self.norm(self.conv(self.conv_block(x)))
@@ -133,7 +157,9 @@ class EncoderDecoder(nnx.Module):
 
 class Hourglass(nnx.Module):
     """``__call__(x [B, H, W, 3]) -> {2: [B, H/4, W/4, channels[0]]}``, the last stack's
-    output; ``out_channels = {2: channels[0]}`` (256 for Hourglass-104).
+    output; ``out_channels = {2: channels[0]}`` (256 for Hourglass-104). With
+    ``initial_downsample=False`` the input has ``in_channels`` channels and the outputs keep
+    its H x W (``out_channels = {0: channels[0]}``; DeepMAC's mask network).
 
     :meth:`stack_outputs` returns every stack's output (TF's CenterNet applies its heads to each
     of them in training and averages the losses; it predicts from the last). The intermediate
@@ -141,15 +167,17 @@ class Hourglass(nnx.Module):
     """
 
     def __init__(self, spec: HourglassSpec, *, batch_norm: BatchNormParams, dtype=None,
-                 rngs: nnx.Rngs):
+                 in_channels: int = 3, initial_downsample: bool = True, rngs: nnx.Rngs):
         if len(spec.channels) != len(spec.blocks) or len(spec.channels) < 2:
             raise ValueError(f"an hourglass needs as many channels as blocks (>= 2), got "
                              f"{spec.channels} and {spec.blocks}")
         kw = {"bn": batch_norm, "dtype": dtype, "rngs": rngs}
         width = spec.channels[0]
         self.spec = spec
-        self.stem = ConvBlock(3, spec.stem_channels, 7, 2, **kw)
-        self.stem_residual = Residual(spec.stem_channels, width, 2, **kw)
+        stride = 2 if initial_downsample else 1
+        self.stem = ConvBlock(in_channels, spec.stem_channels, 7 if initial_downsample else 3,
+                              stride, **kw)
+        self.stem_residual = Residual(spec.stem_channels, width, stride, force_skip=True, **kw)
         self.hourglasses = nnx.List([EncoderDecoder(spec.channels, spec.blocks, **kw)
                                      for _ in range(spec.num_stacks)])
         self.output_convs = nnx.List([ConvBlock(width, width, 3, **kw)
@@ -160,8 +188,8 @@ class Hourglass(nnx.Module):
         self.inter_outputs = nnx.List([ConvBlock(width, width, 1, relu=False, **kw)
                                        for _ in range(n)])
         self.inter_residuals = nnx.List([Residual(width, width, **kw) for _ in range(n)])
-        self.out_channels = {2: width}
-        self.divisor = 4 * 2 ** (len(spec.channels) - 1)
+        self.out_channels = {2 if initial_downsample else 0: width}
+        self.divisor = stride * stride * 2 ** (len(spec.channels) - 1)
 
     def stack_outputs(self, x: jax.Array) -> list[jax.Array]:
         """Every stack's output, [B, H/4, W/4, channels[0]] each, first stack first."""
@@ -181,4 +209,5 @@ class Hourglass(nnx.Module):
         return outputs
 
     def __call__(self, x: jax.Array) -> dict[int, jax.Array]:
-        return {2: self.stack_outputs(x)[-1]}
+        (level,) = self.out_channels
+        return {level: self.stack_outputs(x)[-1]}

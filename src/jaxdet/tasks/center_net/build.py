@@ -10,7 +10,9 @@ from flax import nnx
 from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
+from jaxdet.core.deepmac import mask_input_channels
 from jaxdet.models import remat
+from jaxdet.tasks.center_net.deepmac import DeepMACHead, MaskNetwork
 from jaxdet.tasks.center_net.keypoints import KeypointTask
 from jaxdet.tasks.center_net.model import CenterNet
 from jaxdet.tasks.center_net.task import CenterNetTask
@@ -20,7 +22,7 @@ REMAT_TARGETS = tuple(t for t in remat.REMAT_TARGETS if t != "head")
 
 def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     """The network: backbone and neck from the shared builders, CenterNet's heads on the
-    ``feature_level`` map."""
+    ``feature_level`` map; with ``mask_head`` DeepMAC's embedding heads and mask network."""
     m = config.model
     dtype = builders.COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
@@ -28,10 +30,19 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     neck = builders.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     keypoint_heads = tuple((len(t.keypoints), t.per_keypoint_offset, t.heatmap_bias_init)
                            for t in m.keypoint_tasks)
+    mh, embeddings, mask_net = m.mask_head, None, None
+    if mh is not None:
+        embeddings = (mh.dim, mh.pixel_embedding_dim, mh.head_depth)
+        channels = mask_input_channels(mh.pixel_embedding_dim, mh.dim, use_xy=mh.use_xy,
+                                       use_instance_embedding=mh.use_instance_embedding)
+        mask_net = MaskNetwork(mh.network_type, channels, mh.num_init_channels,
+                               batch_norm=builders.batch_norm_params(mh.batch_norm),
+                               dtype=dtype, rngs=rngs)
     model = CenterNet(backbone, neck, level=m.feature_level,
                       channels=neck.out_channels[m.feature_level], num_classes=m.num_classes,
                       head_depth=m.head_depth, heatmap_bias_init=m.heatmap_bias_init,
-                      keypoint_tasks=keypoint_heads, dtype=dtype, rngs=rngs)
+                      keypoint_tasks=keypoint_heads, embeddings=embeddings,
+                      mask_net=mask_net, dtype=dtype, rngs=rngs)
     _set_remat(model, tuple(config.train.remat))
     builders.apply_batch_norm_statistics(model, config)
     return model
@@ -77,11 +88,31 @@ def keypoint_tasks(m: S.CenterNetModelConfig) -> tuple[KeypointTask, ...]:
     return tuple(tasks)
 
 
+def mask_head(config: S.Config) -> DeepMACHead | None:
+    """The configured DeepMAC mask part (None without ``model.mask_head``); refuses a mask
+    head without ``data.load_masks`` and allowed classes outside the model's."""
+    mh = config.model.mask_head
+    if mh is None:
+        return None
+    if not config.data.load_masks:
+        raise ValueError("model.mask_head (DeepMAC) needs data.load_masks: true (the mask "
+                         "loss reads the ground-truth instance masks)")
+    outside = [c for c in mh.allowed_masked_classes if c >= config.model.num_classes]
+    if outside:
+        raise ValueError(f"model.mask_head.allowed_masked_classes: {outside} are not classes "
+                         f"of the model (0-based, below num_classes {config.model.num_classes})")
+    return DeepMACHead(mask_size=mh.mask_size, use_xy=mh.use_xy,
+                       use_instance_embedding=mh.use_instance_embedding,
+                       allowed_classes=tuple(mh.allowed_masked_classes),
+                       task_loss_weight=mh.task_loss_weight)
+
+
 def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
     """The network (:func:`build_center_net`) and its task."""
     m = config.model
     loss, post = m.loss, m.post_processing
     kp_tasks = keypoint_tasks(m)
+    masks = mask_head(config)
     return CenterNetTask(
         model=build_center_net(config, seed=seed), input_size=builders.input_size(config.data),
         stride=2**m.feature_level, num_classes=m.num_classes,
@@ -91,12 +122,13 @@ def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
         offset_weight=loss.offset_weight, peak_kernel=post.peak_kernel,
         compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
         remat_targets=REMAT_TARGETS,
-        keypoint_tasks=kp_tasks, num_keypoints=sum(t.num_keypoints for t in kp_tasks))
+        keypoint_tasks=kp_tasks, num_keypoints=sum(t.num_keypoints for t in kp_tasks),
+        mask_head=masks, mask_shape=builders.mask_shape(config) if masks else None)
 
 
 def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
-    """The network (backbone, FPN, level, heads, classes, the keypoint tasks' heads) and the
-    input size."""
+    """The network (backbone, FPN, level, heads, classes, the keypoint tasks' heads, the mask
+    head's network) and the input size."""
     dumped = fingerprint_dump(config.model)
     keep = ("type", "num_classes", "backbone", "neck", "feature_level", "head_depth")
     fields = {"model": {k: dumped[k] for k in keep},
@@ -106,6 +138,10 @@ def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
             {"name": t.name, "keypoints": list(t.keypoints),
              "per_keypoint_offset": t.per_keypoint_offset}
             for t in config.model.keypoint_tasks]
+    if config.model.mask_head is not None:  # what shapes the embedding heads and mask network
+        fields["model"]["mask_head"] = {k: dumped["mask_head"][k] for k in (
+            "dim", "pixel_embedding_dim", "use_xy", "use_instance_embedding", "network_type",
+            "num_init_channels", "head_depth")}
     return fields
 
 
@@ -134,12 +170,24 @@ def center_net_summary(config: S.Config, **_: Any) -> dict:
     keypoint_heads = sum(count(h.keypoint_heads) for h in head_sets
                          if hasattr(h, "keypoint_heads"))
     extractor = count(model.backbone) + (count(model.neck) if model.neck is not None else 0)
+    mask_net = count(model.mask_net) if hasattr(model, "mask_net") else 0
+    parameters = {"backbone": count(model.backbone), "neck": count(model.neck),
+                  "heads": count(model) - extractor - mask_net, "head_sets": len(head_sets),
+                  "keypoint_heads": keypoint_heads, "total": count(model)}
+    deepmac = {}
+    if mask_net:
+        parameters["embedding_heads"] = sum(count(h.instance_embedding)
+                                            + count(h.pixel_embedding) for h in head_sets)
+        parameters["mask_net"] = mask_net
+        mh = config.model.mask_head
+        size, channels = mh.mask_size, model.mask_net.net.stem.conv.in_features
+        box = jax.ShapeDtypeStruct((1, size, size, channels), images.dtype)
+        deepmac = {"mask_head": {"network_type": mh.network_type, "mask_size": size,
+                                 "input_channels": channels,
+                                 "multiply_adds_per_box": module_macs(model.mask_net, box)}}
     return {
         "name": config.name, "type": "center_net", "input_size": [height, width],
-        "num_classes": c,
-        "parameters": {"backbone": count(model.backbone), "neck": count(model.neck),
-                       "heads": count(model) - extractor, "head_sets": len(head_sets),
-                       "keypoint_heads": keypoint_heads, "total": count(model)},
+        "num_classes": c, "parameters": parameters, **deepmac,
         "multiply_adds": {"total": total_macs, "components": {
             "backbone": backbone_macs, "neck": neck_macs,
             "heads": total_macs - backbone_macs - neck_macs}},
@@ -158,6 +206,8 @@ def format_center_net_summary(d: dict) -> str:
     kp = (f", of which keypoint heads {p['keypoint_heads']:,}" if tasks else "")
     if p.get("head_sets", 1) > 1:
         kp += f"; one set of heads on each of the {p['head_sets']} stacks"
+    if "mask_net" in p:
+        kp += f"; mask network {p['mask_net']:,}"
     lines = [
         f"{d['name'] or 'config'}: CenterNet, {d['num_classes']} classes, input "
         f"{d['input_size'][0]}x{d['input_size'][1]}",
@@ -173,4 +223,11 @@ def format_center_net_summary(d: dict) -> str:
     for t in tasks:
         lines.append(f"keypoint task {t['name']!r}: {t['keypoints']} keypoints of class "
                      f"{t['class_name']!r}")
+    if "mask_head" in d:
+        mh = d["mask_head"]
+        lines.append(f"DeepMAC masks: embedding heads {p['embedding_heads']:,} (in the heads), "
+                     f"mask network {mh['network_type']} on "
+                     f"{mh['mask_size']}x{mh['mask_size']}x{mh['input_channels']} per box "
+                     f"({mh['multiply_adds_per_box'] / 1e9:.2f} G multiply-adds); one "
+                     f"{mh['mask_size']}x{mh['mask_size']} mask per detection")
     return "\n".join(lines)

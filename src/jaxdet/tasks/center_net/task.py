@@ -8,6 +8,12 @@ each object's center pixel, each divided by the number of objects in the batch (
 weighted (``heatmap_weight``, ``size_weight`` 0.1, ``offset_weight`` 1). Keypoint tasks
 (``tasks.center_net.keypoints``) add their heatmap, offset and regression losses, each divided
 by its own count as TF divides it, and group their keypoints to the detected objects.
+
+DeepMAC (``mask_head``, ``tasks.center_net.deepmac``): the mask network on every output's
+embeddings at the ground-truth boxes, against their masks cropped from the batch's ``masks``;
+the mask loss (per-pixel mean sigmoid cross-entropy per box, over the boxes of the allowed
+classes, divided by their count, averaged over the outputs) times ``task_loss_weight`` joins
+the total. Predict adds each detection's mask from the last output.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from jaxdet.tasks.base import (
     box_batch_layout,
     evaluate_boxes,
     model_graphdefs,
-    run_model,
 )
+from jaxdet.tasks.center_net.deepmac import DeepMACHead
 from jaxdet.tasks.center_net.keypoints import KeypointTask
 
 PyTree = Any
@@ -47,6 +53,8 @@ class CenterNetTask(ModelTask):
       max_detections: K, the peaks kept per image (TF ``max_box_predictions``).
       keypoint_tasks: the keypoint tasks, their slots laid end to end over
         ``num_keypoints`` slots (empty: boxes only).
+      mask_head: DeepMAC's mask part (None: no masks); mask_shape: (Hm, Wm) of the batch's
+        ``masks`` (the input size // ``data.mask_stride``), with ``mask_head``.
     """
 
     model: nnx.Module
@@ -67,6 +75,8 @@ class CenterNetTask(ModelTask):
     remat_targets: tuple[str, ...] = ()
     keypoint_tasks: tuple[KeypointTask, ...] = ()
     num_keypoints: int = 0
+    mask_head: DeepMACHead | None = None
+    mask_shape: tuple[int, int] | None = None
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -81,21 +91,31 @@ class CenterNetTask(ModelTask):
 
     def batch_layout(self) -> BatchLayout:
         """As the SSD family's (``tasks.base.box_batch_layout``), plus with keypoint tasks
-        ``keypoints`` f32[N, K, 2] (normalized y, x) and ``keypoint_visibility`` i32[N, K]."""
+        ``keypoints`` f32[N, K, 2] (normalized y, x) and ``keypoint_visibility`` i32[N, K];
+        with a mask head ``masks`` u8[N, Hm, Wm]."""
         layout = box_batch_layout(self.input_size, self.max_boxes)
         if self.keypoint_tasks:
             n, k = self.max_boxes, self.num_keypoints
             layout["keypoints"] = BatchField((n, k, 2), jnp.float32)
             layout["keypoint_visibility"] = BatchField((n, k), jnp.int32)
+        if self.mask_head is not None:
+            layout["masks"] = BatchField((self.max_boxes, *self.mask_shape), jnp.uint8)
         return layout
 
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
-              rng: jax.Array | None = None) -> tuple[dict, PyTree]:
-        """The head outputs (f32 [B, h, w, C] / [B, h, w, 2] / [B, h, w, 2], and per keypoint
-        task under ``"keypoints"`` its heatmap / offset / regression maps) and the new
-        batch_stats."""
-        outputs, new_stats = run_model(self._graphdefs, params, batch_stats,
-                                       images.astype(self.compute_dtype), train=train, rng=rng)
+              rng: jax.Array | None = None,
+              mask_boxes: jax.Array | None = None) -> tuple[dict, PyTree]:
+        """The head outputs (f32 [B, h, w, C] / [B, h, w, 2] / [B, h, w, 2], per keypoint
+        task under ``"keypoints"`` its heatmap / offset / regression maps, DeepMAC's
+        embeddings) and the new batch_stats. With ``mask_boxes`` [B, N, 4] (normalized;
+        DeepMAC) every output also holds ``"mask_logits"`` [B, N, S, S] of those boxes."""
+        model = nnx.merge(self._graphdefs["train" if train else "eval"], params, batch_stats)
+        rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
+        outputs = model(images.astype(self.compute_dtype), rngs=rngs)
+        if mask_boxes is not None:
+            for out in [*outputs.get("intermediate", ()), outputs]:
+                out["mask_logits"] = self.mask_head.logits(model.mask_net, out, mask_boxes)
+        new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
         return jax.tree.map(lambda v: v.astype(jnp.float32), outputs), new_stats
 
     # ----------------------------------------------------------------- targets and loss
@@ -117,27 +137,36 @@ class CenterNetTask(ModelTask):
         if self.keypoint_tasks:
             prepared["keypoints"] = [t.targets(batch, self.output_size)
                                      for t in self.keypoint_tasks]
+        if self.mask_head is not None:
+            prepared["masks"] = self.mask_head.targets(batch)
         return prepared
 
     def loss_normalizer(self, prepared: dict) -> jax.Array | dict:
-        """max(1, the batch's number of objects); with keypoint tasks a dict of it
-        (``"objects"``) and of each task's own normalizers (``"keypoints"``)."""
+        """max(1, the batch's number of objects); with keypoint tasks or a mask head a dict
+        of it (``"objects"``), of each keypoint task's own normalizers (``"keypoints"``) and
+        of the number of boxes whose masks count (``"masks"``)."""
         objects = jnp.maximum(jnp.sum(prepared["weight"]), 1.0)
-        if not self.keypoint_tasks:
+        if not self.keypoint_tasks and self.mask_head is None:
             return objects
-        return {"objects": objects,
-                "keypoints": [KeypointTask.normalizers(t) for t in prepared["keypoints"]]}
+        norm = {"objects": objects}
+        if self.keypoint_tasks:
+            norm["keypoints"] = [KeypointTask.normalizers(t) for t in prepared["keypoints"]]
+        if self.mask_head is not None:
+            norm["masks"] = DeepMACHead.normalizer(prepared["masks"])
+        return norm
 
     def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
              rng: jax.Array | None = None, *, prepared: dict | None = None,
              normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
-        """(total, ({heatmap_loss, size_loss, offset_loss, num_objects, and per keypoint task
-        ``<task>/keypoint_{heatmap,offset,regression}_loss``}, new batch_stats)). A model
-        with heads on several outputs (stacked hourglasses) averages each loss over them, as
-        the TF OD API does."""
+        """(total, ({heatmap_loss, size_loss, offset_loss, num_objects, per keypoint task
+        ``<task>/keypoint_{heatmap,offset,regression}_loss``, with a mask head mask_loss and
+        num_masks}, new batch_stats)). A model with heads on several outputs (stacked
+        hourglasses) averages each loss over them, as the TF OD API does."""
         targets = self.prepare(batch) if prepared is None else prepared
         norm = self.loss_normalizer(targets) if normalizer is None else normalizer
-        out, new_stats = self.apply(params, batch_stats, batch["images"], train=True, rng=rng)
+        out, new_stats = self.apply(
+            params, batch_stats, batch["images"], train=True, rng=rng,
+            mask_boxes=batch["boxes"] if self.mask_head is not None else None)
         outputs = [*out.get("intermediate", ()), out]
         per_output = [self._output_losses(o, targets, norm) for o in outputs]
         parts = {k: sum(p[k] for p in per_output) / len(outputs) for k in per_output[0]}
@@ -147,12 +176,15 @@ class CenterNetTask(ModelTask):
         for task in self.keypoint_tasks:
             for name in ("heatmap", "offset", "regression"):
                 total = total + parts[f"{task.name}/keypoint_{name}_loss"]
+        if self.mask_head is not None:
+            total = total + self.mask_head.task_loss_weight * parts["mask_loss"]
+            parts["num_masks"] = jnp.sum(targets["masks"]["weights"])
         parts["num_objects"] = jnp.sum(targets["weight"])
         return total, (parts, new_stats)
 
     def _output_losses(self, out: dict, targets: dict, norm: jax.Array | dict) -> dict:
         """The unweighted box losses and the weighted keypoint losses of one output's heads."""
-        n = norm["objects"] if self.keypoint_tasks else norm
+        n = norm["objects"] if isinstance(norm, dict) else norm
         heat = jnp.sum(cn.penalty_reduced_focal_loss(out["heatmap"], targets["heatmap"],
                                                      alpha=self.alpha, beta=self.beta)) / n
         take = jax.vmap(lambda m, p: m[p[:, 0], p[:, 1]])
@@ -168,6 +200,9 @@ class CenterNetTask(ModelTask):
             losses = task.losses(outputs, t, tn, alpha=self.alpha, beta=self.beta)
             for name, value in losses.items():
                 parts[f"{task.name}/keypoint_{name}_loss"] = value
+        if "mask_logits" in out:
+            parts["mask_loss"] = self.mask_head.loss(out["mask_logits"], targets["masks"],
+                                                     norm["masks"])
         return parts
 
     # ----------------------------------------------------------------- inference
@@ -183,6 +218,9 @@ class CenterNetTask(ModelTask):
         (into its slots); a detection's own keypoints are the slots of its class's group
         (``data.keypoints.KeypointLayout``), the rest are to be ignored.
 
+        With a mask head also ``masks`` [B, D, S, S] float32: each detection's mask
+        probabilities over its box (box-relative, as Mask R-CNN's), from the last output.
+
         As TF's postprocess, the heatmap is multiplied by :func:`true_image_mask` first."""
         out, _ = self.apply(params, batch_stats, images, train=False)
         heatmap = jax.nn.sigmoid(out["heatmap"]) * true_image_mask(out["heatmap"].shape,
@@ -195,6 +233,11 @@ class CenterNetTask(ModelTask):
         boxes = to_original_coordinates(boxes, image_info, self.input_size)
         count = jnp.full((images.shape[0],), self.max_detections, jnp.int32)
         result = {"boxes": boxes, "scores": scores, "classes": classes, "num_detections": count}
+        if self.mask_head is not None:
+            model = nnx.merge(self._graphdefs["eval"], params, batch_stats)
+            normalized = strided / jnp.array([h, w, h, w], jnp.float32)
+            logits = self.mask_head.logits(model.mask_net, out, normalized)
+            result["masks"] = jax.nn.sigmoid(logits.astype(jnp.float32))
         if self.keypoint_tasks:
             b, d = scores.shape
             points = jnp.zeros((b, d, self.num_keypoints, 2), jnp.float32)
