@@ -71,6 +71,7 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     SSDFeatureMapsConfig,
     WeightSharedHeadConfig,
 )
+from jaxdet.config.schema_unet3d import UNet3DModelConfig  # noqa: F401  (re-exported)
 
 log = logging.getLogger("jaxdet.config")
 
@@ -79,8 +80,8 @@ log = logging.getLogger("jaxdet.config")
 
 
 # the model section: one family per ``model.type``
-AnyModelConfig = Annotated[ModelConfig | CenterNetModelConfig | FasterRCNNModelConfig,
-                           Field(discriminator="type")]
+AnyModelConfig = Annotated[ModelConfig | CenterNetModelConfig | FasterRCNNModelConfig
+                           | UNet3DModelConfig, Field(discriminator="type")]
 
 class CocoDataConfig(Strict):
     """A COCO instances JSON file and the folder its ``file_name`` entries are relative to.

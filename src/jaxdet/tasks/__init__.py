@@ -36,6 +36,7 @@ def _families() -> dict[str, TaskFamily]:
     from jaxdet.tasks import ssd
     from jaxdet.tasks.center_net import build as center_net
     from jaxdet.tasks.faster_rcnn import build as faster_rcnn
+    from jaxdet.tasks.unet3d import build as unet3d
 
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
@@ -48,6 +49,8 @@ def _families() -> dict[str, TaskFamily]:
                                   faster_rcnn.faster_rcnn_fingerprint_fields,
                                   faster_rcnn.faster_rcnn_summary,
                                   faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True),
+        "unet3d": TaskFamily(unet3d.build_unet3d_task, unet3d.unet3d_fingerprint_fields,
+                             unet3d.unet3d_summary, unet3d.format_unet3d_summary),
     }
 
 
