@@ -1,0 +1,78 @@
+"""The ``model`` section of ``model.type: unet3d``: the MLPerf 3D U-Net for volumetric
+segmentation (KiTS19 kidney and tumour; re-exported by ``schema.py``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from jaxdet.config.schema_base import Strict
+
+# The MLPerf training reference's widths (image_segmentation, KiTS19): five levels and the
+# bottleneck, which keeps the last width.
+MLPERF_FILTERS = (32, 64, 128, 256, 320, 320)
+
+
+class UNet3DLossConfig(Strict):
+    """The training loss of ``model.type: unet3d``: ``dice_weight`` x softmax Dice loss +
+    ``ce_weight`` x cross-entropy. The Dice loss is 1 - Dice per example and class (sums over
+    the patch's voxels, 1e-6 added to numerator and denominator), averaged over the classes
+    (without the background class unless ``include_background``) and the batch; the
+    cross-entropy is the mean over voxels and batch. MLPerf's loss is ``(dice + ce) / 2``:
+    weights 0.5 and 0.5 give exactly its numbers."""
+
+    dice_weight: float = Field(1.0, ge=0.0)
+    ce_weight: float = Field(1.0, ge=0.0)
+    include_background: bool = False
+
+
+class SlidingWindowConfig(Strict):
+    """Inference over a whole volume: patches of ``model.patch_size`` whose starts are evenly
+    spaced from the first to the last voxel with at least ``overlap`` of a patch shared by
+    neighbours (nnU-Net's positions); each patch's softmax probabilities are weighted by a
+    Gaussian of standard deviation ``sigma_scale`` x the patch size (nnU-Net's 1/8) and the
+    weighted sums divided by the summed weights. ``batch_size`` patches go through the network
+    at once. A volume smaller than the patch is padded with zeros and cropped back."""
+
+    overlap: float = Field(0.5, ge=0.0, lt=1.0)
+    sigma_scale: float = Field(0.125, gt=0.0)
+    batch_size: int = Field(1, ge=1)
+
+
+class UNet3DModelConfig(Strict):
+    """3D U-Net (``model.type: unet3d``), as the MLPerf training reference builds it for
+    KiTS19: one level per entry of ``filters`` (the last one is the bottleneck), each two
+    conv-norm-activation blocks of 3x3x3 convolutions without bias, instance norm with a
+    learned scale and offset (``norm_epsilon``), leaky ReLU (``negative_slope``). Every level
+    below the first begins with a stride-2 3x3x3 convolution; each decoder level begins with
+    a stride-2 2x2x2 transposed convolution (with bias) and concatenates the encoder's map of
+    its level before its two blocks; a 1x1x1 convolution gives ``num_classes`` logits per
+    voxel (the background class included, e.g. 3 for KiTS19: background, kidney, tumour).
+    Inputs are NDHWC with ``in_channels`` channels; training patches are ``patch_size`` (D,
+    H, W) voxels, each divisible by 2 to the power (number of levels - 1)."""
+
+    type: Literal["unet3d"]
+    num_classes: int = Field(ge=2)
+    in_channels: int = Field(1, ge=1)
+    filters: tuple[int, ...] = Field(MLPERF_FILTERS, min_length=2)
+    norm: Literal["instance_norm"] = "instance_norm"
+    norm_epsilon: float = Field(1e-5, gt=0.0)
+    negative_slope: float = Field(0.01, ge=0.0)
+    patch_size: tuple[int, int, int] = (128, 128, 128)
+    loss: UNet3DLossConfig = UNet3DLossConfig()
+    sliding_window: SlidingWindowConfig = SlidingWindowConfig()
+
+    @model_validator(mode="after")
+    def _patch_divides(self) -> UNet3DModelConfig:
+        if min(self.filters) < 1:
+            raise ValueError(f"filters {list(self.filters)}: every level needs >= 1 channel")
+        stride = 2 ** (len(self.filters) - 1)
+        bad = [p for p in self.patch_size if p < 1 or p % stride]
+        if bad:
+            raise ValueError(f"patch_size {list(self.patch_size)}: with {len(self.filters)} "
+                             f"levels every side must be a positive multiple of {stride}")
+        return self
+
+
+__all__ = ["MLPERF_FILTERS", "SlidingWindowConfig", "UNet3DLossConfig", "UNet3DModelConfig"]

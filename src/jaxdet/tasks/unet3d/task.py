@@ -1,0 +1,145 @@
+"""The 3D U-Net segmentation task (``model.type: unet3d``) on the task seam.
+
+Train batch (per example): ``images`` f32[D, H, W, C] (a patch of ``input_size`` voxels,
+depth split over the mesh's ``spatial`` axis) and ``labels`` i32[D, H, W] (class per voxel,
+0 = background). Loss: ``dice_weight`` x soft Dice loss + ``ce_weight`` x cross-entropy
+(``core.segmentation``), both computed per example and summed over the batch, then divided
+by the batch size (:meth:`UNet3DTask.loss_normalizer`): per-example Dice makes the loss a
+sum over examples, so gradient accumulation over micro-batches equals the whole-batch step
+(the model has no BatchNorm, so exactly, up to float summation order).
+
+Inference: :meth:`UNet3DTask.predict` on a batch of patches; :meth:`UNet3DTask.segment_volume`
+over a whole volume by Gaussian-blended sliding windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdet.core import segmentation as seg
+from jaxdet.tasks.base import BatchField, BatchLayout, ModelTask, model_graphdefs
+
+PyTree = Any
+
+
+@dataclass
+class UNet3DTask(ModelTask):
+    """Model + loss + patch and whole-volume predictions of a 3D U-Net.
+
+    Attributes:
+      model: a ``tasks.unet3d.model.UNet3D``.
+      input_size: (D, H, W) of every training patch (also the sliding window's patch).
+      num_classes: K, background included.
+      in_channels: C of the input volumes.
+      dice_weight, ce_weight: weights of the two losses; include_background: whether class 0
+        counts in the Dice loss.
+      overlap, sigma_scale, window_batch_size: the sliding window's (``core.segmentation``).
+    """
+
+    model: nnx.Module
+    input_size: tuple[int, int, int]
+    num_classes: int
+    in_channels: int = 1
+    dice_weight: float = 1.0
+    ce_weight: float = 1.0
+    include_background: bool = False
+    overlap: float = 0.5
+    sigma_scale: float = 0.125
+    window_batch_size: int = 1
+    compute_dtype: Any = jnp.float32
+    seed: int = 0
+    remat_targets: tuple[str, ...] = ()
+    _graphdefs: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._graphdefs.update(model_graphdefs(self.model))
+
+    def max_stride(self) -> int:
+        """2 ** (levels - 1): patch sides (and their spatial shards) must divide by it."""
+        return self.model.max_stride
+
+    def batch_layout(self) -> BatchLayout:
+        """``images`` f32[D, H, W, C] and ``labels`` i32[D, H, W], depth split over the
+        mesh's ``spatial`` axis."""
+        return {
+            "images": BatchField((*self.input_size, self.in_channels), jnp.float32,
+                                 spatial_axis=0),
+            "labels": BatchField(tuple(self.input_size), jnp.int32, spatial_axis=0),
+        }
+
+    def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
+              rng: jax.Array | None = None) -> tuple[jax.Array, PyTree]:
+        """(f32[B, D, H, W, K] logits, batch_stats unchanged: the model has none)."""
+        model = nnx.merge(self._graphdefs["train" if train else "eval"], params, batch_stats)
+        logits = model(images.astype(self.compute_dtype))
+        return logits.astype(jnp.float32), batch_stats
+
+    # ----------------------------------------------------------------- loss
+
+    def prepare(self, batch: dict) -> dict:
+        """``{"examples": f32[B]}`` of ones: the loss needs no targets beyond the labels; the
+        count makes the whole-batch normalizer."""
+        return {"examples": jnp.ones(batch["labels"].shape[:1], jnp.float32)}
+
+    def loss_normalizer(self, prepared: dict) -> jax.Array:
+        """f32[]: the number of examples in the whole batch."""
+        return jnp.sum(prepared["examples"])
+
+    def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
+             rng: jax.Array | None = None, *, prepared: dict | None = None,
+             normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
+        """(total, ({dice_loss, ce_loss}, batch_stats)): each loss summed over the batch's
+        examples and divided by ``normalizer`` (the whole batch's size), total =
+        ``dice_weight * dice_loss + ce_weight * ce_loss``."""
+        if normalizer is None:
+            normalizer = self.loss_normalizer(self.prepare(batch) if prepared is None
+                                              else prepared)
+        logits, new_stats = self.apply(params, batch_stats, batch["images"], train=True,
+                                       rng=rng)
+        labels = batch["labels"]
+        dice = jnp.sum(seg.soft_dice_loss(logits, labels,
+                                          include_background=self.include_background))
+        ce = jnp.sum(seg.cross_entropy_loss(logits, labels))
+        parts = {"dice_loss": dice / normalizer, "ce_loss": ce / normalizer}
+        total = self.dice_weight * parts["dice_loss"] + self.ce_weight * parts["ce_loss"]
+        return total, (parts, new_stats)
+
+    # ----------------------------------------------------------------- inference
+
+    def predict(self, params: PyTree, batch_stats: PyTree, images: jax.Array,
+                image_info: jax.Array | None = None) -> dict:
+        """A batch of patches f32[B, D, H, W, C] (sides divisible by :meth:`max_stride`) ->
+        ``probabilities`` f32[B, D, H, W, K] (softmax) and ``labels`` i32[B, D, H, W]
+        (argmax). ``image_info`` is not used (kept for the seam's signature)."""
+        del image_info
+        logits, _ = self.apply(params, batch_stats, images, train=False)
+        probs = jax.nn.softmax(logits, axis=-1)
+        return {"probabilities": probs, "labels": jnp.argmax(probs, axis=-1).astype(jnp.int32)}
+
+    def segment_volume(self, params: PyTree, batch_stats: PyTree, volume: jax.Array, *,
+                       batch_size: int | None = None) -> jax.Array:
+        """f32[D, H, W, K] blended probabilities of a whole volume [D, H, W, C] (any static
+        size; ``core.segmentation.sliding_window_inference`` with the task's patch, overlap
+        and Gaussian; ``batch_size`` windows at a time, default ``window_batch_size``)."""
+
+        def predict_patch(patches: jax.Array) -> jax.Array:
+            return self.apply(params, batch_stats, patches, train=False)[0]
+
+        return seg.sliding_window_inference(
+            predict_patch, volume, self.input_size, overlap=self.overlap,
+            sigma_scale=self.sigma_scale,
+            batch_size=self.window_batch_size if batch_size is None else batch_size)
+
+    def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
+                 loader_factory: Any, out_dir: Any, **options: Any) -> dict:
+        """Not yet: per-case Dice over a volume data set needs the volume data pipeline."""
+        raise NotImplementedError("unet3d evaluation over a data set (per-class Dice of "
+                                  "whole volumes) is not built yet (issue 21)")
+
+
+__all__ = ["UNet3DTask"]
