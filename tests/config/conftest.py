@@ -1,12 +1,15 @@
-"""Shared helper for tests/config: one train step of a converted zoo config."""
+"""Shared helpers for tests/config: one train step of a converted zoo config; a
+CenterNet's BatchNorm statistics count."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jaxdet import builders
+from jaxdet.tasks.center_net import build as center_net_build
 from jaxdet.train.step import init_train_state
 
 
@@ -24,3 +27,9 @@ def train_one_step(config, task, batch: dict) -> dict:
     assert moved > 0.9 * sum(a.size for a in before)
     assert np.isfinite(float(metrics["loss"])) and float(metrics["loss"]) > 0
     return metrics
+
+
+def center_net_batch_stats(config) -> int:
+    """How many BatchNorm statistics the CenterNet of ``config`` holds (an abstract build)."""
+    model = nnx.eval_shape(lambda: center_net_build.build_center_net(config, seed=0))
+    return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))

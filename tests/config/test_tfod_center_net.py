@@ -22,7 +22,7 @@ from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS
 from jaxdet.data.label_map import format_label_map
 from jaxdet.tasks.center_net import build as center_net_build
 
-from .conftest import train_one_step
+from .conftest import center_net_batch_stats, train_one_step
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
 needs_shared = pytest.mark.skipif(not TFOD_CONFIGS.is_dir(), reason="../shared absent")
@@ -432,9 +432,6 @@ def _summary(config) -> dict:
     return tasks.family(config).summary(config)
 
 
-def _batch_stats(config) -> int:
-    model = nnx.eval_shape(lambda: center_net_build.build_center_net(config, seed=0))
-    return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
 
 
 @needs_shared
@@ -450,7 +447,7 @@ def test_parameter_counts_equal_tf(name):
     assert p["backbone"] + p["neck"] == extractor - unused_trainable
     assert p["total"] - p["backbone"] - p["neck"] == heads
     if name in (HG_512, R50_V1_KPTS, R101):  # the batch statistics: once per extractor
-        stats = _batch_stats(_load(name))
+        stats = center_net_batch_stats(_load(name))
         assert p["total"] + stats == total - unused_total
 
 

@@ -21,7 +21,7 @@ from jaxdet.config.tfod import TfodConfigError, load_pipeline_config
 from jaxdet.config.tfod_deepmac import DEFAULT_ONLY
 from jaxdet.tasks.center_net import build as center_net_build
 
-from .conftest import train_one_step
+from .conftest import center_net_batch_stats, train_one_step
 from .test_tfod_center_net import _fill
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
@@ -80,9 +80,6 @@ def _summary(config) -> dict:
     return tasks.family(config).summary(config)
 
 
-def _batch_stats(config) -> int:
-    model = nnx.eval_shape(lambda: center_net_build.build_center_net(config, seed=0))
-    return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
 
 
 @needs_shared
@@ -104,7 +101,7 @@ def test_parameter_counts_equal_tf_part_by_part(name):
     assert p["head_sets"] == tf["head_sets"] == 2
     assert summary["mask_head"]["input_channels"] == 2 + 16 + 32
     assert tf["embedding_kernels"]["PIXEL_EMBEDDING"][0][:2] == [1, 3]  # TF's 1x3 hidden conv
-    assert p["total"] + _batch_stats(_load(name)) == tf["all"]
+    assert p["total"] + center_net_batch_stats(_load(name)) == tf["all"]
 
 
 @needs_shared

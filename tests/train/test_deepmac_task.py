@@ -24,6 +24,8 @@ from jaxdet.summary import abstract_call
 from jaxdet.tasks.center_net.deepmac import MaskNetwork
 from jaxdet.train.step import init_train_state, make_train_step
 
+from .conftest import masked_box_batch
+
 MAX_BOXES = 4
 OVERRIDES = ["data.resizer.height=64", "data.resizer.width=64",
              f"data.max_number_of_boxes={MAX_BOXES}", "model.neck.depth=16",
@@ -39,23 +41,10 @@ def _config(*extra: str):
 def _batch(task, counts, seed=0) -> dict:
     """Random boxes of classes 0, 1, 2, ... whose masks fill the box's top half (on the
     stride-2 mask grid)."""
-    rng = np.random.default_rng(seed)
-    b, (h, w) = len(counts), task.input_size
-    hm, wm = task.mask_shape
-    boxes = np.zeros((b, MAX_BOXES, 4), np.float32)
-    valid = np.zeros((b, MAX_BOXES), bool)
-    masks = np.zeros((b, MAX_BOXES, hm, wm), np.uint8)
-    for i, n in enumerate(counts):
-        tl = rng.uniform(0.0, 0.5, (n, 2))
-        boxes[i, :n] = np.concatenate([tl, tl + rng.uniform(0.2, 0.5, (n, 2))], 1)
-        valid[i, :n] = True
-        for j in range(n):
-            y0, x0, y1, x1 = (boxes[i, j] * [hm, wm, hm, wm]).astype(int)
-            masks[i, j, y0:(y0 + y1) // 2, x0:x1] = 1
-    classes = np.tile(np.arange(MAX_BOXES, dtype=np.int32) % 3, (b, 1))
-    return {"images": rng.normal(size=(b, h, w, 3)).astype(np.float32), "boxes": boxes,
-            "classes": classes, "valid": valid, "ignore": np.zeros((b, MAX_BOXES), bool),
-            "masks": masks}
+    batch = masked_box_batch(task, counts, MAX_BOXES, seed=seed, top_half=True)
+    del batch["rng"]
+    batch["classes"] = np.tile(np.arange(MAX_BOXES, dtype=np.int32) % 3, (len(counts), 1))
+    return batch
 
 
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():

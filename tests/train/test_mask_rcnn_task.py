@@ -15,6 +15,8 @@ from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
 from jaxdet.train.step import init_train_state, make_train_step
 
+from .conftest import masked_box_batch
+
 MAX_BOXES = 4
 OVERRIDES = ["data.resizer.height=64", "data.resizer.width=64",
              f"data.max_number_of_boxes={MAX_BOXES}", "model.first_stage_box_predictor_depth=16",
@@ -31,23 +33,12 @@ def _config(*extra: str):
 
 def _batch(task, counts, seed=0) -> dict:
     """Random boxes whose masks fill each box (on the stride-2 mask grid)."""
-    rng = np.random.default_rng(seed)
+    batch = masked_box_batch(task, counts, MAX_BOXES, seed=seed)
     b, (h, w) = len(counts), task.input_size
-    hm, wm = task.mask_shape
-    boxes = np.zeros((b, MAX_BOXES, 4), np.float32)
-    valid = np.zeros((b, MAX_BOXES), bool)
-    masks = np.zeros((b, MAX_BOXES, hm, wm), np.uint8)
-    for i, n in enumerate(counts):
-        tl = rng.uniform(0.0, 0.5, (n, 2))
-        boxes[i, :n] = np.concatenate([tl, tl + rng.uniform(0.2, 0.5, (n, 2))], 1)
-        valid[i, :n] = True
-        for j in range(n):
-            y0, x0, y1, x1 = (boxes[i, j] * [hm, wm, hm, wm]).astype(int)
-            masks[i, j, y0:y1, x0:x1] = 1
-    return {"images": rng.normal(size=(b, h, w, 3)).astype(np.float32), "boxes": boxes,
-            "classes": rng.integers(0, task.num_classes, (b, MAX_BOXES)).astype(np.int32),
-            "valid": valid, "ignore": np.zeros((b, MAX_BOXES), bool), "masks": masks,
-            "image_info": np.tile(np.array([[h, w, h, w - 16]], np.float32), (b, 1))}
+    batch["classes"] = batch.pop("rng").integers(0, task.num_classes,
+                                                 (b, MAX_BOXES)).astype(np.int32)
+    batch["image_info"] = np.tile(np.array([[h, w, h, w - 16]], np.float32), (b, 1))
+    return batch
 
 
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
