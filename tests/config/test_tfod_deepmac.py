@@ -1,8 +1,8 @@
 """pipeline.config -> jaxdet for DeepMAC (the TF OD API's CenterNet with a mask head): the 4
 zoo DeepMAC configs convert (``model.mask_head``, masks loaded and scored), build with TF's
 parameter counts part by part (tests/config/fixtures/tf_deepmac_counts.json, written by
-count_tf_deepmac_models.py in the TF peer) and train a step (the 512x512 one by default, the
-1024x1024 ones under ``-m exhaustive``); every DeepMAC field jaxdet lacks is refused at a
+count_tf_deepmac_models.py in the TF peer) and train a step (under ``-m exhaustive``: about a
+minute each, most of it compiling); every DeepMAC field jaxdet lacks is refused at a
 non-default value with one line naming it."""
 
 from __future__ import annotations
@@ -166,6 +166,7 @@ def _train_one_step(name: str, monkeypatch) -> dict:
 
 @needs_shared
 @pytest.mark.slow
+@pytest.mark.exhaustive  # ~1 min, most of it compiling Hourglass-104 + the mask network
 def test_the_512_config_trains_a_step(monkeypatch):
     """Hourglass-104 + Hourglass-52 mask network, both stacks' embeddings through the mask
     network (~2 min on 2 busy CPU cores, most of it compiling); of its two boxes only the
