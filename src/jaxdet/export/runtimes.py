@@ -71,23 +71,27 @@ def predict_as_signature(det: dict, size: tuple[int, int], class_ids: np.ndarray
     return out
 
 
+def _gaps(got: Outputs, want: Outputs, i: int, d: int, free: list[int]) -> dict[int, dict]:
+    """For expected detection ``d`` of image ``i``: each unused detection ``j`` in ``free`` of
+    the same class -> {output: largest absolute difference} (classes and counts left out)."""
+    keys = [k for k in want if k not in ("num_detections", "detection_classes")]
+    return {j: {k: float(np.max(np.abs(np.asarray(got[k][i, j]) - want[k][i, d])))
+                for k in keys}
+            for j in free if got["detection_classes"][i, j] == want["detection_classes"][i, d]}
+
+
 def _match(got: Outputs, want: Outputs, i: int) -> tuple[bool, dict[str, float]]:
     """Pairs image ``i``'s detections one to one: each expected one with the closest unused
     detection of the same class (runtimes may order detections of equal score differently).
     Returns (every expected detection found a partner, {output: largest difference})."""
-    n = int(want["num_detections"][i])
-    keys = [k for k in want if k not in ("num_detections", "detection_classes")]
     free = list(range(int(got["num_detections"][i])))
     worst: dict[str, float] = {}
-    for d in range(n):
-        same = [j for j in free
-                if got["detection_classes"][i, j] == want["detection_classes"][i, d]]
-        if not same:
+    for d in range(int(want["num_detections"][i])):
+        gaps = _gaps(got, want, i, d, free)
+        if not gaps:
             return False, worst
-        gaps = [{k: float(np.max(np.abs(np.asarray(got[k][i, j]) - want[k][i, d])))
-                 for k in keys} for j in same]
-        best = min(range(len(same)), key=lambda m: max(gaps[m].values()))
-        free.remove(same[best])
+        best = min(gaps, key=lambda j: max(gaps[j].values()))
+        free.remove(best)
         for k, v in gaps[best].items():
             worst[k] = max(worst.get(k, 0.0), v)
     return True, worst
@@ -113,14 +117,11 @@ def _pair_within(got: Outputs, want: Outputs, i: int, atol: float) -> tuple[list
     """Image ``i``'s detections paired one to one where they agree: same class and every
     other output within ``atol``, the closest such partner taken. Returns (unpaired expected
     indices, unpaired ``got`` indices, largest difference over the pairs)."""
-    keys = [k for k in want if k not in ("num_detections", "detection_classes")]
     free = list(range(int(got["num_detections"][i])))
     missing, worst = [], 0.0
     for d in range(int(want["num_detections"][i])):
-        gaps = {j: max(float(np.max(np.abs(np.asarray(got[k][i, j]) - want[k][i, d])))
-                       for k in keys)
-                for j in free if got["detection_classes"][i, j] == want["detection_classes"][i, d]}
-        close = {j: g for j, g in gaps.items() if g <= atol}
+        close = {j: max(g.values()) for j, g in _gaps(got, want, i, d, free).items()}
+        close = {j: g for j, g in close.items() if g <= atol}
         if not close:
             missing.append(d)
             continue

@@ -10,6 +10,7 @@ model) lives in its own folder under ``tasks/`` and adds one registry line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,13 +74,18 @@ def model_variables(model: nnx.Module) -> tuple[PyTree, PyTree]:
 
 
 def run_model(graphdefs: dict, params: PyTree, batch_stats: PyTree, inputs: jax.Array, *,
-              train: bool, rng: jax.Array | None = None) -> tuple[Any, PyTree]:
+              train: bool, rng: jax.Array | None = None,
+              then: Callable[[nnx.Module, Any], None] | None = None) -> tuple[Any, PyTree]:
     """Call the module that ``graphdefs`` (:func:`model_graphdefs`) and the variables make on
     ``inputs``: ``(outputs, new batch_stats)`` (in eval mode the statistics are returned as
-    given). ``rng`` feeds stochastic layers in training (``nnx.Rngs(dropout=rng)``)."""
+    given). ``rng`` feeds stochastic layers in training (``nnx.Rngs(dropout=rng)``).
+    ``then(model, outputs)``, if given, runs more of the model (e.g. DeepMAC's mask network
+    on given boxes) before the statistics are collected; it may add to ``outputs``."""
     model = nnx.merge(graphdefs["train" if train else "eval"], params, batch_stats)
     rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
     outputs = model(inputs, rngs=rngs)
+    if then is not None:
+        then(model, outputs)
     new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
     return outputs, new_stats
 

@@ -34,6 +34,7 @@ from jaxdet.tasks.base import (
     box_batch_layout,
     evaluate_boxes,
     model_graphdefs,
+    run_model,
 )
 from jaxdet.tasks.center_net.deepmac import DeepMACHead
 from jaxdet.tasks.center_net.keypoints import KeypointTask
@@ -109,13 +110,13 @@ class CenterNetTask(ModelTask):
         task under ``"keypoints"`` its heatmap / offset / regression maps, DeepMAC's
         embeddings) and the new batch_stats. With ``mask_boxes`` [B, N, 4] (normalized;
         DeepMAC) every output also holds ``"mask_logits"`` [B, N, S, S] of those boxes."""
-        model = nnx.merge(self._graphdefs["train" if train else "eval"], params, batch_stats)
-        rngs = nnx.Rngs(dropout=rng) if (train and rng is not None) else None
-        outputs = model(images.astype(self.compute_dtype), rngs=rngs)
-        if mask_boxes is not None:
+        def mask_logits(model: nnx.Module, outputs: dict) -> None:
             for out in [*outputs.get("intermediate", ()), outputs]:
                 out["mask_logits"] = self.mask_head.logits(model.mask_net, out, mask_boxes)
-        new_stats = nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)) if train else batch_stats
+
+        outputs, new_stats = run_model(self._graphdefs, params, batch_stats,
+                                       images.astype(self.compute_dtype), train=train, rng=rng,
+                                       then=None if mask_boxes is None else mask_logits)
         return jax.tree.map(lambda v: v.astype(jnp.float32), outputs), new_stats
 
     # ----------------------------------------------------------------- targets and loss
