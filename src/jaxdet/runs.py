@@ -115,13 +115,10 @@ def _check_fingerprint(checkpointer: Checkpointer, step: int, expected: str, wor
 def _build_source(config: Config, workdir: Path, split: str):
     """The ``data.<split>`` source. With several processes, process 0 builds it first (so
     generated data is written once to a shared workdir) and the others wait for it."""
-    cfg = getattr(config.data, split)
+    pipeline = tasks.family(config).data()
 
     def build():
-        return builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
-                                     field=f"data.{split}",
-                                     keypoints=builders.keypoint_specs(config),
-                                     masks=builders.load_masks(config))
+        return pipeline.build_source(config, workdir, split)
 
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -132,12 +129,11 @@ def _build_source(config: Config, workdir: Path, split: str):
     return build()
 
 
-def _log_dataset(source, title: str) -> None:
-    """One INFO summary of a dataset (images, boxes, crowd, per class, sizes) on process 0."""
+def _log_dataset(config: Config, source, title: str) -> None:
+    """One INFO summary of a dataset (images, boxes, crowd, per class, sizes; or volumes) on
+    process 0."""
     if jax.process_index() == 0:
-        from jaxdet.data.stats import dataset_stats, format_dataset_stats
-
-        log.info("%s", format_dataset_stats(dataset_stats(source), title))
+        log.info("%s", tasks.family(config).data().describe(source, title))
 
 
 def _eval_params(config: Config, state: dict):
@@ -239,8 +235,9 @@ def train(
         evaluating = evaluating and not final_eval_done
     source = _build_source(config, workdir, "train")
     if not complete:
-        _log_dataset(source, "data.train")
-    batches = builders.build_train_loader(config, source, layout=task.batch_layout())
+        _log_dataset(config, source, "data.train")
+    batches = tasks.family(config).data().build_train_loader(config, source,
+                                                             layout=task.batch_layout())
 
     if start is None:
         if init is not None:
@@ -264,7 +261,7 @@ def train(
     if evaluating:
         eval_ctx = EvalContext.build(config, task, workdir, mesh)
         if not complete:
-            _log_dataset(eval_ctx.source, "data.eval")
+            _log_dataset(config, eval_ctx.source, "data.eval")
 
         def run_eval(step: int, st: dict) -> None:
             if jax.process_index() != 0:

@@ -133,6 +133,10 @@ def test_shipped_config_loads_and_runs_on_generated_data(name):
     config = load_config(name)
     assert config.name == name
     assert config.description and "\n" not in config.description
+    assert type(config).model_validate(yaml.safe_load(dump_config(config))) == config
+    if config.data.type == "volumes":
+        _check_volume_data(config)
+        return
     # out of the box: generated shapes at the model's input size
     size = input_size(config.data)
     for split, seed in ((config.data.train, 0), (config.data.eval, 1)):
@@ -142,6 +146,18 @@ def test_shipped_config_loads_and_runs_on_generated_data(name):
     assert config.data.train.output_dir != config.data.eval.output_dir
     # dumping and reloading gives the same config
     assert type(config).model_validate(yaml.safe_load(dump_config(config))) == config
+
+
+def _check_volume_data(config):
+    """A 3D U-Net config: generated volumes (held-out eval volumes of another seed), or a
+    real dataset's listing on both splits (unet3d_kits19)."""
+    train, eval_ = config.data.train, config.data.eval
+    assert train.type == eval_.type
+    if train.type == "generated_volumes":
+        assert train.seed != eval_.seed
+        assert all(s >= p for s, p in zip(train.shape, config.model.patch_size, strict=True))
+    else:
+        assert train.split != eval_.split
 
 
 def test_every_tf_port_is_shipped():

@@ -25,7 +25,7 @@ RAW = {
     "name": "tiny_unet3d",
     "model": {"type": "unet3d", "num_classes": 3, "filters": [4, 8, 16],
               "patch_size": [PATCH, PATCH, PATCH]},
-    "data": {"resizer": {"name": "fixed_shape", "height": PATCH, "width": PATCH}},
+    "data": {"train": {"type": "generated_volumes", "shape": [PATCH, PATCH, PATCH]}},
     "train": {"batch_size": 2, "num_steps": 30, "optimizer": {"name": "adam"},
               "learning_rate": {"name": "constant", "learning_rate": 0.03}},
     "parallel": {"data": 1},
@@ -176,7 +176,10 @@ def test_evaluate_scores_whole_volumes_with_per_class_dice(tmp_path):
         cases.append(np.asarray(dice_scores(pred[None], jnp.asarray(label)[None], 3))[0])
     cases = np.stack(cases)
     assert metrics["num_cases"] == 2
-    np.testing.assert_allclose([metrics["dice/1"], metrics["dice/2"]], cases.mean(0),
+    np.testing.assert_allclose([metrics["dice/class_1"], metrics["dice/class_2"]],
+                               cases.mean(0), rtol=1e-6)
+    assert [c["name"] for c in metrics["per_case"]] == ["volume_0", "volume_1"]
+    np.testing.assert_allclose(list(metrics["per_case"][1]["dice"].values()), cases[1],
                                rtol=1e-6)
     np.testing.assert_allclose(metrics["mean_dice"], cases.mean(1).mean(), rtol=1e-6)
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
@@ -189,4 +192,4 @@ def test_evaluate_scores_whole_volumes_with_per_class_dice(tmp_path):
     labelled = [(label[..., None].astype(np.float32), label)
                 for label in (source[0][1], source[1][1])]
     perfect = task.evaluate(None, params, stats, labelled)
-    assert perfect["mean_dice"] == perfect["dice/1"] == perfect["dice/2"] == 1.0
+    assert perfect["mean_dice"] == perfect["dice/class_1"] == perfect["dice/class_2"] == 1.0

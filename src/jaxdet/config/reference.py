@@ -120,6 +120,12 @@ def shipped_configs_table() -> str:
     for name in shipped_config_names():
         c = load_config(name)
         m = c.model
+        if m.type == "unet3d":
+            rows.append(f"| `{name}` | {c.description} | {'x'.join(map(str, m.patch_size))} "
+                        f"patches | 3D U-Net {'-'.join(map(str, m.filters))} | - | "
+                        f"{m.num_classes} classes per voxel | "
+                        f"{c.train.batch_size} x {c.train.num_steps} |")
+            continue
         h, w = input_size(c.data)
         backbone = m.backbone.name + (
             f" x{m.backbone.depth_multiplier:g}" if m.backbone.depth_multiplier != 1 else ""

@@ -72,6 +72,12 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     WeightSharedHeadConfig,
 )
 from jaxdet.config.schema_unet3d import UNet3DModelConfig  # noqa: F401  (re-exported)
+from jaxdet.config.schema_volumes import (  # noqa: F401  (re-exported)
+    GeneratedVolumesDataConfig,
+    VolumeAugmentConfig,
+    VolumeDataConfig,
+    VolumeListDataConfig,
+)
 
 log = logging.getLogger("jaxdet.config")
 
@@ -188,8 +194,11 @@ class DataConfig(Strict):
     [B, max_number_of_boxes, H // mask_stride, W // mask_stride] (H x W: the input size),
     all 0 past the valid boxes. ``mask_stride``: how much coarser than the input the masks
     are kept; memory per image is max_number_of_boxes x (H / s) x (W / s) bytes, e.g. 100
-    boxes at a 1024 x 1024 input: 6.6 MB at stride 4, 105 MB at stride 1."""
+    boxes at a 1024 x 1024 input: 6.6 MB at stride 4, 105 MB at stride 1.
 
+    ``type``: ``images`` for the detectors (implied); the 3D U-Net reads ``volumes``."""
+
+    type: Literal["images"] = "images"
     train: DatasetConfig | None = None
     eval: DatasetConfig | None = None
     resizer: ResizerConfig
@@ -201,6 +210,12 @@ class DataConfig(Strict):
     # masks: 100 boxes x (1024 / 4)^2 = 6.6 MB per image as uint8 (105 MB at stride 1)
     load_masks: bool = later_field(False)
     mask_stride: int = later_field(4, ge=1)
+
+
+# the data section: images for the detectors, volumes for the 3D U-Net (``type`` follows
+# ``model.type`` when not given, see ``Config``)
+AnyDataConfig = Annotated[DataConfig | VolumeDataConfig, Field(discriminator="type")]
+DATA_TYPE_OF_MODEL = {"unet3d": "volumes"}
 
 
 # --------------------------------------------------------------------------- train
@@ -430,14 +445,47 @@ class ParallelConfig(Strict):
     processes. ``data`` shards the batch (-1: every device not used by ``spatial``),
     ``spatial`` shards image height (XLA exchanges the convolution halos). The batch size must
     divide by ``data`` and the image height by (largest feature stride x ``spatial``).
-    ``shard_optimizer_state`` splits optimizer moments over ``data`` instead of replicating
-    them. ``batch_norm_statistics``: ``global`` (over the whole batch, across devices) or
-    ``per_device`` (each data shard normalizes with its own statistics)."""
+    ``spatial_axes``: the spatial shards per spatial dimension of the input (volumes: D, H, W;
+    images: H), e.g. ``[2, 2, 2]`` for eight devices splitting a volume into octants; their
+    product is ``spatial`` (set from it when ``spatial`` is 1). None: all ``spatial``
+    shards on the first spatial dimension (depth, or image height). Detectors split the height
+    only. ``shard_optimizer_state`` splits optimizer moments over ``data`` instead of
+    replicating them. ``batch_norm_statistics``: ``global`` (over the whole batch, across
+    devices) or ``per_device`` (each data shard normalizes with its own statistics)."""
 
     data: int = Field(-1, ge=-1)
     spatial: int = Field(1, ge=1)
+    spatial_axes: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(None, min_length=1,
+                                                                         max_length=3)
     shard_optimizer_state: bool = False
     batch_norm_statistics: Literal["global", "per_device"] = "global"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spatial_from_spatial_axes(cls, data: Any) -> Any:
+        """``spatial`` left at 1: the product of ``spatial_axes``."""
+        if isinstance(data, dict) and data.get("spatial_axes") and data.get("spatial", 1) == 1:
+            axes = data["spatial_axes"]
+            if isinstance(axes, list | tuple) and all(
+                    isinstance(a, int) and not isinstance(a, bool) and a >= 1 for a in axes):
+                product = 1
+                for a in axes:
+                    product *= a
+                data = {**data, "spatial": product}
+        return data
+
+    @model_validator(mode="after")
+    def _spatial_axes_multiply_to_spatial(self) -> ParallelConfig:
+        if self.spatial_axes is not None:
+            product = 1
+            for a in self.spatial_axes:
+                product *= a
+            if product != self.spatial:
+                raise ValueError(
+                    f"parallel.spatial_axes={list(self.spatial_axes)} makes {product} spatial "
+                    f"shards but parallel.spatial={self.spatial}; drop parallel.spatial (it "
+                    f"follows spatial_axes) or set it to {product}")
+        return self
 
     @field_validator("data")
     @classmethod
@@ -458,7 +506,7 @@ class Config(Strict):
     name: str = ""
     description: str = ""
     model: AnyModelConfig
-    data: DataConfig
+    data: AnyDataConfig
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -473,7 +521,22 @@ class Config(Strict):
         if isinstance(data, dict) and isinstance(data.get("model"), dict) and (
                 "type" not in data["model"]):
             data = {**data, "model": {"type": "ssd", **data["model"]}}
+        if isinstance(data, dict) and isinstance(data.get("data"), dict) and (
+                "type" not in data["data"]):  # the model's kind of data
+            model = data.get("model")
+            kind = model.get("type") if isinstance(model, dict) else getattr(model, "type", "")
+            data = {**data, "data": {"type": DATA_TYPE_OF_MODEL.get(kind, "images"),
+                                     **data["data"]}}
         return data
+
+    @model_validator(mode="after")
+    def _data_fits_the_model(self) -> Config:
+        expected = DATA_TYPE_OF_MODEL.get(self.model.type, "images")
+        if self.data.type != expected:
+            raise ValueError(f"data.type is {self.data.type!r} but model.type "
+                             f"{self.model.type!r} reads {expected!r}; drop data.type (it "
+                             "follows the model) or change model.type")
+        return self
 
     @model_validator(mode="after")
     def _flip_permutation_covers_the_keypoints(self) -> Config:

@@ -472,13 +472,21 @@ def headline_metrics(metrics: dict) -> str:
         parts.append(f"keypoint AP {_fmt(metrics['keypoint_AP'])}")
     if "mask_AP" in metrics:
         parts.append(f"mask AP {_fmt(metrics['mask_AP'])}")
+    if "mean_dice" in metrics:
+        parts.append(f"mean Dice {_fmt(metrics['mean_dice'])}")
     return " ".join(parts)
 
 
 def format_metrics(metrics: dict) -> str:
     """A small aligned table of the headline COCO numbers and per-class AP, then the Pascal
-    VOC mAP@0.5 and per-class AP when present."""
+    VOC mAP@0.5 and per-class AP when present; for segmentation, the mean Dice and Dice per
+    class."""
     lines = []
+    if "mean_dice" in metrics:
+        cells = [f"{k.removeprefix('dice/')} {_fmt(v)}" for k, v in metrics.items()
+                 if k.startswith("dice/")]
+        lines.append(f"mean Dice {_fmt(metrics['mean_dice'])} over {metrics.get('num_cases')} "
+                     f"volumes  per class  {', '.join(cells)}")
     keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100"]
     if all(k in metrics for k in keys):
         lines += ["  ".join(f"{k:>6}" for k in keys),

@@ -1,7 +1,9 @@
 """Sharding rules: how the train state and a batch lie on a ``(data, spatial)`` mesh.
 
 * a batch field [B, ...] (the task's ``batch_layout``): B over ``data``, and the axis the
-  layout names (images: H) over ``spatial``;
+  layout names (images: H) over ``spatial``; a layout naming several (volumes: D, H, W) puts
+  them over ``spatial``, ``spatial_1``, ``spatial_2`` where the mesh has those axes
+  (``parallel.spatial_axes``, see ``parallel.mesh``);
 * parameters, batch statistics, moving averages, the step: replicated;
 * optimizer state: replicated, or (``shard_optimizer_state``) each moment split over ``data``
   along its first dimension that divides evenly (a ZeRO-1 layout: XLA reduce-scatters the
@@ -19,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxdet.parallel.mesh import DATA, SPATIAL
+from jaxdet.parallel.mesh import DATA, SPATIAL, SPATIAL_AXES
 from jaxdet.parallel.thin_maps import mesh_scope
 from jaxdet.tasks.base import BatchField, BatchLayout
 
@@ -31,16 +33,20 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def field_spec(field: BatchField) -> P:
-    """The partition spec of a batch field: its batch dimension over ``data``, its
-    ``spatial_axis`` (if any) over ``spatial``."""
-    return P(DATA, *(SPATIAL if i == field.spatial_axis else None
-                     for i in range(len(field.shape))))
+def field_spec(field: BatchField, mesh: Mesh | None = None) -> P:
+    """The partition spec of a batch field [B, ...]: its batch dimension over ``data``, its
+    ``spatial_axis`` (if any) over ``spatial``; with several spatial axes, the k-th over
+    ``SPATIAL_AXES[k]`` (``spatial``, ``spatial_1``, ``spatial_2``) where ``mesh`` has that
+    axis (without ``mesh``: a ``(data, spatial)`` mesh, only the first is split)."""
+    names = mesh.axis_names if mesh is not None else (DATA, SPATIAL)
+    by_dim = {dim: SPATIAL_AXES[k] for k, dim in enumerate(field.spatial_axes)
+              if k < len(SPATIAL_AXES) and SPATIAL_AXES[k] in names}
+    return P(DATA, *(by_dim.get(i) for i in range(len(field.shape))))
 
 
 def batch_sharding(mesh: Mesh, layout: BatchLayout) -> dict:
     """Shardings of the fields of a task's batch layout (``task.batch_layout()``)."""
-    return {k: NamedSharding(mesh, field_spec(f)) for k, f in layout.items()}
+    return {k: NamedSharding(mesh, field_spec(f, mesh)) for k, f in layout.items()}
 
 
 def _split_over_data(mesh: Mesh, leaf) -> NamedSharding:

@@ -16,19 +16,54 @@ from jaxdet.tasks.base import BatchField, BatchLayout, Task
 
 
 @dataclass(frozen=True)
+class DataPipeline:
+    """How a family's data reaches the train step (``runs`` calls these; the detectors share
+    :func:`image_pipeline`): ``build_source(config, workdir, split) -> source`` (``split``:
+    "train" / "eval", ``config.data.<split>``); ``build_train_loader(config, source, *,
+    layout) -> loader`` (an infinite iterator of host batches with ``get_state`` /
+    ``set_state``, checked against the task's batch ``layout``); ``describe(source, title)
+    -> str`` (one INFO summary of a dataset)."""
+
+    build_source: Callable[..., Any]
+    build_train_loader: Callable[..., Any]
+    describe: Callable[[Any, str], str]
+
+
+def image_pipeline() -> DataPipeline:
+    """The detectors' images: ``builders.build_source`` / ``build_train_loader`` and
+    ``data.stats``."""
+    from jaxdet import builders
+    from jaxdet.data.stats import dataset_stats, format_dataset_stats
+
+    def build_source(config: S.Config, workdir: Any, split: str):
+        return builders.build_source(getattr(config.data, split), workdir,
+                                     num_classes=config.model.num_classes,
+                                     field=f"data.{split}",
+                                     keypoints=builders.keypoint_specs(config),
+                                     masks=builders.load_masks(config))
+
+    return DataPipeline(build_source, builders.build_train_loader,
+                        lambda source, title: format_dataset_stats(dataset_stats(source), title))
+
+
+@dataclass(frozen=True)
 class TaskFamily:
     """How a ``model.type`` is built: ``build(config, seed=...) -> Task``;
     ``fingerprint_fields(config) -> dict`` (JSON-able; hashed into the checkpoint
     fingerprint); ``summary(config, **options) -> dict`` and ``format_summary(dict) -> str``
     (``jaxdet summary``: parameters, FLOPs, the family's own rows); ``pads_raw_pixels``: the
     resizer's padding holds black pixels that are normalized with the image (TF's CenterNet
-    resizes then normalizes) instead of zeros after normalization (TF's SSD)."""
+    resizes then normalizes) instead of zeros after normalization (TF's SSD); ``data``: a
+    :class:`DataPipeline` factory (default :func:`image_pipeline`); ``predict_files``:
+    ``jaxdet predict`` (default ``predict.predict_images``)."""
 
     build: Callable[..., Task]
     fingerprint_fields: Callable[[S.Config], dict[str, Any]]
     summary: Callable[..., dict]
     format_summary: Callable[[dict], str]
     pads_raw_pixels: bool = False
+    data: Callable[[], DataPipeline] = image_pipeline
+    predict_files: Callable[..., Any] | None = None
 
 
 def _families() -> dict[str, TaskFamily]:
@@ -50,7 +85,8 @@ def _families() -> dict[str, TaskFamily]:
                                   faster_rcnn.faster_rcnn_summary,
                                   faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True),
         "unet3d": TaskFamily(unet3d.build_unet3d_task, unet3d.unet3d_fingerprint_fields,
-                             unet3d.unet3d_summary, unet3d.format_unet3d_summary),
+                             unet3d.unet3d_summary, unet3d.format_unet3d_summary,
+                             data=unet3d.volume_pipeline, predict_files=unet3d.predict_volumes),
     }
 
 
@@ -73,5 +109,5 @@ def fingerprint_fields(config: S.Config) -> dict[str, Any]:
     return family(config).fingerprint_fields(config)
 
 
-__all__ = ["BatchField", "BatchLayout", "Task", "TaskFamily", "build_task", "family",
-           "fingerprint_fields"]
+__all__ = ["BatchField", "BatchLayout", "DataPipeline", "Task", "TaskFamily", "build_task",
+           "family", "fingerprint_fields", "image_pipeline"]

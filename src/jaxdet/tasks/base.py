@@ -26,11 +26,23 @@ PyTree = Any
 class BatchField:
     """One field of a train batch, per example: its ``shape`` (without the batch dimension),
     ``dtype``, and ``spatial_axis``, the axis of ``shape`` split over the mesh's ``spatial``
-    axis (None: not split; the batch dimension always goes over ``data``)."""
+    axis (None: not split; the batch dimension always goes over ``data``), or a tuple of axes,
+    one per spatial dimension in order: the first over ``spatial``, the second over
+    ``spatial_1``, the third over ``spatial_2`` (``parallel.mesh.SPATIAL_AXES``; an axis the
+    mesh lacks leaves its dimension whole). E.g. a volume f32[D, H, W, C]: ``(0, 1, 2)``."""
 
     shape: tuple[int, ...]
     dtype: Any
-    spatial_axis: int | None = None
+    spatial_axis: int | tuple[int, ...] | None = None
+
+    @property
+    def spatial_axes(self) -> tuple[int, ...]:
+        """``spatial_axis`` as a tuple (empty: not split)."""
+        if self.spatial_axis is None:
+            return ()
+        if isinstance(self.spatial_axis, int):
+            return (self.spatial_axis,)
+        return tuple(self.spatial_axis)
 
 
 BatchLayout = dict[str, BatchField]

@@ -22,7 +22,26 @@ def build_unet3d(config: S.Config, *, seed: int) -> UNet3D:
                          "recomputable parts yet; leave train.remat empty")
     return UNet3D(m.in_channels, m.num_classes, m.filters, negative_slope=m.negative_slope,
                   epsilon=m.norm_epsilon, dtype=builders.COMPUTE_DTYPES[config.precision],
+                  conv_lowering=conv_lowering(m.conv_lowering, config.parallel),
                   rngs=nnx.Rngs(seed))
+
+
+def conv_lowering(setting: str, parallel: S.ParallelConfig | None = None) -> str:
+    """``model.conv_lowering`` resolved for the backend and mesh: ``auto`` is
+    ``depth_stacked`` on the CPU backend (XLA:CPU's 3D convolution is about 10x slower than
+    its 2D one) and ``native`` on GPU and TPU, and on any mesh that splits depth together
+    with height or width (where XLA mis-partitions the stacked form's gradients, see
+    ``tasks.unet3d.conv``; ``depth_stacked`` is refused there)."""
+    axes = tuple(parallel.spatial_axes or (parallel.spatial,)) if parallel else (1,)
+    mixed = axes[0] > 1 and any(a > 1 for a in axes[1:])
+    if setting == "depth_stacked" and mixed:
+        raise ValueError(f"model.conv_lowering=depth_stacked with parallel.spatial_axes="
+                         f"{list(axes)}: split depth alone or height / width alone, or use "
+                         "conv_lowering native (XLA mis-partitions the stacked convolution's "
+                         "gradients when depth and another side are both split)")
+    if setting != "auto":
+        return setting
+    return "depth_stacked" if jax.default_backend() == "cpu" and not mixed else "native"
 
 
 def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
@@ -31,6 +50,8 @@ def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
     return UNet3DTask(
         model=build_unet3d(config, seed=seed), input_size=tuple(m.patch_size),
         num_classes=m.num_classes, in_channels=m.in_channels,
+        class_names=tuple(m.class_names) or tuple(
+            f"class_{k}" for k in range(1, m.num_classes)),
         dice_weight=m.loss.dice_weight, ce_weight=m.loss.ce_weight,
         include_background=m.loss.include_background, overlap=m.sliding_window.overlap,
         sigma_scale=m.sliding_window.sigma_scale,
@@ -47,10 +68,30 @@ def unet3d_fingerprint_fields(config: S.Config) -> dict[str, Any]:
     return {"model": {k: dumped[k] for k in keep}}
 
 
-def unet3d_summary(config: S.Config, **_: Any) -> dict:
+def train_step_memory(config: S.Config) -> dict:
+    """Memory of one train step of ``config`` at its patch size and ``train.batch_size`` on
+    one device of the default backend, from XLA's compiled program (nothing runs;
+    ``tasks.unet3d.memory.compiled_step_memory``): ``{"batch_size", "backend", "total_gib",
+    "temp_gib", "argument_gib", "compile_seconds"}``."""
+    from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
+
+    task = build_unet3d_task(config, seed=0)
+    tx, schedule = builders.build_optimizer(config.train)
+    found = compiled_step_memory(task, tx, schedule, batch_size=config.train.batch_size,
+                                 mesh=None, ema_decay=config.train.ema_decay,
+                                 loss_scale=builders.build_loss_scale(config))
+    return {"batch_size": config.train.batch_size, "backend": jax.default_backend(),
+            "total_gib": found["total_bytes"] / GIB, "temp_gib": found["temp_bytes"] / GIB,
+            "argument_gib": found["argument_bytes"] / GIB,
+            "compile_seconds": found["compile_seconds"]}
+
+
+def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     """``jaxdet summary`` for the 3D U-Net: parameters per part, the widths and map sizes of
-    every level, and the multiply-adds of one patch (from the jaxpr, ``jaxdet.macs``). The
-    model is built abstractly: no weights are computed."""
+    every level, the multiply-adds of one patch (from the jaxpr, ``jaxdet.macs``) and, unless
+    ``flops`` is False, the train step's memory at the configured patch size and batch
+    (:func:`train_step_memory`: a compile, no run). The model is built abstractly: no
+    weights are computed for the counts."""
     from jaxdet.summary import module_macs
 
     model = nnx.eval_shape(lambda: build_unet3d(config, seed=0))
@@ -68,11 +109,14 @@ def unet3d_summary(config: S.Config, **_: Any) -> dict:
                                  builders.COMPUTE_DTYPES[config.precision])
     levels = [{"level": i, "filters": f, "size": [s // 2**i for s in m.patch_size]}
               for i, f in enumerate(m.filters)]
-    return {"name": config.name, "type": "unet3d", "patch_size": list(m.patch_size),
-            "in_channels": m.in_channels, "num_classes": m.num_classes,
-            "parameters": {**parts, "total": count(model)}, "levels": levels,
-            "multiply_adds": {"total": module_macs(model, patch)},
-            "sliding_window": m.sliding_window.model_dump()}
+    summary = {"name": config.name, "type": "unet3d", "patch_size": list(m.patch_size),
+               "in_channels": m.in_channels, "num_classes": m.num_classes,
+               "parameters": {**parts, "total": count(model)}, "levels": levels,
+               "multiply_adds": {"total": module_macs(model, patch)},
+               "sliding_window": m.sliding_window.model_dump()}
+    if flops:
+        summary["train_step_memory"] = train_step_memory(config)
+    return summary
 
 
 def format_unet3d_summary(d: dict) -> str:
@@ -91,8 +135,26 @@ def format_unet3d_summary(d: dict) -> str:
         f"multiply-adds per patch: {d['multiply_adds']['total'] / 1e9:.2f} G",
         f"sliding window: overlap {sw['overlap']}, Gaussian sigma {sw['sigma_scale']} x patch, "
         f"{sw['batch_size']} window(s) per batch",
-    ])
+    ] + ([] if "train_step_memory" not in d else [
+        "train step memory at batch {batch_size} on one {backend} device: {total_gib:.2f} GiB "
+        "({temp_gib:.2f} GiB activations and scratch; XLA's compiled analysis, "
+        "parallel.spatial splits it)".format(**d["train_step_memory"])]))
 
 
-__all__ = ["build_unet3d", "build_unet3d_task", "format_unet3d_summary",
-           "unet3d_fingerprint_fields", "unet3d_summary"]
+def volume_pipeline():
+    """The family's ``tasks.DataPipeline`` (``tasks.unet3d.data``; imported when used)."""
+    from jaxdet.tasks.unet3d.data import volume_pipeline as pipeline
+
+    return pipeline()
+
+
+def predict_volumes(*args: Any, **kwargs: Any):
+    """``jaxdet predict`` for volumes (``tasks.unet3d.predict.predict_volumes``)."""
+    from jaxdet.tasks.unet3d.predict import predict_volumes as predict
+
+    return predict(*args, **kwargs)
+
+
+__all__ = ["build_unet3d", "build_unet3d_task", "format_unet3d_summary", "predict_volumes",
+           "train_step_memory", "unet3d_fingerprint_fields", "unet3d_summary",
+           "volume_pipeline"]

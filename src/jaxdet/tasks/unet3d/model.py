@@ -18,15 +18,41 @@ learned scale and offset (statistics per example and channel over D, H, W; epsil
 PyTorch's), leaky ReLU (slope 0.01). Convolution kernels are initialised as PyTorch's default
 (uniform, bound 1 / sqrt(fan_in)), biases at zero. The input's sides must divide by
 ``2 ** (L - 1)``. No BatchNorm: the model has no ``batch_stats``.
+
+Spatial partitioning (``parallel.spatial_axes``, a volume split along D, H and / or W over the
+mesh axes ``spatial``, ``spatial_1``, ``spatial_2``): XLA's partitioner exchanges the 3x3x3
+halos (collective-permute) and all-reduces the instance-norm statistics. Two things keep the
+large activations from being all-gathered: the transposed convolutions are computed as per-voxel
+matmuls (:func:`upsample_2x`), and maps with fewer than ``MIN_ROWS_PER_SHARD`` (2) rows per
+shard along a split side are gathered whole along it on purpose
+(``parallel.mesh.gather_thin_sides``, applied to every convolution's output; the rule
+``parallel.mesh.check_volume_layout`` enforces). Such thin maps are the deepest, smallest
+ones. Left split, a map with fewer rows than shards miscompiles (jax 0.10.2, XLA:CPU): a 16^3
+patch on a 1 x 8 (depth) mesh, whose 4-row bottleneck lies over 8 shards, gets the bottleneck
+convolution's kernel gradient off by 2e-4 relative while the loss is right
+(``tests/parallel/test_unet3d_mesh.py`` keeps the case). Exactly one row per shard was exact
+here, but is where the detectors' 2D miscompile shows (``parallel.thin_maps``), so the same
+margin of 2 rows is kept. XLA gathers the input of the stride-2 convolution into the first
+thin level (the last split level's map, still small: for a 128^3 patch on 8 depth shards,
+level 3's 16^3 x 256) rather than that convolution's output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from jaxdet.parallel.mesh import gather_thin_sides
+from jaxdet.tasks.unet3d.conv import depth_stacked_conv
+
+# How 3D convolutions are computed (same parameters, same numbers up to summation order):
+# XLA's own 3D convolution, or as 2D ones with the depth taps stacked as channels, about 10x
+# faster on XLA:CPU (``tasks.unet3d.conv``).
+CONV_LOWERINGS: dict[str, Callable] = {"native": jax.lax.conv_general_dilated,
+                                       "depth_stacked": depth_stacked_conv}
 
 # PyTorch's default Conv3d initialisation: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in))
 torch_default_init = nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
@@ -38,25 +64,27 @@ class ConvBlock(nnx.Module):
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int = 1,
                  negative_slope: float = 0.01, epsilon: float = 1e-5, dtype=None,
-                 rngs: nnx.Rngs):
+                 conv_fn: Callable = jax.lax.conv_general_dilated, rngs: nnx.Rngs):
         self.conv = nnx.Conv(in_channels, out_channels, (3, 3, 3), strides=stride,
                              padding=((1, 1),) * 3, use_bias=False, dtype=dtype,
-                             kernel_init=torch_default_init, rngs=rngs)
+                             kernel_init=torch_default_init, conv_general_dilated=conv_fn,
+                             rngs=rngs)
         self.norm = nnx.InstanceNorm(out_channels, epsilon=epsilon, dtype=dtype,
                                      use_fast_variance=False, rngs=rngs)
         self.negative_slope = negative_slope
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jax.nn.leaky_relu(self.norm(self.conv(x)), self.negative_slope)
+        return jax.nn.leaky_relu(self.norm(gather_thin_sides(self.conv(x))), self.negative_slope)
 
 
 class Level(nnx.Module):
     """An encoder level: ``ConvBlock(in, out, stride)`` then ``ConvBlock(out, out)``."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int,
-                 negative_slope: float, epsilon: float, dtype=None, rngs: nnx.Rngs):
+                 negative_slope: float, epsilon: float, dtype=None,
+                 conv_fn: Callable = jax.lax.conv_general_dilated, rngs: nnx.Rngs):
         kw = {"negative_slope": negative_slope, "epsilon": epsilon, "dtype": dtype,
-              "rngs": rngs}
+              "conv_fn": conv_fn, "rngs": rngs}
         self.conv1 = ConvBlock(in_channels, out_channels, stride=stride, **kw)
         self.conv2 = ConvBlock(out_channels, out_channels, **kw)
 
@@ -64,23 +92,44 @@ class Level(nnx.Module):
         return self.conv2(self.conv1(x))
 
 
+def upsample_2x(conv: nnx.ConvTranspose, x: jax.Array) -> jax.Array:
+    """``conv(x)`` for a 2x2x2, stride-2, VALID transposed convolution, computed as one
+    per-voxel matmul: [B, D, H, W, in] -> [B, 2D, 2H, 2W, out].
+
+    With kernel = stride the output blocks do not overlap: voxel (d, h, w) alone makes the
+    2x2x2 block at (2d, 2h, 2w), through the kernel flipped as ``lax.conv_transpose`` uses it.
+    Written as an einsum and a reshape, the spatially split forward and backward need no
+    communication but the kernel gradient's all-reduce; XLA's SPMD partitioner (jax 0.10)
+    all-gathers both the whole input and the whole output cotangent to compute the kernel
+    gradient of the equivalent dilated convolution. Same parameters, same result.
+    """
+    kernel = conv.kernel[...][::-1, ::-1, ::-1]
+    bias = conv.bias[...] if conv.bias is not None else None
+    x, kernel, bias = conv.promote_dtype((x, kernel, bias), dtype=conv.dtype)
+    y = jnp.einsum("bdhwc,ijkco->bdihjwko", x, kernel)
+    b, d, _, h, _, w, _, out = y.shape
+    y = y.reshape(b, 2 * d, 2 * h, 2 * w, out)
+    return y if bias is None else y + bias
+
+
 class UpLevel(nnx.Module):
     """A decoder level: 2x2x2 stride-2 transposed conv (in -> out, bias), concatenate the
     skip ([..., out]), ``ConvBlock(2 out, out)``, ``ConvBlock(out, out)``."""
 
     def __init__(self, in_channels: int, out_channels: int, *, negative_slope: float,
-                 epsilon: float, dtype=None, rngs: nnx.Rngs):
+                 epsilon: float, dtype=None, conv_fn: Callable = jax.lax.conv_general_dilated,
+                 rngs: nnx.Rngs):
         self.upsample_conv = nnx.ConvTranspose(in_channels, out_channels, (2, 2, 2),
                                                strides=2, padding="VALID", use_bias=True,
                                                dtype=dtype, kernel_init=torch_default_init,
                                                rngs=rngs)
         kw = {"negative_slope": negative_slope, "epsilon": epsilon, "dtype": dtype,
-              "rngs": rngs}
+              "conv_fn": conv_fn, "rngs": rngs}
         self.conv1 = ConvBlock(2 * out_channels, out_channels, **kw)
         self.conv2 = ConvBlock(out_channels, out_channels, **kw)
 
     def __call__(self, x: jax.Array, skip: jax.Array) -> jax.Array:
-        x = self.upsample_conv(x)
+        x = gather_thin_sides(upsample_2x(self.upsample_conv, x))
         return self.conv2(self.conv1(jnp.concatenate([x, skip.astype(x.dtype)], axis=-1)))
 
 
@@ -91,12 +140,16 @@ class UNet3D(nnx.Module):
     def __init__(self, in_channels: int, num_classes: int,
                  filters: Sequence[int] = (32, 64, 128, 256, 320, 320), *,
                  negative_slope: float = 0.01, epsilon: float = 1e-5, dtype=None,
-                 rngs: nnx.Rngs):
+                 conv_lowering: str = "native", rngs: nnx.Rngs):
         f = tuple(int(c) for c in filters)
         if len(f) < 2:
             raise ValueError(f"filters {list(f)}: a U-Net needs at least 2 levels")
+        if conv_lowering not in CONV_LOWERINGS:
+            raise ValueError(f"conv_lowering {conv_lowering!r}; allowed: "
+                             f"{', '.join(CONV_LOWERINGS)}")
+        conv_fn = CONV_LOWERINGS[conv_lowering]
         kw = {"negative_slope": negative_slope, "epsilon": epsilon, "dtype": dtype,
-              "rngs": rngs}
+              "conv_fn": conv_fn, "rngs": rngs}
         self.filters = f
         self.input_block = Level(in_channels, f[0], stride=1, **kw)
         self.downsample = nnx.List([Level(f[i - 1], f[i], stride=2, **kw)
@@ -105,7 +158,8 @@ class UNet3D(nnx.Module):
         self.upsample = nnx.List([UpLevel(f[i], f[i - 1], **kw)
                                   for i in range(len(f) - 1, 0, -1)])
         self.output = nnx.Conv(f[0], num_classes, (1, 1, 1), use_bias=True, dtype=dtype,
-                               kernel_init=torch_default_init, rngs=rngs)
+                               kernel_init=torch_default_init, conv_general_dilated=conv_fn,
+                               rngs=rngs)
 
     @property
     def max_stride(self) -> int:
@@ -145,4 +199,5 @@ def unet3d_parameter_count(in_channels: int, num_classes: int, filters: Sequence
     return total + f[0] * num_classes + num_classes
 
 
-__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "unet3d_parameter_count"]
+__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "unet3d_parameter_count",
+           "upsample_2x"]

@@ -26,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core import segmentation as seg
+from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.tasks.base import BatchField, BatchLayout, ModelTask, model_graphdefs
 
 PyTree = Any
@@ -55,6 +56,7 @@ class UNet3DTask(ModelTask):
     overlap: float = 0.5
     sigma_scale: float = 0.125
     window_batch_size: int = 1
+    class_names: tuple[str, ...] = ()
     compute_dtype: Any = jnp.float32
     seed: int = 0
     remat_targets: tuple[str, ...] = ()
@@ -68,12 +70,13 @@ class UNet3DTask(ModelTask):
         return self.model.max_stride
 
     def batch_layout(self) -> BatchLayout:
-        """``images`` f32[D, H, W, C] and ``labels`` i32[D, H, W], depth split over the
-        mesh's ``spatial`` axis."""
+        """``images`` f32[D, H, W, C] and ``labels`` i32[D, H, W]: depth over the mesh's
+        ``spatial`` axis, height and width over ``spatial_1`` and ``spatial_2`` where the mesh
+        has them (``parallel.spatial_axes``; a ``(data, spatial)`` mesh splits depth only)."""
         return {
             "images": BatchField((*self.input_size, self.in_channels), jnp.float32,
-                                 spatial_axis=0),
-            "labels": BatchField(tuple(self.input_size), jnp.int32, spatial_axis=0),
+                                 spatial_axis=(0, 1, 2)),
+            "labels": BatchField(tuple(self.input_size), jnp.int32, spatial_axis=(0, 1, 2)),
         }
 
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
@@ -140,35 +143,68 @@ class UNet3DTask(ModelTask):
             batch_size=self.window_batch_size if batch_size is None else batch_size)
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
-                 loader_factory: Any = None, out_dir: Any = None, **options: Any) -> dict:
-        """Per-class Dice of whole volumes: each case of ``source`` (a sequence of (image
-        f32[D, H, W, C], label i32[D, H, W]), e.g. ``data.volumes.GeneratedVolumes``)
-        segmented by :meth:`segment_volume` (one compile per volume shape), its argmax scored
-        with ``core.segmentation.dice_scores`` (background left out, 1.0 for a class absent
-        from both). Returns ``{"dice/<k>": mean over cases of class k, "mean_dice": mean over
-        cases of each case's mean, "num_cases"}``; with ``out_dir`` also writes it to
-        ``out_dir/metrics.json``. ``predict`` and ``loader_factory`` are not used: volumes are
-        not batched like images (the seam's signature is kept)."""
+                 loader_factory: Any = None, out_dir: Any = None, *,
+                 max_images: int | None = None, progress: bool = False,
+                 num_visualizations: int = 0, extra: dict | None = None,
+                 **options: Any) -> dict:
+        """Per-class Dice of whole volumes.
+
+        Each case of ``source`` (a sequence of (image f32[D, H, W, C], label i32[D, H, W]),
+        e.g. ``tasks.unet3d.data.build_volume_source``; the first ``max_images``) is segmented
+        by :meth:`segment_volume` (one compile per volume shape) and its argmax scored with
+        ``core.segmentation.dice_scores`` (background left out, 1.0 for a class absent from
+        both). Returns ``{"dice/<name>": mean over cases of that class, "mean_dice": mean
+        over cases of each case's mean, "per_case": [{"name", "dice": {...}}], "num_cases",
+        **extra}``; with ``out_dir`` also ``metrics.json`` and, for the first
+        ``num_visualizations`` cases, ``samples.png`` (orthogonal slices of image, label and
+        prediction, ``pictures.draw_cases``). ``predict``, ``loader_factory`` and the other
+        options of the detectors' evaluation are not used (the seam's signature is kept)."""
         del predict, loader_factory, options
+        from tqdm import tqdm
+
+        names = self.class_names or tuple(f"class_{k}" for k in range(1, self.num_classes))
         segment = jax.jit(lambda volume: jnp.argmax(
-            self.segment_volume(params, batch_stats, volume), axis=-1))
-        per_case = []
-        for i in range(len(source)):
-            image, label = source[i]
-            labels = jnp.asarray(label, jnp.int32)[None]
-            per_case.append(np.asarray(seg.dice_scores(
-                segment(jnp.asarray(image, jnp.float32))[None], labels, self.num_classes))[0])
+            self.segment_volume(params, batch_stats, volume), axis=-1).astype(jnp.int32))
+        count = len(source) if max_images is None else min(len(source), max_images)
+        per_case, drawn = [], []
+        skipped = []
+        for i in tqdm(range(count), desc="eval", unit="volume", disable=not progress,
+                      leave=False):
+            try:
+                image, label = source[i]
+            except VolumeReadError as e:  # named and counted, the others still scored
+                skipped.append({"file": str(e.path), "reason": str(e)})
+                continue
+            prediction = np.asarray(segment(jnp.asarray(image, jnp.float32)))
+            scores = np.asarray(seg.dice_scores(prediction[None], jnp.asarray(label)[None],
+                                                self.num_classes))[0]
+            name = source.name(i) if hasattr(source, "name") else f"volume_{i}"
+            per_case.append({"name": name,
+                             "dice": {n: float(v) for n, v in zip(names, scores, strict=True)}})
+            if len(drawn) < num_visualizations:
+                drawn.append((name, np.asarray(image), np.asarray(label), prediction,
+                              per_case[-1]["dice"]))
         if not per_case:
-            raise ValueError("unet3d evaluation: the source holds no volumes")
-        scores = np.stack(per_case)  # [cases, K - 1]
-        metrics = {f"dice/{k + 1}": float(v) for k, v in enumerate(scores.mean(axis=0))}
-        metrics["mean_dice"] = float(scores.mean(axis=1).mean())
+            reasons = "; ".join(f"{c['file']}: {c['reason']}" for c in skipped[:3])
+            raise ValueError("unet3d evaluation: no volume could be read"
+                             + (f" ({reasons})" if reasons else ""))
+        table = np.asarray([[c["dice"][n] for n in names] for c in per_case])  # [cases, K-1]
+        metrics: dict[str, Any] = {f"dice/{n}": float(v)
+                                   for n, v in zip(names, table.mean(axis=0), strict=True)}
+        metrics["mean_dice"] = float(table.mean(axis=1).mean())
         metrics["num_cases"] = len(per_case)
+        if skipped:
+            metrics["skipped_cases"] = skipped
+        metrics.update(extra or {})
+        metrics["per_case"] = per_case
         if out_dir is not None:
             path = Path(out_dir)
             path.mkdir(parents=True, exist_ok=True)
             (path / "metrics.json").write_text(json.dumps(metrics, indent=1))
-        return metrics
+            if drawn:
+                from jaxdet.tasks.unet3d.pictures import draw_cases
 
+                draw_cases(drawn, path / "samples.png", class_names=names)
+        return metrics
 
 __all__ = ["UNet3DTask"]
