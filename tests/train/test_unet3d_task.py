@@ -193,3 +193,11 @@ def test_evaluate_scores_whole_volumes_with_per_class_dice(tmp_path):
                 for label in (source[0][1], source[1][1])]
     perfect = task.evaluate(None, params, stats, labelled)
     assert perfect["mean_dice"] == perfect["dice/class_1"] == perfect["dice/class_2"] == 1.0
+
+
+def test_every_class_puts_a_sphere_and_a_cube_in_every_volume():
+    source = GeneratedVolumes(12, (24, 24, 24), seed=4, max_objects=3, every_class=True)
+    for i in range(12):
+        assert {1, 2} <= set(np.unique(source[i][1])), i
+    with pytest.raises(ValueError, match="max_objects >= 2"):
+        generated_volume(0, (8, 8, 8), max_objects=1, every_class=True)

@@ -15,7 +15,9 @@ class GeneratedVolumesDataConfig(Strict):
     axis-aligned cubes (class 2) of random centre and size in Gaussian noise of standard
     deviation ``noise`` (``data.volumes.GeneratedVolumes``). Volume i is drawn from seed
     (``seed``, i), so the same settings give the same volumes on every machine; use another
-    ``seed`` for held-out volumes."""
+    ``seed`` for held-out volumes. ``every_class``: every volume holds at least one sphere
+    and one cube (as every KiTS19 case holds a kidney); with a class absent from a volume, a
+    single voxel predicted as that class scores its Dice 0 (MLPerf's convention)."""
 
     type: Literal["generated_volumes"]
     num_volumes: int = Field(16, ge=1)
@@ -23,6 +25,14 @@ class GeneratedVolumesDataConfig(Strict):
     seed: int = 0
     max_objects: int = Field(3, ge=1)
     noise: float = Field(0.5, ge=0.0)
+    every_class: bool = False
+
+    @model_validator(mode="after")
+    def _room_for_every_class(self) -> GeneratedVolumesDataConfig:
+        if self.every_class and self.max_objects < 2:
+            raise ValueError(f"every_class needs max_objects >= 2 (a sphere and a cube); got "
+                             f"{self.max_objects}")
+        return self
 
 
 class VolumeListDataConfig(Strict):

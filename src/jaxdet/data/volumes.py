@@ -25,7 +25,8 @@ CLASS_NAMES = ("background", "sphere", "cube")
 def generated_volume(seed: int | Sequence[int], shape: Sequence[int] = (32, 32, 32), *,
                      max_objects: int = 3, size_frac: tuple[float, float] = (0.15, 0.35),
                      intensities: tuple[float, float] = (1.0, 2.0),
-                     noise: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+                     noise: float = 0.5,
+                     every_class: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One volume of spheres and cubes in noise (see the module docstring).
 
     Args:
@@ -36,6 +37,8 @@ def generated_volume(seed: int | Sequence[int], shape: Sequence[int] = (32, 32, 
         shortest side.
       intensities: the sphere's and the cube's mean intensity.
       noise: standard deviation of the additive Gaussian noise.
+      every_class: draw at least one sphere and one cube (2 to ``max_objects`` objects, the
+        first two one of each kind in random order), as every KiTS19 case holds a kidney.
     Returns:
       (image f32[D, H, W, 1], label i32[D, H, W] with 0 background, 1 sphere, 2 cube).
     """
@@ -46,8 +49,12 @@ def generated_volume(seed: int | Sequence[int], shape: Sequence[int] = (32, 32, 
     label = np.zeros((d, h, w), np.int32)
     zz, yy, xx = np.meshgrid(np.arange(d), np.arange(h), np.arange(w), indexing="ij")
     shortest = min(d, h, w)
-    for _ in range(int(rng.integers(1, max_objects + 1))):
-        kind = SPHERE if rng.random() < 0.5 else CUBE
+    if every_class and max_objects < 2:
+        raise ValueError(f"every_class needs max_objects >= 2; got {max_objects}")
+    count = int(rng.integers(2 if every_class else 1, max_objects + 1))
+    first = ([SPHERE, CUBE] if rng.random() < 0.5 else [CUBE, SPHERE]) if every_class else []
+    for i in range(count):
+        kind = first[i] if every_class and i < 2 else (SPHERE if rng.random() < 0.5 else CUBE)
         r = max(1.0, rng.uniform(*size_frac) * shortest)
         cz, cy, cx = (rng.uniform(r, s - r) if s > 2 * r else s / 2.0 for s in (d, h, w))
         if kind == SPHERE:
@@ -71,6 +78,7 @@ class GeneratedVolumes:
     seed: int = 0
     max_objects: int = 3
     noise: float = 0.5
+    every_class: bool = False
 
     def __len__(self) -> int:
         return self.num_volumes
@@ -79,7 +87,7 @@ class GeneratedVolumes:
         if not 0 <= index < self.num_volumes:
             raise IndexError(f"volume {index} of {self.num_volumes}")
         return generated_volume((self.seed, index), self.shape, max_objects=self.max_objects,
-                                noise=self.noise)
+                                noise=self.noise, every_class=self.every_class)
 
     def batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """``{"images": f32[B, D, H, W, 1], "labels": i32[B, D, H, W]}`` of ``indices`` (the

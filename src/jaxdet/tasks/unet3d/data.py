@@ -67,7 +67,8 @@ def _dataset(config: S.Config, cfg: Any, workdir: Any, field: str):
     if isinstance(cfg, S.GeneratedVolumesDataConfig):
         return NormalizedGeneratedVolumes(
             GeneratedVolumes(cfg.num_volumes, tuple(cfg.shape), seed=cfg.seed,
-                             max_objects=cfg.max_objects, noise=cfg.noise),
+                             max_objects=cfg.max_objects, noise=cfg.noise,
+                             every_class=cfg.every_class),
             clip=d.intensity_clip, mean=d.intensity_mean, std=d.intensity_std,
             cache=d.cache_volumes)
     listing = Path(cfg.listing)
