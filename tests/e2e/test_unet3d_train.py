@@ -20,7 +20,7 @@ from jaxdet.data.volumes import generated_volume
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
-STEPS = 120
+STEPS = 300
 TINY_UNET3D = [
     "name=tiny_unet3d", "model.filters=[4, 8, 16]", "model.patch_size=[16, 16, 16]",
     "model.sliding_window.batch_size=8",
@@ -28,7 +28,7 @@ TINY_UNET3D = [
     "data.eval.num_volumes=3", "data.eval.shape=[24, 24, 24]",
     "train.batch_size=2", f"train.num_steps={STEPS}", f"train.checkpoint_every={STEPS // 2}",
     f"train.eval_every={STEPS}", "train.log_every=1", "train.learning_rate.warmup_steps=5",
-    "train.learning_rate.learning_rate_base=0.01", "eval.num_visualizations=1",
+    "train.learning_rate.learning_rate_base=0.02", "eval.num_visualizations=1",
     "parallel.data=1",
 ]
 
@@ -63,7 +63,7 @@ def test_training_lowers_the_loss_and_beats_a_fresh_network(trained, tmp_path):
                              runs._build_source(config, tmp_path, "eval"))
     print(f"unet3d e2e mean Dice: trained {metrics['mean_dice']:.3f}, fresh "
           f"{baseline['mean_dice']:.3f}")
-    assert metrics["mean_dice"] > baseline["mean_dice"] + 0.2
+    assert metrics["mean_dice"] > baseline["mean_dice"] + 0.4
 
 
 def test_a_killed_run_resumes_to_the_same_weights(trained, tmp_path):

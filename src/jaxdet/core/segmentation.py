@@ -80,6 +80,40 @@ def cross_entropy_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return -jnp.mean(picked[..., 0], axis=tuple(range(1, labels.ndim)))
 
 
+ADAPTIVE_DICE_EPSILON = 1e-7
+
+
+def adaptive_dice_loss(logits: jax.Array, labels: jax.Array, *,
+                       epsilon: float = ADAPTIVE_DICE_EPSILON) -> jax.Array:
+    """f32[]: the Cloud TPU 3D U-Net reference's ``adaptive_dice32`` loss of a whole batch.
+
+    With p = softmax(logits), t = one_hot(labels) and, per class c (background included),
+    sums over the batch and all voxels together::
+
+        I_c = sum(t_c * p_c),  U_c = sum(t_c + p_c)
+        dice_c = 2 (I_c + epsilon) / (U_c + epsilon)
+        w_c = exp(-dice_c)
+        loss = 1 - sum_c(w_c dice_c) / (K exp(-1))
+
+    Since ``d exp(-d)`` is largest (``exp(-1)``) at d = 1, the loss lies in [0, 1) and is 0
+    when every class is predicted perfectly with certainty; the weights favour classes that
+    are still poorly segmented. In float32 whatever the logits' dtype. The sums run over the
+    whole batch, so the loss of a batch is not a sum (nor a mean) of per-example losses.
+
+    Args:
+      logits: f[B, D, H, W, K]; labels: int[B, D, H, W] in ``0..K-1``.
+      epsilon: 1e-7, the reference's.
+    """
+    k = logits.shape[-1]
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    target = _one_hot(labels, k)
+    axes = tuple(range(logits.ndim - 1))
+    intersection = jnp.sum(target * probs, axis=axes)
+    union = jnp.sum(target + probs, axis=axes)
+    dice = 2.0 * (intersection + epsilon) / (union + epsilon)
+    return 1.0 - jnp.sum(jnp.exp(-dice) * dice) / (k * math.exp(-1.0))
+
+
 def dice_scores(predictions: jax.Array, labels: jax.Array, num_classes: int, *,
                 include_background: bool = False) -> jax.Array:
     """Dice of hard label maps per example and class (the evaluation metric).
@@ -220,6 +254,6 @@ def sliding_window_inference(predict_patch: Callable[[jax.Array], jax.Array],
                  pads[2][0]:pads[2][0] + size[2]]
 
 
-__all__ = ["DICE_SMOOTH", "cross_entropy_loss", "dice_scores", "gaussian_importance_map",
-           "pad_to_patch", "sliding_window_inference", "sliding_window_positions",
-           "soft_dice_loss", "soft_dice_scores", "window_starts"]
+__all__ = ["ADAPTIVE_DICE_EPSILON", "DICE_SMOOTH", "adaptive_dice_loss", "cross_entropy_loss",
+           "dice_scores", "gaussian_importance_map", "pad_to_patch", "sliding_window_inference",
+           "sliding_window_positions", "soft_dice_loss", "soft_dice_scores", "window_starts"]

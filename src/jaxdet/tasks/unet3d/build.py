@@ -12,18 +12,28 @@ from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.tasks.unet3d.model import UNet3D
 from jaxdet.tasks.unet3d.task import UNet3DTask
+from jaxdet.tasks.unet3d.tpu_reference import TPUReferenceUNet3D
+
+# The summary's parameter parts, input to output, of both architectures
+SUMMARY_PARTS = ("input_block", "downsample", "bottleneck", "upsample", "encoder", "decoder",
+                 "output")
 
 
-def build_unet3d(config: S.Config, *, seed: int) -> UNet3D:
-    """The network of ``config.model`` (compute dtype from ``config.precision``)."""
+def build_unet3d(config: S.Config, *, seed: int) -> UNet3D | TPUReferenceUNet3D:
+    """The network of ``config.model`` by ``model.architecture`` (``mlperf``: :class:`UNet3D`,
+    ``tpu_reference``: :class:`TPUReferenceUNet3D`; compute dtype from ``config.precision``)."""
     m = config.model
     if config.train.remat:
         raise ValueError(f"train.remat={list(config.train.remat)}: the 3D U-Net has no "
                          "recomputable parts yet; leave train.remat empty")
-    return UNet3D(m.in_channels, m.num_classes, m.filters, negative_slope=m.negative_slope,
-                  epsilon=m.norm_epsilon, dtype=builders.COMPUTE_DTYPES[config.precision],
-                  conv_lowering=conv_lowering(m.conv_lowering, config.parallel),
-                  rngs=nnx.Rngs(seed))
+    common = {"negative_slope": m.negative_slope, "epsilon": m.norm_epsilon,
+              "dtype": builders.COMPUTE_DTYPES[config.precision],
+              "conv_lowering": conv_lowering(m.conv_lowering, config.parallel),
+              "rngs": nnx.Rngs(seed)}
+    if m.architecture == "tpu_reference":
+        return TPUReferenceUNet3D(m.in_channels, m.num_classes, m.filters,
+                                  momentum=m.norm_momentum, **common)
+    return UNet3D(m.in_channels, m.num_classes, m.filters, **common)
 
 
 def conv_lowering(setting: str, parallel: S.ParallelConfig | None = None) -> str:
@@ -45,11 +55,18 @@ def conv_lowering(setting: str, parallel: S.ParallelConfig | None = None) -> str
 
 
 def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
-    """The network (:func:`build_unet3d`) and its task."""
+    """The network (:func:`build_unet3d`) and its task. ``model.loss.name: adaptive_dice``
+    (one Dice per class over the whole batch) refuses ``train.accumulate_steps`` > 1: the
+    micro-batches' losses would not add up to the whole batch's."""
     m = config.model
+    if m.loss.name == "adaptive_dice" and config.train.accumulate_steps > 1:
+        raise ValueError(f"train.accumulate_steps={config.train.accumulate_steps} with "
+                         "model.loss.name=adaptive_dice: that loss's Dice sums run over the "
+                         "whole batch, so micro-batches cannot add up to it; use "
+                         "train.accumulate_steps 1 or model.loss.name dice_ce")
     return UNet3DTask(
         model=build_unet3d(config, seed=seed), input_size=tuple(m.patch_size),
-        num_classes=m.num_classes, in_channels=m.in_channels,
+        num_classes=m.num_classes, in_channels=m.in_channels, loss_name=m.loss.name,
         class_names=tuple(m.class_names) or tuple(
             f"class_{k}" for k in range(1, m.num_classes)),
         dice_weight=m.loss.dice_weight, ce_weight=m.loss.ce_weight,
@@ -61,11 +78,16 @@ def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
 
 def unet3d_fingerprint_fields(config: S.Config) -> dict[str, Any]:
     """What fixes the checkpoint's tensors: the type, classes, input channels, level widths
-    and norm. The patch size is left out: the network is fully convolutional, so a checkpoint
-    serves any patch (unlike the detectors, whose anchors follow the input size)."""
+    and norm, and the architecture when it is not ``mlperf`` (left out there, so checkpoints
+    written before it existed keep their fingerprint). The patch size is left out: the
+    network is fully convolutional, so a checkpoint serves any patch (unlike the detectors,
+    whose anchors follow the input size)."""
     dumped = fingerprint_dump(config.model)
     keep = ("type", "num_classes", "in_channels", "filters", "norm")
-    return {"model": {k: dumped[k] for k in keep}}
+    fields = {k: dumped[k] for k in keep}
+    if config.model.architecture != "mlperf":
+        fields["architecture"] = config.model.architecture
+    return {"model": fields}
 
 
 def train_step_memory(config: S.Config) -> dict:
@@ -100,16 +122,22 @@ def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     def count(module) -> int:
         return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))
 
-    parts = {"input_block": count(model.input_block),
-             "downsample": sum(count(x) for x in model.downsample),
-             "bottleneck": count(model.bottleneck),
-             "upsample": sum(count(x) for x in model.upsample),
-             "output": count(model.output)}
+    # one part per top-level attribute holding parameters, input to output (mlperf:
+    # input_block, downsample, bottleneck, upsample, output; tpu_reference: encoder, decoder,
+    # output; any other after them)
+    found = {name: count(value) for name, value in vars(model).items()
+             if isinstance(value, nnx.Module) and count(value)}
+    order = {name: i for i, name in enumerate(SUMMARY_PARTS)}
+    parts = {name: found[name]
+             for name in sorted(found, key=lambda n: (order.get(n, len(order)), n))}
     patch = jax.ShapeDtypeStruct((1, *m.patch_size, m.in_channels),
                                  builders.COMPUTE_DTYPES[config.precision])
-    levels = [{"level": i, "filters": f, "size": [s // 2**i for s in m.patch_size]}
+    # a level's output width: f (mlperf), 2 f (tpu_reference: the second conv doubles it)
+    widen = 2 if m.architecture == "tpu_reference" else 1
+    levels = [{"level": i, "filters": widen * f, "size": [s // 2**i for s in m.patch_size]}
               for i, f in enumerate(m.filters)]
-    summary = {"name": config.name, "type": "unet3d", "patch_size": list(m.patch_size),
+    summary = {"name": config.name, "type": "unet3d", "architecture": m.architecture,
+               "patch_size": list(m.patch_size),
                "in_channels": m.in_channels, "num_classes": m.num_classes,
                "parameters": {**parts, "total": count(model)}, "levels": levels,
                "multiply_adds": {"total": module_macs(model, patch)},
@@ -127,7 +155,8 @@ def format_unet3d_summary(d: dict) -> str:
                        for lv in d["levels"])
     sw = d["sliding_window"]
     return "\n".join([
-        f"{d['name'] or 'config'}: 3D U-Net, {d['num_classes']} classes (background "
+        f"{d['name'] or 'config'}: 3D U-Net ({d.get('architecture', 'mlperf')}), "
+        f"{d['num_classes']} classes (background "
         f"included), {d['in_channels']} input channel(s), patch "
         f"{'x'.join(map(str, d['patch_size']))}",
         f"parameters: {p['total']:,} ({parts})",
@@ -155,6 +184,6 @@ def predict_volumes(*args: Any, **kwargs: Any):
     return predict(*args, **kwargs)
 
 
-__all__ = ["build_unet3d", "build_unet3d_task", "format_unet3d_summary", "predict_volumes",
-           "train_step_memory", "unet3d_fingerprint_fields", "unet3d_summary",
+__all__ = ["SUMMARY_PARTS", "build_unet3d", "build_unet3d_task", "format_unet3d_summary",
+           "predict_volumes", "train_step_memory", "unet3d_fingerprint_fields", "unet3d_summary",
            "volume_pipeline"]

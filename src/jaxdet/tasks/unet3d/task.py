@@ -2,11 +2,23 @@
 
 Train batch (per example): ``images`` f32[D, H, W, C] (a patch of ``input_size`` voxels,
 depth split over the mesh's ``spatial`` axis) and ``labels`` i32[D, H, W] (class per voxel,
-0 = background). Loss: ``dice_weight`` x soft Dice loss + ``ce_weight`` x cross-entropy
-(``core.segmentation``), both computed per example and summed over the batch, then divided
-by the batch size (:meth:`UNet3DTask.loss_normalizer`): per-example Dice makes the loss a
-sum over examples, so gradient accumulation over micro-batches equals the whole-batch step
-(the model has no BatchNorm, so exactly, up to float summation order).
+0 = background). Loss (``loss_name``, ``core.segmentation``):
+
+* ``dice_ce``: ``dice_weight`` x soft Dice loss + ``ce_weight`` x cross-entropy, both computed
+  per example and summed over the batch, then divided by the batch size
+  (:meth:`UNet3DTask.loss_normalizer`): per-example Dice makes the loss a sum over examples, so
+  gradient accumulation over micro-batches equals the whole-batch step (exactly, up to float
+  summation order, for a model without BatchNorm, such as the MLPerf network).
+* ``adaptive_dice``: the TPU reference's ``adaptive_dice32``, one Dice per class over the whole
+  batch, times (examples in the batch) / normalizer: the loss itself when the step sees the
+  whole batch. Accumulated over k micro-batches it would be the mean of the k micro-batch
+  losses, which is not the whole batch's loss (the Dice sums do not split), so the builder
+  refuses ``train.accumulate_steps > 1`` with it; the task's arithmetic stays defined for
+  direct callers.
+
+A model with BatchNorm (the TPU reference's network) updates its running statistics in
+training (:meth:`UNet3DTask.apply` returns them, ``tasks.base.run_model``) and normalizes with
+them in eval mode (predict, sliding windows, evaluate).
 
 Inference: :meth:`UNet3DTask.predict` on a batch of patches; :meth:`UNet3DTask.segment_volume`
 over a whole volume by Gaussian-blended sliding windows; :meth:`UNet3DTask.evaluate`: per-class
@@ -27,9 +39,10 @@ from flax import nnx
 
 from jaxdet.core import segmentation as seg
 from jaxdet.data.volume_io import VolumeReadError
-from jaxdet.tasks.base import BatchField, BatchLayout, ModelTask, model_graphdefs
+from jaxdet.tasks.base import BatchField, BatchLayout, ModelTask, model_graphdefs, run_model
 
 PyTree = Any
+LOSS_NAMES = ("dice_ce", "adaptive_dice")
 
 
 @dataclass
@@ -37,12 +50,14 @@ class UNet3DTask(ModelTask):
     """Model + loss + patch and whole-volume predictions of a 3D U-Net.
 
     Attributes:
-      model: a ``tasks.unet3d.model.UNet3D``.
+      model: a ``tasks.unet3d.model.UNet3D`` or a
+        ``tasks.unet3d.tpu_reference.TPUReferenceUNet3D``.
       input_size: (D, H, W) of every training patch (also the sliding window's patch).
       num_classes: K, background included.
       in_channels: C of the input volumes.
-      dice_weight, ce_weight: weights of the two losses; include_background: whether class 0
-        counts in the Dice loss.
+      loss_name: ``dice_ce`` or ``adaptive_dice`` (the module docstring).
+      dice_weight, ce_weight: weights of the two losses of ``dice_ce``; include_background:
+        whether class 0 counts in its Dice loss.
       overlap, sigma_scale, window_batch_size: the sliding window's (``core.segmentation``).
     """
 
@@ -50,6 +65,7 @@ class UNet3DTask(ModelTask):
     input_size: tuple[int, int, int]
     num_classes: int
     in_channels: int = 1
+    loss_name: str = "dice_ce"
     dice_weight: float = 1.0
     ce_weight: float = 1.0
     include_background: bool = False
@@ -63,6 +79,8 @@ class UNet3DTask(ModelTask):
     _graphdefs: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if self.loss_name not in LOSS_NAMES:
+            raise ValueError(f"loss_name {self.loss_name!r}; allowed: {', '.join(LOSS_NAMES)}")
         self._graphdefs.update(model_graphdefs(self.model))
 
     def max_stride(self) -> int:
@@ -81,10 +99,12 @@ class UNet3DTask(ModelTask):
 
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
               rng: jax.Array | None = None) -> tuple[jax.Array, PyTree]:
-        """(f32[B, D, H, W, K] logits, batch_stats unchanged: the model has none)."""
-        model = nnx.merge(self._graphdefs["train" if train else "eval"], params, batch_stats)
-        logits = model(images.astype(self.compute_dtype))
-        return logits.astype(jnp.float32), batch_stats
+        """(f32[B, D, H, W, K] logits, batch_stats): in training the BatchNorm statistics
+        updated by this batch (``tasks.base.run_model``; empty for a model without BatchNorm),
+        in eval mode those given (used, not updated)."""
+        logits, new_stats = run_model(self._graphdefs, params, batch_stats,
+                                      images.astype(self.compute_dtype), train=train, rng=rng)
+        return logits.astype(jnp.float32), new_stats
 
     # ----------------------------------------------------------------- loss
 
@@ -100,15 +120,20 @@ class UNet3DTask(ModelTask):
     def loss(self, params: PyTree, batch_stats: PyTree, batch: dict,
              rng: jax.Array | None = None, *, prepared: dict | None = None,
              normalizer: jax.Array | None = None) -> tuple[jax.Array, tuple[dict, PyTree]]:
-        """(total, ({dice_loss, ce_loss}, batch_stats)): each loss summed over the batch's
-        examples and divided by ``normalizer`` (the whole batch's size), total =
-        ``dice_weight * dice_loss + ce_weight * ce_loss``."""
+        """(total, (parts, new batch_stats)). ``dice_ce``: parts {dice_loss, ce_loss}, each
+        summed over the batch's examples and divided by ``normalizer`` (the whole batch's
+        size), total = ``dice_weight * dice_loss + ce_weight * ce_loss``. ``adaptive_dice``:
+        parts {adaptive_dice_loss} = total = ``adaptive_dice_loss(batch) * B / normalizer``
+        (B: the examples of ``batch``; exactly the batch's loss without accumulation)."""
         if normalizer is None:
             normalizer = self.loss_normalizer(self.prepare(batch) if prepared is None
                                               else prepared)
         logits, new_stats = self.apply(params, batch_stats, batch["images"], train=True,
                                        rng=rng)
         labels = batch["labels"]
+        if self.loss_name == "adaptive_dice":
+            loss = seg.adaptive_dice_loss(logits, labels) * labels.shape[0] / normalizer
+            return loss, ({"adaptive_dice_loss": loss}, new_stats)
         dice = jnp.sum(seg.soft_dice_loss(logits, labels,
                                           include_background=self.include_background))
         ce = jnp.sum(seg.cross_entropy_loss(logits, labels))
@@ -207,4 +232,4 @@ class UNet3DTask(ModelTask):
                 draw_cases(drawn, path / "samples.png", class_names=names)
         return metrics
 
-__all__ = ["UNet3DTask"]
+__all__ = ["LOSS_NAMES", "UNet3DTask"]
