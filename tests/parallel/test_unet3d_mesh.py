@@ -78,6 +78,18 @@ class _Reference:
 _REFERENCES: dict[int, _Reference] = {}
 
 
+def _step_on_mesh(task, tx, schedule, state0, host_batch, mesh):
+    """(state, metrics after one step, compiled step) of ``task`` on ``mesh``: the train
+    state replicated, the batch split by the task's batch layout."""
+    shardings = state_sharding(mesh, state0)
+    batch_shardings = batch_sharding(mesh, task.batch_layout())
+    step = make_train_step(task, tx, schedule, state_sharding=shardings,
+                           batch_sharding=batch_shardings)
+    state, batch = place(state0, shardings), place_batch(host_batch, batch_shardings)
+    compiled = step.lower(state, batch).compile()
+    return (*jax.device_get(compiled(state, batch)), compiled)
+
+
 def _reference(patch: int) -> _Reference:
     if patch not in _REFERENCES:
         _REFERENCES[patch] = _Reference(patch)
@@ -168,16 +180,9 @@ def test_depth_stacked_convolutions_on_a_mesh_equal_the_native_single_device_ste
     together, XLA gets its gradients wrong: ``build.conv_lowering`` keeps the native
     convolution there, see the next test.)"""
     reference = _reference(PATCH)
-    task = _task(PATCH, "depth_stacked")
-    mesh = make_mesh(data, spatial_axes=spatial_axes)
-    shardings = state_sharding(mesh, reference.state0)
-    batch_shardings = batch_sharding(mesh, task.batch_layout())
-    step = make_train_step(task, reference.tx, reference.schedule,
-                           state_sharding=shardings, batch_sharding=batch_shardings)
-    state, batch = place(reference.state0, shardings), place_batch(reference.batch,
-                                                                   batch_shardings)
-    compiled = step.lower(state, batch).compile()
-    state, metrics = jax.device_get(compiled(state, batch))
+    state, metrics, compiled = _step_on_mesh(
+        _task(PATCH, "depth_stacked"), reference.tx, reference.schedule, reference.state0,
+        reference.batch, make_mesh(data, spatial_axes=spatial_axes))
     for key in ("loss", "dice_loss", "ce_loss", "grad_norm"):
         np.testing.assert_allclose(metrics[key], reference.metrics[key], rtol=1e-5, err_msg=key)
     assert_trees_close(state["params"], reference.state["params"], rtol=1e-5, atol=1e-6,
@@ -324,14 +329,8 @@ def test_tpu_reference_train_step_on_volume_mesh_equals_single_device() -> None:
     one_step = make_train_step(task, tx, schedule)
     expected, expected_metrics = jax.device_get(one_step(jax.tree.map(np.copy, state0), batch))
 
-    mesh = make_mesh(1, spatial_axes=(2, 2, 2))
-    shardings = state_sharding(mesh, state0)
-    batch_shardings = batch_sharding(mesh, task.batch_layout())
-    step = make_train_step(task, tx, schedule, state_sharding=shardings,
-                           batch_sharding=batch_shardings)
-    state, placed = place(state0, shardings), place_batch(batch, batch_shardings)
-    compiled = step.lower(state, placed).compile()
-    state, metrics = jax.device_get(compiled(state, placed))
+    state, metrics, compiled = _step_on_mesh(task, tx, schedule, state0, batch,
+                                             make_mesh(1, spatial_axes=(2, 2, 2)))
     for key in ("loss", "adaptive_dice_loss", "grad_norm"):
         np.testing.assert_allclose(metrics[key], expected_metrics[key], rtol=1e-5, err_msg=key)
     for what in ("params", "opt_state", "batch_stats"):

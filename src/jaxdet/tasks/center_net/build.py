@@ -145,10 +145,11 @@ def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
     return fields
 
 
-def center_net_summary(config: S.Config, **_: Any) -> dict:
-    """``jaxdet summary`` for CenterNet: parameters per part, the output maps and the
-    multiply-adds of one image (backbone, neck, heads; from the jaxpr, ``jaxdet.macs``). The
-    model is built abstractly: no weights are computed."""
+def center_net_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
+    """``jaxdet summary`` for CenterNet: parameters per part, the output maps and, unless
+    ``flops`` is False (``--no-flops``: no ``multiply_adds`` entries, which cost a trace of
+    the whole network), the multiply-adds of one image (backbone, neck, heads; from the jaxpr,
+    ``jaxdet.macs``). The model is built abstractly: no weights are computed."""
     from jaxdet.summary import abstract_call, module_macs
 
     model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
@@ -162,10 +163,12 @@ def center_net_summary(config: S.Config, **_: Any) -> dict:
     c = config.model.num_classes
     model.eval()
     images = jax.ShapeDtypeStruct((1, height, width, 3), builders.COMPUTE_DTYPES[config.precision])
-    total_macs = module_macs(model, images)
-    backbone_macs = module_macs(model.backbone, images)
-    neck_macs = (module_macs(model.neck, abstract_call(model.backbone, images))
-                 if model.neck is not None and not hasattr(model, "intermediate_heads") else 0)
+    if flops:
+        total_macs = module_macs(model, images)
+        backbone_macs = module_macs(model.backbone, images)
+        neck_macs = (module_macs(model.neck, abstract_call(model.backbone, images))
+                     if model.neck is not None and not hasattr(model, "intermediate_heads")
+                     else 0)
     head_sets = [model, *getattr(model, "intermediate_heads", ())]
     keypoint_heads = sum(count(h.keypoint_heads) for h in head_sets
                          if hasattr(h, "keypoint_heads"))
@@ -183,14 +186,15 @@ def center_net_summary(config: S.Config, **_: Any) -> dict:
         size, channels = mh.mask_size, model.mask_net.net.stem.conv.in_features
         box = jax.ShapeDtypeStruct((1, size, size, channels), images.dtype)
         deepmac = {"mask_head": {"network_type": mh.network_type, "mask_size": size,
-                                 "input_channels": channels,
-                                 "multiply_adds_per_box": module_macs(model.mask_net, box)}}
+                                 "input_channels": channels}}
+        if flops:
+            deepmac["mask_head"]["multiply_adds_per_box"] = module_macs(model.mask_net, box)
+    macs = {"multiply_adds": {"total": total_macs, "components": {
+        "backbone": backbone_macs, "neck": neck_macs,
+        "heads": total_macs - backbone_macs - neck_macs}}} if flops else {}
     return {
         "name": config.name, "type": "center_net", "input_size": [height, width],
-        "num_classes": c, "parameters": parameters, **deepmac,
-        "multiply_adds": {"total": total_macs, "components": {
-            "backbone": backbone_macs, "neck": neck_macs,
-            "heads": total_macs - backbone_macs - neck_macs}},
+        "num_classes": c, "parameters": parameters, **deepmac, **macs,
         "keypoint_tasks": [{"name": t.name, "class_name": t.class_name,
                             "keypoints": len(t.keypoints)}
                            for t in config.model.keypoint_tasks],
@@ -213,10 +217,11 @@ def format_center_net_summary(d: dict) -> str:
         f"{d['input_size'][0]}x{d['input_size'][1]}",
         f"parameters: {p['total']:,} (backbone {p['backbone']:,}, neck {p['neck']:,}, heads "
         f"{p['heads']:,}{kp})",
-        f"multiply-adds per image: {d['multiply_adds']['total'] / 1e9:.2f} G (backbone "
-        f"{d['multiply_adds']['components']['backbone'] / 1e9:.2f} G, neck "
-        f"{d['multiply_adds']['components']['neck'] / 1e9:.2f} G, heads "
-        f"{d['multiply_adds']['components']['heads'] / 1e9:.2f} G)",
+        *([] if "multiply_adds" not in d else [
+            f"multiply-adds per image: {d['multiply_adds']['total'] / 1e9:.2f} G (backbone "
+            f"{d['multiply_adds']['components']['backbone'] / 1e9:.2f} G, neck "
+            f"{d['multiply_adds']['components']['neck'] / 1e9:.2f} G, heads "
+            f"{d['multiply_adds']['components']['heads'] / 1e9:.2f} G)"]),
         f"outputs at stride {o['stride']}: heatmap {'x'.join(map(str, o['heatmap']))}, size and "
         f"offset {'x'.join(map(str, o['size']))}; the best {o['max_detections']} peaks per image",
     ]
@@ -227,7 +232,8 @@ def format_center_net_summary(d: dict) -> str:
         mh = d["mask_head"]
         lines.append(f"DeepMAC masks: embedding heads {p['embedding_heads']:,} (in the heads), "
                      f"mask network {mh['network_type']} on "
-                     f"{mh['mask_size']}x{mh['mask_size']}x{mh['input_channels']} per box "
-                     f"({mh['multiply_adds_per_box'] / 1e9:.2f} G multiply-adds); one "
+                     f"{mh['mask_size']}x{mh['mask_size']}x{mh['input_channels']} per box"
+                     + (f" ({mh['multiply_adds_per_box'] / 1e9:.2f} G multiply-adds)"
+                        if "multiply_adds_per_box" in mh else "") + "; one "
                      f"{mh['mask_size']}x{mh['mask_size']} mask per detection")
     return "\n".join(lines)

@@ -133,6 +133,15 @@ class UpLevel(nnx.Module):
         return self.conv2(self.conv1(jnp.concatenate([x, skip.astype(x.dtype)], axis=-1)))
 
 
+def check_input_sides(x: jax.Array, levels: int) -> None:
+    """Raise ValueError unless every side of ``x`` [B, D, H, W, C] divides by
+    2 ** (``levels`` - 1), the deepest level's stride."""
+    stride = 2 ** (levels - 1)
+    if any(s % stride for s in x.shape[1:4]):
+        raise ValueError(f"input sides {list(x.shape[1:4])} must divide by {stride} "
+                         f"({levels} levels)")
+
+
 class UNet3D(nnx.Module):
     """``__call__(volumes f[B, D, H, W, in_channels]) -> logits [B, D, H, W, num_classes]``
     (see the module docstring; ``filters``: one width per level, at least 2 levels)."""
@@ -167,10 +176,7 @@ class UNet3D(nnx.Module):
         return 2 ** (len(self.filters) - 1)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
-        bad = [s for s in x.shape[1:4] if s % self.max_stride]
-        if bad:
-            raise ValueError(f"input sides {list(x.shape[1:4])} must divide by "
-                             f"{self.max_stride} ({len(self.filters)} levels)")
+        check_input_sides(x, len(self.filters))
         x = self.input_block(x)
         skips = [x]
         for level in self.downsample:
@@ -199,5 +205,5 @@ def unet3d_parameter_count(in_channels: int, num_classes: int, filters: Sequence
     return total + f[0] * num_classes + num_classes
 
 
-__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "unet3d_parameter_count",
-           "upsample_2x"]
+__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "check_input_sides",
+           "unet3d_parameter_count", "upsample_2x"]

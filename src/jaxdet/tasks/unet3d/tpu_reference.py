@@ -50,7 +50,7 @@ from flax import nnx
 
 from jaxdet.models.layers import BatchNorm
 from jaxdet.parallel.mesh import gather_thin_sides
-from jaxdet.tasks.unet3d.model import CONV_LOWERINGS, upsample_2x
+from jaxdet.tasks.unet3d.model import CONV_LOWERINGS, check_input_sides, upsample_2x
 
 # Keras' Conv3D / Conv3DTranspose default: Glorot uniform over fan_in + fan_out (symmetric, so
 # the transposed kernel's (kd, kh, kw, in, out) layout gives Keras' numbers too)
@@ -149,10 +149,7 @@ class TPUReferenceUNet3D(nnx.Module):
         return 2 ** (len(self.filters) - 1)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
-        bad = [s for s in x.shape[1:4] if s % self.max_stride]
-        if bad:
-            raise ValueError(f"input sides {list(x.shape[1:4])} must divide by "
-                             f"{self.max_stride} ({len(self.filters)} levels)")
+        check_input_sides(x, len(self.filters))
         skips = []
         for i, level in enumerate(self.encoder):
             if i:
