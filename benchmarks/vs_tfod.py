@@ -1,0 +1,117 @@
+"""jaxdet against the TF Object Detection API on the same machine: train step and batch-1 /
+batch-8 inference per config, one after the other, and their ratio; prints one JSON object
+per config, then a summary table.
+
+    python benchmarks/vs_tfod.py                      # the three configs of issue 22
+    python benchmarks/vs_tfod.py --pairs \
+        ssd_mobilenet_v2_320x320_coco17_tpu-8:ssd_mobilenet_v2_320:8
+
+Each pair is ``TF config name : jaxdet config : train batch``. The TF side runs
+``benchmarks/tfod_peer_timing.py`` under the TF peer's Python (``--tf-python``, default
+``$TFPY`` or ``~/tfod-peer/tfod-venv/bin/python``, with the TF OD API sources on
+``PYTHONPATH``: ``--tfod-src``, default ``~/tfod-peer/tfod-src``; build both with
+``../shared/peer/setup_tfod.sh``) on the zoo's own ``pipeline.config`` (``--tf-configs``,
+default ``../shared/data/tfod/configs``). The jaxdet side runs
+``benchmarks/train_throughput.py --max-boxes 16 --set precision=fp32`` and
+``benchmarks/inference_throughput.py --set precision=fp32``. Both fp32, synthetic batches with
+1-16 random boxes per image, random weights. A ratio > 1 means jaxdet is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ISSUE_22 = ("ssd_mobilenet_v2_320x320_coco17_tpu-8:ssd_mobilenet_v2_320:8",
+            "ssd_efficientdet_d0_512x512_coco17_tpu-8:efficientdet_d0:2",
+            "ssd_resnet50_v1_fpn_640x640_coco17_tpu-8:retinanet_resnet50_fpn_640:2")
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON line in the output:\n{text[-2000:]}")
+
+
+def _run(cmd: list[str], env: dict | None = None) -> dict:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return _last_json(done.stdout)
+
+
+def tf_side(args, tf_name: str, batch: int) -> dict:
+    config = Path(args.tf_configs) / f"{tf_name}.config"
+    if not config.is_file():
+        raise FileNotFoundError(f"{config} does not exist (--tf-configs)")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1",
+           "PYTHONPATH": os.path.expanduser(args.tfod_src), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return _run([os.path.expanduser(args.tf_python), str(HERE / "tfod_peer_timing.py"),
+                 "--pipeline-config", str(config), "--train-batch-size", str(batch),
+                 "--steps", str(args.steps), "--infer-batch-sizes",
+                 *map(str, args.infer_batch_sizes), "--calls", str(args.calls)], env)
+
+
+def jaxdet_side(args, name: str, batch: int) -> dict:
+    train = _run([sys.executable, str(HERE / "train_throughput.py"), "--config", name,
+                  "--batch-size", str(batch), "--steps", str(args.steps), "--max-boxes", "16",
+                  "--set", "precision=fp32"])
+    infer = _run([sys.executable, str(HERE / "inference_throughput.py"), "--config", name,
+                  "--batch-sizes", *map(str, args.infer_batch_sizes), "--iters",
+                  str(args.calls), "--set", "precision=fp32"])
+    return {"train": train, "inference": infer}
+
+
+def compare(tf: dict, ours: dict) -> dict:
+    """Seconds per train step and per inference call of both, and TF / jaxdet ratios."""
+    row = {"train_batch_size": tf["train"]["batch_size"],
+           "train_step_s": {"tfod": round(tf["train"]["step_seconds"], 3),
+                            "jaxdet": round(ours["train"]["step_ms"] / 1000, 3)},
+           "train_compile_s": {"tfod": round(tf["train"]["first_call_seconds"], 1),
+                               "jaxdet": ours["train"]["compile_s"]}}
+    row["train_ratio"] = round(row["train_step_s"]["tfod"] / row["train_step_s"]["jaxdet"], 2)
+    ours_infer = {r["batch_size"]: r for r in ours["inference"]["results"]}
+    for r in tf["inference"]:
+        b = r["batch_size"]
+        mine = ours_infer[b]["latency_ms"] / 1000
+        row[f"inference_b{b}_s"] = {"tfod": round(r["seconds"], 4), "jaxdet": round(mine, 4)}
+        row[f"inference_b{b}_ratio"] = round(r["seconds"] / mine, 2)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", nargs="+", default=list(ISSUE_22))
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--infer-batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--tf-python", default=os.environ.get(
+        "TFPY", "~/tfod-peer/tfod-venv/bin/python"))
+    parser.add_argument("--tfod-src", default="~/tfod-peer/tfod-src")
+    parser.add_argument("--tf-configs", default=str(HERE.parent.parent / "shared" / "data"
+                                                    / "tfod" / "configs"))
+    args = parser.parse_args()
+    table = []
+    for pair in args.pairs:
+        tf_name, name, batch = pair.split(":")
+        tf = tf_side(args, tf_name, int(batch))
+        ours = jaxdet_side(args, name, int(batch))
+        row = {"tfod_config": tf_name, "jaxdet_config": name, **compare(tf, ours),
+               "tensorflow": tf["tensorflow"], "jax": ours["train"]["jax"],
+               "cpu_count": ours["train"]["cpu_count"]}
+        print(json.dumps(row), flush=True)
+        table.append(row)
+    print("| jaxdet config | train (batch) | inference b1 | inference b8 |")
+    for r in table:
+        print(f"| {r['jaxdet_config']} | {r['train_ratio']}x ({r['train_batch_size']}) | "
+              f"{r.get('inference_b1_ratio', '-')}x | {r.get('inference_b8_ratio', '-')}x |")
+
+
+if __name__ == "__main__":
+    main()
