@@ -133,6 +133,19 @@ class UpLevel(nnx.Module):
         return self.conv2(self.conv1(jnp.concatenate([x, skip.astype(x.dtype)], axis=-1)))
 
 
+def checked_levels(filters: Sequence[int], conv_lowering: str
+                   ) -> tuple[tuple[int, ...], Callable]:
+    """(the level widths as ints, the convolution function of ``conv_lowering``); ValueError
+    for fewer than 2 levels or an unknown lowering (naming the allowed ones)."""
+    f = tuple(int(c) for c in filters)
+    if len(f) < 2:
+        raise ValueError(f"filters {list(f)}: a U-Net needs at least 2 levels")
+    if conv_lowering not in CONV_LOWERINGS:
+        raise ValueError(f"conv_lowering {conv_lowering!r}; allowed: "
+                         f"{', '.join(CONV_LOWERINGS)}")
+    return f, CONV_LOWERINGS[conv_lowering]
+
+
 def check_input_sides(x: jax.Array, levels: int) -> None:
     """Raise ValueError unless every side of ``x`` [B, D, H, W, C] divides by
     2 ** (``levels`` - 1), the deepest level's stride."""
@@ -150,13 +163,7 @@ class UNet3D(nnx.Module):
                  filters: Sequence[int] = (32, 64, 128, 256, 320, 320), *,
                  negative_slope: float = 0.01, epsilon: float = 1e-5, dtype=None,
                  conv_lowering: str = "native", rngs: nnx.Rngs):
-        f = tuple(int(c) for c in filters)
-        if len(f) < 2:
-            raise ValueError(f"filters {list(f)}: a U-Net needs at least 2 levels")
-        if conv_lowering not in CONV_LOWERINGS:
-            raise ValueError(f"conv_lowering {conv_lowering!r}; allowed: "
-                             f"{', '.join(CONV_LOWERINGS)}")
-        conv_fn = CONV_LOWERINGS[conv_lowering]
+        f, conv_fn = checked_levels(filters, conv_lowering)
         kw = {"negative_slope": negative_slope, "epsilon": epsilon, "dtype": dtype,
               "conv_fn": conv_fn, "rngs": rngs}
         self.filters = f
@@ -205,5 +212,5 @@ def unet3d_parameter_count(in_channels: int, num_classes: int, filters: Sequence
     return total + f[0] * num_classes + num_classes
 
 
-__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "check_input_sides",
+__all__ = ["ConvBlock", "Level", "UNet3D", "UpLevel", "check_input_sides", "checked_levels",
            "unet3d_parameter_count", "upsample_2x"]

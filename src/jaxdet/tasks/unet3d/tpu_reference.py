@@ -50,7 +50,7 @@ from flax import nnx
 
 from jaxdet.models.layers import BatchNorm
 from jaxdet.parallel.mesh import gather_thin_sides
-from jaxdet.tasks.unet3d.model import CONV_LOWERINGS, check_input_sides, upsample_2x
+from jaxdet.tasks.unet3d.model import check_input_sides, checked_levels, upsample_2x
 
 # Keras' Conv3D / Conv3DTranspose default: Glorot uniform over fan_in + fan_out (symmetric, so
 # the transposed kernel's (kd, kh, kw, in, out) layout gives Keras' numbers too)
@@ -125,13 +125,7 @@ class TPUReferenceUNet3D(nnx.Module):
                  filters: Sequence[int] = (32, 64, 128, 256), *, momentum: float = 0.99,
                  epsilon: float = 1e-3, negative_slope: float = 0.0, dtype=None,
                  conv_lowering: str = "native", rngs: nnx.Rngs):
-        f = tuple(int(c) for c in filters)
-        if len(f) < 2:
-            raise ValueError(f"filters {list(f)}: a U-Net needs at least 2 levels")
-        if conv_lowering not in CONV_LOWERINGS:
-            raise ValueError(f"conv_lowering {conv_lowering!r}; allowed: "
-                             f"{', '.join(CONV_LOWERINGS)}")
-        conv_fn = CONV_LOWERINGS[conv_lowering]
+        f, conv_fn = checked_levels(filters, conv_lowering)
         kw = {"momentum": momentum, "epsilon": epsilon, "negative_slope": negative_slope,
               "dtype": dtype, "conv_fn": conv_fn, "rngs": rngs}
         self.filters = f
