@@ -223,8 +223,8 @@ class VolumeDataset:
             label = self._check_labels(raw, label_path)
         if self.target_spacing is not None:
             image, label, _ = resample_to_spacing(image, label, spacing, self.target_spacing)
-        if self.clip is not None or self.mean is not None or self.std is not None:
-            image = clip_and_normalize(image, clip=self.clip, mean=self.mean, std=self.std)
+        # no clip, mean or std: each volume by its own statistics (as the class docstring)
+        image = clip_and_normalize(image, clip=self.clip, mean=self.mean, std=self.std)
         return np.ascontiguousarray(image, np.float32), label
 
     def _check_labels(self, raw: np.ndarray, path: str) -> np.ndarray:

@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet.config import schema as S
-from jaxdet.data.volume_io import VolumeReadError, read_listing, read_volume, write_volume
-from jaxdet.data.volume_transforms import clip_and_normalize, resample_to_spacing
+from jaxdet.data.volume_dataset import VolumeDataset
+from jaxdet.data.volume_io import VolumeReadError, read_header, read_listing, write_volume
 
 log = logging.getLogger("jaxdet")
 
@@ -67,6 +67,24 @@ def nearest_resize(labels: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     index = [np.minimum(((np.arange(n) + 0.5) * m / n).astype(np.int64), m - 1)
              for n, m in zip(shape, labels.shape, strict=True)]
     return labels[np.ix_(*index)]
+
+
+def _unlabelled_volumes(config: S.Config, paths: list[Path], in_channels: int
+                        ) -> tuple[VolumeDataset | None, list[tuple[str, str]]]:
+    """The images of ``paths`` as a ``VolumeDataset`` without labels, preprocessed as the
+    config's data (resampling, clipping, normalization; None when no header is usable), and
+    the (file, reason) of those whose headers could not be used. Nothing is cached: each
+    volume is read once."""
+    d = config.data
+    try:
+        dataset = VolumeDataset(
+            [{"image": str(p), "label": None} for p in paths],
+            num_classes=config.model.num_classes,
+            target_spacing=d.target_spacing, clip=d.intensity_clip, mean=d.intensity_mean,
+            std=d.intensity_std, in_channels=in_channels, cache=False, require_labels=False)
+    except ValueError as e:  # no usable volume at all: each named with the reason
+        return None, [(str(p), str(e)) for p in paths]
+    return dataset, list(dataset.skipped)
 
 
 @dataclass
@@ -117,34 +135,22 @@ def predict_volumes(config: S.Config, workdir: str | Path | None, inputs: list[s
     params, batch_stats = inference_variables(config, state)
     out = Path(out_dir) if out_dir else Path(workdir or ".") / "predict"
     out.mkdir(parents=True, exist_ok=True)
-    d = config.data
     segment = jax.jit(lambda volume: jnp.argmax(task.segment_volume(
         params, batch_stats, volume, batch_size=batch_size), axis=-1).astype(jnp.int32))
     names = task.class_names or tuple(f"class_{k}" for k in range(1, task.num_classes))
+    dataset, skipped = _unlabelled_volumes(config, paths, task.in_channels)
     used: set[str] = set()
-    records, skipped = [], []
-    for path in paths:
+    records = []
+    for i in range(len(dataset) if dataset is not None else 0):
+        path, spacing = Path(dataset.image_path(i)), dataset.spacing(i)
         try:
-            image, spacing = read_volume(path)
+            image, _ = dataset[i]  # resampled and normalized as the eval data
         except VolumeReadError as e:
             log.warning("skipped %s: %s", path, e)
             skipped.append((str(path), str(e)))
             continue
-        image = np.asarray(image, np.float32)
-        if image.ndim == 3:
-            image = image[..., None]
-        if image.shape[-1] != task.in_channels:
-            skipped.append((str(path), f"{image.shape[-1]} channel(s); the model reads "
-                                       f"{task.in_channels}"))
-            continue
-        shape = image.shape[:3]
-        work = image
-        if d.target_spacing is not None:
-            work, _, _ = resample_to_spacing(image, np.zeros(shape, np.int32), spacing,
-                                             tuple(d.target_spacing))
-        work = clip_and_normalize(work, clip=d.intensity_clip, mean=d.intensity_mean,
-                                  std=d.intensity_std)
-        labels = np.asarray(segment(jnp.asarray(work)))
+        shape = read_header(path)[0][:3]
+        labels = np.asarray(segment(jnp.asarray(image)))
         if labels.shape != shape:
             labels = nearest_resize(labels, shape)
         target = out / _output_name(path, used)
