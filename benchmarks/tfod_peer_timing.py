@@ -10,8 +10,8 @@ The model is ``model_builder.build`` of the config (fp32, random weights). The t
 runs), momentum SGD 0.9, on random-normal images with 1..``--max-boxes`` random boxes each
 (one-hot classes, padded to ``--max-boxes``, unpadded by TF). Inference is ``preprocess`` +
 ``predict`` + ``postprocess`` (NMS included) in one ``tf.function`` on random uint8 images of
-the config's input size. The first call of each (tracing) is timed apart; the figure is the
-mean of ``--steps`` / ``--calls`` calls after it.
+the config's input size. The first call of each (tracing) is timed apart, ``--warmup`` more
+are run untimed; the figure is the mean of ``--steps`` / ``--calls`` calls after them.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _synthetic_labels(rng, batch: int, max_boxes: int, num_classes: int) -> dict
             fields.InputDataFields.num_groundtruth_boxes: tf.constant(counts.astype(np.int32))}
 
 
-def time_train(model_config, batch: int, steps: int, max_boxes: int) -> dict:
+def time_train(model_config, batch: int, steps: int, max_boxes: int, warmup: int = 0) -> dict:
     model = model_builder.build(model_config=model_config, is_training=True)
     h, w = _input_size(model_config)
     num_classes = getattr(model_config, model_config.WhichOneof("model")).num_classes
@@ -77,6 +77,9 @@ def time_train(model_config, batch: int, steps: int, max_boxes: int) -> dict:
     start = time.perf_counter()
     losses = step(features, labels)
     first = time.perf_counter() - start
+    for _ in range(warmup):
+        losses = step(features, labels)
+    float(losses["Loss/total_loss"])
     start = time.perf_counter()
     for _ in range(steps):
         losses = step(features, labels)
@@ -86,7 +89,7 @@ def time_train(model_config, batch: int, steps: int, max_boxes: int) -> dict:
             "first_call_seconds": first}
 
 
-def time_inference(model_config, batches: list[int], calls: int) -> list[dict]:
+def time_inference(model_config, batches: list[int], calls: int, warmup: int = 0) -> list[dict]:
     model = model_builder.build(model_config=model_config, is_training=False)
     h, w = _input_size(model_config)
 
@@ -102,6 +105,9 @@ def time_inference(model_config, batches: list[int], calls: int) -> list[dict]:
         start = time.perf_counter()
         out = detect(images)
         first = time.perf_counter() - start
+        for _ in range(warmup):
+            out = detect(images)
+        out["num_detections"].numpy()
         start = time.perf_counter()
         for _ in range(calls):
             out = detect(images)
@@ -120,6 +126,8 @@ def main() -> None:
     parser.add_argument("--max-boxes", type=int, default=16)
     parser.add_argument("--infer-batch-sizes", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed calls after the first, before timing")
     args = parser.parse_args()
     configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
     model_config = configs["model"]
@@ -129,9 +137,10 @@ def main() -> None:
                "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
     if args.train_batch_size:
         out["train"] = time_train(model_config, args.train_batch_size, args.steps,
-                                  args.max_boxes)
+                                  args.max_boxes, args.warmup)
     if args.infer_batch_sizes:
-        out["inference"] = time_inference(model_config, args.infer_batch_sizes, args.calls)
+        out["inference"] = time_inference(model_config, args.infer_batch_sizes, args.calls,
+                                          args.warmup)
     print(json.dumps(out))
 
 

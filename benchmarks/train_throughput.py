@@ -4,9 +4,10 @@
         --batch-size 8 --steps 20 --set precision=bf16
 
 Images are random normal, each carrying a random number of random boxes (so the step's
-static-shape target assignment does real work). The first step (compile) is timed apart;
-throughput is measured over the following ``--steps`` steps. Peak device memory is reported
-where the backend exposes it (GPU/TPU).
+static-shape target assignment does real work). The first step (compile) is timed apart, then
+``--warmup`` steps run untimed (a CPU process is slower for its first few steps, while its
+memory is first touched); throughput is measured over the following ``--steps`` steps. Peak
+device memory is reported where the backend exposes it (GPU/TPU).
 
 MFU (model FLOPs utilization) = model FLOPs per image x img/s / the device's peak, with model
 FLOPs = 6 x the forward pass's multiply-adds (``jaxdet summary``; forward + backward = 3
@@ -28,6 +29,7 @@ import numpy as np
 
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
+from jaxdet.cpu_allocator import reexec_with_huge_pages
 from jaxdet.summary import flops_of
 from jaxdet.train.step import init_train_state
 
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--max-boxes", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed steps after the first, before timing")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak TFLOP/s for MFU (default: known GPUs)")
     args = parser.parse_args(argv)
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
     state, metrics = compiled(state, batches[0])
     jax.block_until_ready(metrics["loss"])
     first_step_s = time.perf_counter() - t0
+    for i in range(args.warmup):
+        state, metrics = compiled(state, batches[(i + 1) % len(batches)])
+    jax.block_until_ready(metrics["loss"])
 
     t0 = time.perf_counter()
     for i in range(args.steps):
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model_type": getattr(config.model, "type", "ssd"),
         "num_anchors": int(task.anchors.shape[0]) if hasattr(task, "anchors") else None,
         "steps": args.steps,
+        "warmup_steps": args.warmup,
         "compile_s": round(compile_s, 2),
         "first_step_s": round(first_step_s, 2),
         "step_ms": round(1000 * elapsed / args.steps, 2),
@@ -164,4 +172,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    reexec_with_huge_pages()
     main()

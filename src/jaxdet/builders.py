@@ -58,6 +58,7 @@ from jaxdet.tasks.ssd.task import MatchingParams, PostProcessParams
 from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
+from jaxdet.train.xla_cpu import train_compiler_options
 
 COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -501,7 +502,8 @@ def build_train_step(
     """The jitted ``step(state, batch) -> (state, metrics)`` of ``config``: EMA,
     ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
     ``train.step.make_train_step``; its state comes from ``init_train_state(...,
-    loss_scale=build_loss_scale(config))``)."""
+    loss_scale=build_loss_scale(config))``). On CPU, a detector's step runs its convolutions
+    with Eigen (``train.xla_cpu``)."""
     return make_train_step(
         task,
         tx,
@@ -513,4 +515,5 @@ def build_train_step(
         allow_tf32=config.allow_tf32,
         state_sharding=state_sharding,
         batch_sharding=batch_sharding,
+        compiler_options=train_compiler_options(eigen_convolutions=config.data.type == "images"),
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import builders, tasks, weights
+from jaxdet import builders, cpu_allocator, tasks, weights
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
 from jaxdet.eval.runner import (
@@ -200,6 +200,8 @@ def train(
     weights.check_init_checkpoint(config)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if jax.default_backend() == "cpu":
+        cpu_allocator.hint()
     task = builders.build_task(config)
     checkpointer = _checkpointer(config, workdir)
     start = checkpointer.latest_step()

@@ -86,12 +86,14 @@ def make_train_step(
     allow_tf32: bool = True,
     state_sharding: PyTree | None = None,
     batch_sharding: PyTree | None = None,
+    compiler_options: dict[str, str] | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated.
 
     ``state_sharding`` / ``batch_sharding`` (trees of ``jax.sharding.Sharding`` matching the
     state and the batch, see ``jaxdet.parallel.sharding``) pin the layout over a device mesh;
-    None lets jit follow its arguments (one device).
+    None lets jit follow its arguments (one device). ``compiler_options`` go to ``jax.jit``
+    (XLA debug options, e.g. ``train.xla_cpu.train_compiler_options``).
 
     ``batch`` holds the fields of ``task.batch_layout()`` (other keys are ignored; for the
     SSD family images [B,H,W,3], boxes [B,N,4], classes / valid / ignore [B,N]). Metrics:
@@ -165,6 +167,6 @@ def make_train_step(
             return step(state, batch)
 
     if state_sharding is None and batch_sharding is None:
-        return jax.jit(traced_step, donate_argnums=0)
+        return jax.jit(traced_step, donate_argnums=0, compiler_options=compiler_options)
     return jax.jit(traced_step, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),
-                   out_shardings=(state_sharding, None))
+                   out_shardings=(state_sharding, None), compiler_options=compiler_options)

@@ -1,0 +1,252 @@
+"""Where a compiled train step (or predict call) spends its time, op by op; prints one JSON.
+
+    python benchmarks/profile_step.py --config ssd_mobilenet_v2_320 --batch-size 8 \
+        --set precision=fp32                          # the train step
+    python benchmarks/profile_step.py --config efficientdet_d0 --predict --batch-size 1
+
+The step is compiled and run once, then run ``--steps`` times under ``jax.profiler.trace``.
+Every XLA:CPU thunk the trace records (a fusion, a YNNPACK library call, a copy) is matched to
+its instruction in the compiled HLO and put in one category:
+
+- ``dot`` / ``conv``: matrix multiplies and convolutions (YNNPACK or Eigen), with their
+  multiply-adds counted from the HLO shapes and the rate reached (G multiply-adds/s);
+- ``reduce``: reductions (batch-norm statistics, bias and depthwise-kernel gradients);
+- ``elementwise``: XLA's loop fusions (activations, batch norm, the shifted-sum depthwise,
+  padding and slicing), ``transpose_copy``: copies and layout changes, ``other``: the rest.
+
+``busy_ms`` sums thunk time over both threads (can exceed ``step_ms``; an asynchronous thunk,
+such as an Eigen convolution, counts from its start to its end event, its threads together);
+``idle_share`` is the part of ``threads x step_ms`` no thunk ran (waiting included in an async
+span, so spans overlap and the share is then 0). ``peak_gmacs`` is this machine's measured fp32
+rate on a 2048^3 matrix multiply, so each category's rate reads against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdet import builders
+from jaxdet.config.loader import load_config
+from jaxdet.cpu_allocator import reexec_with_huge_pages
+from jaxdet.train.step import init_train_state
+
+_WRAPPERS = ("ThunkExecutor", "SlinkyThreadPool", "ThreadpoolListener")
+_SHAPE = re.compile(r"^[a-z0-9]+\[([0-9,]*)\]")
+_INSTR = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\S+) (\w[\w-]*)\((.*?)\)(.*)$")
+
+
+def _dims(shape: str) -> list[int]:
+    m = _SHAPE.match(shape)
+    return [int(d) for d in m.group(1).split(",") if d] if m else []
+
+
+def parse_hlo(text: str) -> tuple[dict, dict]:
+    """``computations``: name -> list of (name, shape, opcode, operands, attributes) and
+    ``calls``: top-level instruction name -> the computation it calls (fusions)."""
+    computations, current = {}, None
+    calls = {}
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            current = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+            computations[current] = []
+            continue
+        m = _INSTR.match(line)
+        if m and current is not None:
+            name, shape, opcode, operands, attrs = m.groups()
+            computations[current].append((name, shape, opcode, operands, attrs))
+            c = re.search(r"calls=%([\w.\-]+)", attrs)
+            if c:
+                calls[name] = c.group(1)
+    return computations, calls
+
+
+def _macs(instr, shapes: dict) -> int:
+    name, shape, opcode, operands, attrs = instr
+    out = int(np.prod(_dims(shape)))
+    args = [a.strip().lstrip("%") for a in operands.split(",")]
+    if opcode == "dot":
+        lhs = _dims(shapes.get(args[0], ""))
+        contracting = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", attrs)
+        k = int(np.prod([lhs[int(d)] for d in contracting.group(1).split(",") if d])) \
+            if contracting and lhs else 0
+        return out * k
+    if opcode == "convolution":
+        rhs = _dims(shapes.get(args[1], ""))
+        labels = re.search(r"dim_labels=\w+_(\w+)->", attrs).group(1)
+        # per output element: the kernel's window times its input features (per group)
+        return out * int(np.prod([d for d, lab in zip(rhs, labels, strict=True) if lab != "o"]))
+    return 0
+
+
+def classify(name: str, computations: dict, calls: dict, top: dict) -> tuple[str, int]:
+    """The category of the thunk ``name`` and its multiply-adds."""
+    instr = top.get(name)
+    body = computations.get(calls.get(name, ""), [])
+    ops = {i[2] for i in body} if body else ({instr[2]} if instr else set())
+    shapes = {i[0]: i[1] for i in body}
+    core = [i for i in body if i[2] in ("dot", "convolution")] or (
+        [instr] if instr and instr[2] in ("dot", "convolution") else [])
+    if core:
+        if instr is not None and not body:
+            shapes = {i[0]: i[1] for i in top.values()}
+        kind = "dot" if core[0][2] == "dot" else "conv"
+        return kind, sum(_macs(c, shapes) for c in core)
+    if "reduce" in ops or "reduce-window" in ops or name.startswith("wrapped_reduce"):
+        return "reduce", 0
+    if ops <= {"copy", "transpose", "bitcast", "parameter"} or name.startswith(
+            ("copy", "transpose")):
+        return "transpose_copy", 0
+    if instr is not None and instr[2] == "fusion":
+        return "elementwise", 0
+    return "other", 0
+
+
+def peak_gmacs(n: int = 2048, calls: int = 5) -> float:
+    """Measured fp32 multiply-adds per second (G) of an n^3 jitted matrix multiply."""
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        out = f(a)
+    out.block_until_ready()
+    return n ** 3 * calls / (time.perf_counter() - t0) / 1e9
+
+
+def profile(fn, args: tuple, steps: int, *, carry: bool) -> tuple[dict, float, str]:
+    """Compile ``fn`` for ``args``, run it once, then ``steps`` times traced (with ``carry``,
+    the first output replaces the first argument: a train state, donated): thunk name ->
+    summed ns over the traced calls, the wall seconds per call, and the compiled HLO text."""
+    compiled = fn.lower(*args).compile()
+
+    def call():
+        nonlocal args
+        out = compiled(*args)
+        if carry:
+            args = (out[0], *args[1:])
+        return out
+
+    jax.block_until_ready(call())
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = call()
+            jax.block_until_ready(out)
+            wall = (time.perf_counter() - t0) / steps
+        trace = sorted(glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True))[-1]
+        data = jax.profiler.ProfileData.from_file(trace)
+    busy = collections.Counter()
+    starts, ends = collections.defaultdict(list), collections.defaultdict(list)
+    for plane in data.planes:
+        for line in plane.lines:
+            if line.name == "python" or not line.name.startswith("tf_"):
+                continue
+            for event in line.events:
+                if event.name.startswith(_WRAPPERS):
+                    continue
+                if event.name.startswith("end: "):  # an asynchronous thunk (Eigen) finished
+                    ends[event.name[5:]].append(event.end_ns)
+                else:
+                    busy[event.name] += event.duration_ns
+                    starts[event.name].append(event.start_ns)
+    for name, done in ends.items():  # an async thunk's span: its start to its end event
+        if len(done) == len(starts.get(name, ())):
+            busy[name] = sum(e - s for s, e in zip(sorted(starts[name]), sorted(done),
+                                                    strict=True))
+    return busy, wall, compiled.as_text()
+
+
+def breakdown(busy: dict, wall: float, hlo: str, steps: int, threads: int, top_n: int) -> dict:
+    computations, calls = parse_hlo(hlo)
+    entry = next(reversed(computations))  # ENTRY is printed last
+    top = {i[0]: i for i in computations[entry]}
+    cats = collections.defaultdict(lambda: {"ms": 0.0, "thunks": 0, "gmacs": 0.0})
+    ops = []
+    for name, ns in busy.items():
+        kind, macs = classify(name, computations, calls, top)
+        ms = ns / 1e6 / steps
+        cats[kind]["ms"] += ms
+        cats[kind]["thunks"] += 1
+        cats[kind]["gmacs"] += macs / 1e9
+        ops.append((ms, name, kind, top[name][1] if name in top else "", macs))
+    total = sum(c["ms"] for c in cats.values())
+    table = {}
+    for kind, c in sorted(cats.items(), key=lambda kv: -kv[1]["ms"]):
+        table[kind] = {"ms": round(c["ms"], 1), "share": round(c["ms"] / total, 3),
+                       "thunks": c["thunks"]}
+        if c["gmacs"]:
+            table[kind]["gmacs"] = round(c["gmacs"], 2)
+            table[kind]["gmacs_per_s"] = round(c["gmacs"] / (c["ms"] / 1e3), 1)
+    ops.sort(reverse=True)
+    return {"step_ms": round(wall * 1e3, 1), "busy_ms": round(total, 1),
+            "idle_share": round(max(0.0, 1 - total / (threads * wall * 1e3)), 3),
+            "categories": table,
+            "top_ops": [{"name": n, "kind": k, "ms": round(ms, 2), "shape": s,
+                         **({"gmacs_per_s": round(m / 1e9 / (ms / 1e3), 1)} if m else {})}
+                        for ms, n, k, s, m in ops[:top_n]]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="ssd_mobilenet_v2_320")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--predict", action="store_true", help="profile inference instead")
+    parser.add_argument("--max-boxes", type=int, default=16)
+    parser.add_argument("--top", type=int, default=15, help="how many single ops to list")
+    args = parser.parse_args(argv)
+    if jax.default_backend() != "cpu":
+        raise SystemExit("profile_step.py reads XLA:CPU's thunk trace; run it on CPU")
+
+    from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
+
+    overrides = list(args.overrides)
+    if args.batch_size:
+        overrides.append(f"train.batch_size={args.batch_size}")
+    config = load_config(args.config, overrides)
+    task = builders.build_task(config)
+    batch_size = config.train.batch_size
+    rng = np.random.default_rng(0)
+    if args.predict:
+        params, batch_stats = task.initial_variables()
+        h, w = task.input_size
+        images = jnp.asarray(rng.normal(size=(batch_size, h, w, 3)), jnp.float32)
+        info = jnp.tile(jnp.asarray([[h, w, h, w]], jnp.float32), (batch_size, 1))
+        busy, wall, hlo = profile(jax.jit(task.predict),
+                                  (params, batch_stats, images, info), args.steps,
+                                  carry=False)
+    else:
+        tx, schedule = builders.build_optimizer(config.train)
+        step = builders.build_train_step(config, task, tx, schedule)
+        state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                 loss_scale=builders.build_loss_scale(config))
+        batch = jax.device_put(synthetic_batch(rng, batch_size, task.input_size,
+                                               args.max_boxes, task.num_classes,
+                                               task.batch_layout()))
+        busy, wall, hlo = profile(step, (state, batch), args.steps, carry=True)
+    threads = os.cpu_count() or 1
+    result = {"benchmark": "profile_step", "config": args.config, "overrides": args.overrides,
+              "what": "predict" if args.predict else "train_step", "batch_size": batch_size,
+              **breakdown(busy, wall, hlo, args.steps, threads, args.top),
+              "peak_gmacs": round(peak_gmacs(), 1), "cpu_count": threads,
+              "jax": jax.__version__}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    reexec_with_huge_pages()
+    main()
