@@ -183,3 +183,19 @@ def test_batched_nms_per_image_form_equals_the_vmapped_loop():
     assert int(vmapped["num_detections"].min()) > 5
     for key in vmapped:
         np.testing.assert_array_equal(np.asarray(looped[key]), np.asarray(vmapped[key]))
+
+
+@pytest.mark.parametrize("k", [1, 17, 40, 63, 64])
+def test_top_k_mask_picks_what_lax_top_k_picks(k):
+    """Ties (scores on 7 levels), negatives and -inf: the same entries as ``lax.top_k``."""
+    from jaxdet.core.nms import top_k_mask
+
+    rng = np.random.default_rng(k)
+    scores = np.round(rng.normal(size=(2, 3, 64)) * 3) / 3
+    scores[0, 0, :5] = -np.inf
+    scores = scores.astype(np.float32)
+    _, idx = jax.lax.top_k(scores, k)
+    expected = np.zeros(scores.shape, bool)
+    np.put_along_axis(expected, np.asarray(idx), True, axis=-1)
+    got = np.asarray(jax.jit(top_k_mask, static_argnums=1)(scores, k))
+    np.testing.assert_array_equal(got, expected)
