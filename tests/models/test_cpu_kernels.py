@@ -70,3 +70,31 @@ def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):
     for a, b in zip(jax.grad(loss(ours), (0, 1))(x, w), jax.grad(loss(ref), (0, 1))(x, w),
                     strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding, dilation, channels", [
+    (2, "SAME", 1, 3), (2, ((0, 1), (0, 1)), 1, 3), (1, "VALID", 2, 4), (1, "SAME", 1, 1)])
+def test_image_convolution_as_patch_matmul_matches_lax(stride, padding, dilation, channels):
+    """A 3x3 convolution of an image (<= 4 channels: MobileNet's and EfficientNet's stems) is
+    a matmul of its patches on CPU, with lax's values and gradients; wider patches stay lax."""
+    x = jax.random.normal(jax.random.key(0), (2, 11, 9, channels))
+    w = jax.random.normal(jax.random.key(1), (3, 3, channels, 5))
+    dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+    def ours(x, w):
+        return depthwise.conv_general_dilated(x, w, (stride, stride), padding,
+                                              rhs_dilation=(dilation, dilation),
+                                              dimension_numbers=dn)
+
+    def ref(x, w):
+        return lax.conv_general_dilated(x, w, (stride, stride), padding,
+                                        rhs_dilation=(dilation, dilation), dimension_numbers=DN)
+
+    assert "conv_general_dilated" not in str(jax.make_jaxpr(ours)(x, w))
+    np.testing.assert_allclose(ours(x, w), ref(x, w), rtol=1e-5, atol=1e-5)
+    loss = lambda f: (lambda x, w: jnp.sum(jnp.sin(f(x, w))))  # noqa: E731
+    for a, b in zip(jax.grad(loss(ours), (0, 1))(x, w), jax.grad(loss(ref), (0, 1))(x, w),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    wide = jax.random.normal(jax.random.key(2), (7, 7, channels, 5))  # a 7x7 stem stays lax
+    assert "conv_general_dilated" in str(jax.make_jaxpr(ours)(x, wide))
