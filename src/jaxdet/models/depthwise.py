@@ -20,6 +20,27 @@ import jax.numpy as jnp
 from jax import lax
 
 
+def _window_taps(
+    x: jax.Array,
+    kernel_hw: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    dilation: Sequence[int],
+) -> list[jax.Array]:
+    """The ``kh * kw`` strided views of NHWC ``x`` (explicitly padded) that a kh x kw window
+    reads, tap (i, j) at index ``i * kw + j``, each [B, out_h, out_w, C]."""
+    kh, kw = kernel_hw
+    sh, sw = strides
+    dh, dw = dilation
+    xp = jnp.pad(x, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
+    out_h = (xp.shape[1] - dh * (kh - 1) - 1) // sh + 1
+    out_w = (xp.shape[2] - dw * (kw - 1) - 1) // sw + 1
+    return [lax.slice(xp, (0, i * dh, j * dw, 0),
+                      (xp.shape[0], i * dh + (out_h - 1) * sh + 1,
+                       j * dw + (out_w - 1) * sw + 1, xp.shape[3]), (1, sh, sw, 1))
+            for i in range(kh) for j in range(kw)]
+
+
 def _shifted_depthwise(
     x: jax.Array,
     kernel: jax.Array,
@@ -28,24 +49,11 @@ def _shifted_depthwise(
     dilation: Sequence[int],
 ) -> jax.Array:
     """Depthwise conv of NHWC ``x`` with an HWIO kernel [kh, kw, 1, C] (explicit padding)."""
-    kh, kw = kernel.shape[:2]
-    sh, sw = strides
-    dh, dw = dilation
-    xp = jnp.pad(x, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
-    out_h = (xp.shape[1] - dh * (kh - 1) - 1) // sh + 1
-    out_w = (xp.shape[2] - dw * (kw - 1) - 1) // sw + 1
-    out = None
-    for i in range(kh):
-        for j in range(kw):
-            start = (0, i * dh, j * dw, 0)
-            limit = (
-                xp.shape[0],
-                i * dh + (out_h - 1) * sh + 1,
-                j * dw + (out_w - 1) * sw + 1,
-                xp.shape[3],
-            )
-            tap = lax.slice(xp, start, limit, (1, sh, sw, 1)) * kernel[i, j, 0]
-            out = tap if out is None else out + tap
+    taps = _window_taps(x, kernel.shape[:2], strides, padding, dilation)
+    weights = kernel.reshape(len(taps), -1)
+    out = taps[0] * weights[0]
+    for tap, weight in zip(taps[1:], weights[1:], strict=True):
+        out = out + tap * weight
     return out
 
 
@@ -66,16 +74,7 @@ def _patch_matmul(
     """Convolution of NHWC ``x`` [B, H, W, C] with an HWIO kernel [kh, kw, C, O] (explicit
     padding) as the matmul of its ``kh * kw * C``-wide patches (tap-major, channel-minor,
     the kernel's own order) with the kernel reshaped to [kh * kw * C, O]."""
-    kh, kw = kernel.shape[:2]
-    sh, sw = strides
-    dh, dw = dilation
-    xp = jnp.pad(x, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
-    out_h = (xp.shape[1] - dh * (kh - 1) - 1) // sh + 1
-    out_w = (xp.shape[2] - dw * (kw - 1) - 1) // sw + 1
-    taps = [lax.slice(xp, (0, i * dh, j * dw, 0),
-                      (xp.shape[0], i * dh + (out_h - 1) * sh + 1,
-                       j * dw + (out_w - 1) * sw + 1, xp.shape[3]), (1, sh, sw, 1))
-            for i in range(kh) for j in range(kw)]
+    taps = _window_taps(x, kernel.shape[:2], strides, padding, dilation)
     patches = jnp.concatenate(taps, axis=-1)
     return jnp.einsum("bhwk,ko->bhwo", patches, kernel.reshape(-1, kernel.shape[-1]))
 
