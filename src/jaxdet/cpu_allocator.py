@@ -6,9 +6,10 @@ again: measured on the 2-core CPU machine, 558,000 page faults per SSD-MobileNet
 (batch 8, 2.2 GB), about 40% of the step. With ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``
 (glibc >= 2.35) malloc asks the kernel for transparent huge pages (``madvise``), and the same
 step takes 1,600 faults. The setting is read when a process starts, so the ``jaxdet`` command
-and the benchmark scripts start themselves again with it (:func:`reexec_with_huge_pages`);
-``JAXDET_HUGE_PAGES=0`` turns that off. In one's own Python process, export the variable
-before starting Python; :func:`hint` says so once when it is missing.
+and the throughput and profile benchmarks start themselves again with it
+(:func:`reexec_with_huge_pages`); ``JAXDET_HUGE_PAGES=0`` turns that off. In one's own
+Python process, export the variable before starting Python; :func:`hint` says so once when it
+is missing.
 """
 
 from __future__ import annotations
