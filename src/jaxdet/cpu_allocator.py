@@ -1,9 +1,9 @@
-"""Huge pages for XLA:CPU's buffers: one environment setting worth 1.5-1.8x on a CPU train step.
+"""Huge pages for XLA:CPU's buffers: one setting, ~2x on a MobileNet SSD train step.
 
 XLA:CPU allocates every executable's temporary buffers afresh at each call. Buffers that large
 are mmap'ed by glibc and unmapped on free, so each call faults in and zeroes every 4 KiB page
 again: measured on the 2-core CPU machine, 558,000 page faults per SSD-MobileNetV2 train step
-(batch 8, 2.2 GB), about 40% of the step. With ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``
+(batch 8, 2.2 GB), about half of the step. With ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``
 (glibc >= 2.35) malloc asks the kernel for transparent huge pages (``madvise``), and the same
 step takes 1,600 faults. The setting is read when a process starts, so the ``jaxdet`` command
 and the throughput and profile benchmarks start themselves again with it
