@@ -2,6 +2,9 @@
 per (seed, step), so a killed run resumes to exactly the parameters of an uninterrupted one;
 eval runs with the moving average."""
 
+import json
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -46,10 +49,15 @@ def test_drop_connect_is_live_and_keyed_by_step():
 
 
 def test_killed_run_resumes_exactly_and_evaluates_with_ema(tmp_path):
+    """A run killed after its step-2 checkpoint (the uninterrupted run's workdir without its
+    step-4 checkpoint: two runs instead of three) resumes to the uninterrupted parameters."""
     config = load_config("efficientdet_d0_shapes", TINY)
     assert config.train.ema_decay == 0.9998 and config.eval.use_ema
     full = runs.train(config, tmp_path / "full", progress=False, evaluate=False)
-    runs.train(config, tmp_path / "resumed", stop_after=3, progress=False, evaluate=False)
+    assert sorted(p.name for p in (tmp_path / "full" / "checkpoints").iterdir()
+                  if p.name.isdigit()) == ["2", "4"]
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "4")
     resumed = runs.train(config, tmp_path / "resumed", progress=False)
     assert resumed.step == full.step == 4
     for a, b in zip(_leaves(full.state["params"]), _leaves(resumed.state["params"]),
@@ -57,3 +65,7 @@ def test_killed_run_resumes_exactly_and_evaluates_with_ema(tmp_path):
         np.testing.assert_array_equal(a, b)
     metrics = (tmp_path / "resumed" / "eval" / "step_4" / "metrics.json")
     assert metrics.is_file() and '"AP"' in metrics.read_text()
+    steps = [json.loads(x)["step"] for x in
+             (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+             if "train/loss" in x]
+    assert steps == [1, 2, 3, 4]  # steps 3 and 4 recomputed, each logged once

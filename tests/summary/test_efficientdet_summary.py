@@ -37,9 +37,9 @@ def _half_last_digit(value: float) -> float:
 
 
 @pytest.mark.parametrize("name", [
-    # d7 and d7x (1536 px: 19 and 37 s of tracing) under -m exhaustive; d6 keeps the sum
-    # fusion and the largest heads in the default suite
-    pytest.param(n, marks=pytest.mark.exhaustive) if n in ("d7", "d7x") else n
+    # d4, d5, d7 and d7x (15-37 s of tracing each) under -m exhaustive; d0-d3 and d6 (the
+    # sum fusion and the largest heads) in the default suite
+    pytest.param(n, marks=pytest.mark.exhaustive) if n in ("d4", "d5", "d7", "d7x") else n
     for n in sorted(PUBLISHED)])
 def test_summary_matches_the_published_table(name):
     size, paper_params, paper_macs, readme_params = PUBLISHED[name]
