@@ -1,17 +1,10 @@
-"""Test-wide settings (a persistent JAX compilation cache, CPU-only execution, XLA:CPU at
-optimization level 0, 8 emulated CPU devices for the sharding tests) and the tiny config that
-trains in seconds: 64x64 generated shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device
-(``parallel.data=1``)."""
+"""Test-wide settings (a persistent JAX compilation cache, CPU-only execution, 8 emulated CPU
+devices for the sharding tests) and the tiny config that trains in seconds: 64x64 generated
+shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device (``parallel.data=1``)."""
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The suite's models are tiny and run a few steps: compiling is most of its time, and XLA:CPU's
-# LLVM at optimization level 0 compiles about 20-25% faster end to end (measured on the mesh and
-# EfficientDet tests, cold cache: 285 -> 231 s). Results do not depend on it (no fast math).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.expanduser("~/.cache/jaxdet/jax")
 )
