@@ -56,7 +56,8 @@ class OurPredictor:
         self.image_info = jnp.tile(
             jnp.asarray([[height, width, height, width]], jnp.float32), (batch_size, 1)
         )
-        self.predict = jax.jit(self.task.predict)
+        self.predict = jax.jit(self.task.predict,
+                               compiler_options=builders.predict_compiler_options(config))
         t0 = time.perf_counter()
         self()
         self.compile_s = time.perf_counter() - t0

@@ -58,7 +58,7 @@ from jaxdet.tasks.ssd.task import MatchingParams, PostProcessParams
 from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
-from jaxdet.train.xla_cpu import train_compiler_options
+from jaxdet.xla_cpu import cpu_compiler_options
 
 COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -490,6 +490,15 @@ def build_loss_scale(config: S.Config) -> LossScaleParams | None:
     return LossScaleParams(**config.train.loss_scale.model_dump())
 
 
+def predict_compiler_options(config: S.Config) -> dict[str, str] | None:
+    """``compiler_options`` for jitting ``task.predict`` of ``config``: on CPU, Eigen
+    convolutions for a detector with a ResNet backbone (``resnet*``, ``resnet_v2_*``), where
+    they were faster than YNNPACK's; None for every other model (see ``jaxdet.xla_cpu``)."""
+    backbone = getattr(getattr(config.model, "backbone", None), "name", "") or ""
+    return cpu_compiler_options(
+        eigen_convolutions=config.data.type == "images" and backbone.startswith("resnet"))
+
+
 def build_train_step(
     config: S.Config,
     task: Task,
@@ -503,7 +512,7 @@ def build_train_step(
     ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
     ``train.step.make_train_step``; its state comes from ``init_train_state(...,
     loss_scale=build_loss_scale(config))``). On CPU, a detector's step runs its convolutions
-    with Eigen (``train.xla_cpu``)."""
+    with Eigen (``jaxdet.xla_cpu``)."""
     return make_train_step(
         task,
         tx,
@@ -515,5 +524,5 @@ def build_train_step(
         allow_tf32=config.allow_tf32,
         state_sharding=state_sharding,
         batch_sharding=batch_sharding,
-        compiler_options=train_compiler_options(eigen_convolutions=config.data.type == "images"),
+        compiler_options=cpu_compiler_options(eigen_convolutions=config.data.type == "images"),
     )

@@ -332,7 +332,9 @@ def _reason(path: str) -> str:
 def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tuple:
     """``(predict, variables)``: predict jitted over the config's mesh with the variables
     replicated on it, or on one device (see the module docstring)."""
-    single = make_predict_fn(task, allow_tf32=config.allow_tf32), variables
+    options = builders.predict_compiler_options(config)
+    single = make_predict_fn(task, allow_tf32=config.allow_tf32,
+                             compiler_options=options), variables
     if jax.process_count() > 1 or jax.device_count() == 1:
         return single
     try:
@@ -345,7 +347,8 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
     except ValueError as e:  # MeshLayoutError included
         log.info("predict runs on one device: %s", e)
         return single
-    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh)
+    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh,
+                           compiler_options=options)
     log.info("predict splits each batch of %d over a (data=%d, spatial=%d) mesh", batch_size,
              mesh.shape["data"], mesh.shape["spatial"])
     return predict, jax.device_put(variables, replicated(mesh))

@@ -161,9 +161,13 @@ class EvalContext:
         if config.data.eval is None:
             raise ValueError("data.eval is not set: there is nothing to evaluate on")
         source = _build_source(config, workdir, "eval")
+        options = builders.predict_compiler_options(config)
         if mesh is None or jax.process_count() > 1 or mesh.size == 1:
-            return cls(config, task, make_predict_fn(task, allow_tf32=config.allow_tf32), source)
-        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh)
+            predict = make_predict_fn(task, allow_tf32=config.allow_tf32,
+                                      compiler_options=options)
+            return cls(config, task, predict, source)
+        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh,
+                               compiler_options=options)
         return cls(config, task, predict, source, replicated(mesh))
 
     def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:

@@ -89,7 +89,10 @@ def test_train_step_on_mesh_equals_single_device(reference) -> None:
         np.testing.assert_allclose(metrics[key], reference["metrics"][key], rtol=1e-5,
                                    atol=1e-6, err_msg=key)
     assert reference["metrics"]["num_masks"] > 0
-    assert_trees_close(state["params"], reference["state"]["params"], rtol=1e-4, atol=1e-6,
+    # One step moves the params by 0.01 x gradient; float rounding of the gradient (a sum on
+    # one device or eight) moves that by up to 4e-6 (measured over seeds 0-2), at any scale of
+    # the param, so the tolerance is absolute.
+    assert_trees_close(state["params"], reference["state"]["params"], rtol=1e-4, atol=1e-5,
                        what="params")
 
 

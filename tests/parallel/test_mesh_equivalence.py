@@ -48,6 +48,10 @@ MODELS = {
     "retinanet": ("shapes_demo", [
         "model.backbone.depth_multiplier=0.25", "model.neck.depth=16", "model.head.depth=16",
         "model.head.num_layers_before_predictor=1",
+        # Some random inits leave a batch-norm channel of these thin maps with a ~0 deviation,
+        # which turns float rounding into 1e-5 changes of a step (seed 0 of jaxdet's init, seed
+        # 3 of Flax's); seed 1 is well conditioned, so the tolerances below can stay tight.
+        "train.seed=1",
     ]),
     "ssd": ("ssd_mobilenet_v1_300", [
         "model.num_classes=3", "model.backbone.depth_multiplier=0.25",

@@ -47,7 +47,9 @@ MESHES = [(1, (8,), PATCH), (1, (2, 2, 2), PATCH), (2, (2, 2), PATCH), (1, (8,),
 
 
 def _task(patch: int = PATCH, conv_lowering: str = "native") -> UNet3DTask:
-    model = UNet3D(1, 3, FILTERS, conv_lowering=conv_lowering, rngs=nnx.Rngs(0))
+    # Seed 1: the init of seed 0 leaves a thin map's normalisation with a ~0 deviation, where
+    # float rounding (a sum on one device or eight) moves the step's gradients by up to 0.5%.
+    model = UNet3D(1, 3, FILTERS, conv_lowering=conv_lowering, rngs=nnx.Rngs(1))
     return UNet3DTask(model=model, input_size=(patch,) * 3, num_classes=3)
 
 

@@ -1,4 +1,4 @@
-"""The train step's XLA:CPU options: detectors' convolutions go to Eigen, not YNNPACK."""
+"""The XLA:CPU options: convolutions go to Eigen, not YNNPACK, where the builders ask."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ import sys
 import jax
 import pytest
 
-from jaxdet.train import xla_cpu
+from jaxdet import builders, xla_cpu
+from jaxdet.config.loader import load_config
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU options")
 
 
 _CHILD = """
 import json, re, jax, jax.numpy as jnp, numpy as np
-from jaxdet.train import xla_cpu
+from jaxdet import builders, xla_cpu
+from jaxdet.config.loader import load_config
 def ynn_convolutions(hlo):
     bodies = dict(re.findall(r"\\n%(\\S+) [^\\n]*\\{\\n(.*?)\\n\\}", hlo, re.S))
     called = re.findall(r"fusion\\([^\\n]*calls=%([\\w.]+)[^\\n]*__ynn_fusion", hlo)
@@ -28,7 +30,7 @@ grad = jax.grad(lambda x, w: jnp.sum(conv(x, w) ** 2), argnums=(0, 1))
 rng = np.random.default_rng(0)
 x = jnp.asarray(rng.normal(size=(2, 32, 32, 64)), jnp.float32)
 w = jnp.asarray(rng.normal(size=(3, 3, 64, 64)), jnp.float32) / 24
-options = xla_cpu.train_compiler_options(eigen_convolutions=True)
+options = xla_cpu.cpu_compiler_options(eigen_convolutions=True)
 default = jax.jit(grad).lower(x, w).compile()
 eigen = jax.jit(grad, compiler_options=options).lower(x, w).compile()
 diff = max(float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(a)))
@@ -55,6 +57,19 @@ def test_options_move_convolutions_to_eigen_with_the_same_result():
 
 def test_no_option_for_volumes_or_a_users_own_flag(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    assert xla_cpu.train_compiler_options(eigen_convolutions=False) is None
+    assert xla_cpu.cpu_compiler_options(eigen_convolutions=False) is None
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=")
-    assert xla_cpu.train_compiler_options(eigen_convolutions=True) is None
+    assert xla_cpu.cpu_compiler_options(eigen_convolutions=True) is None
+
+
+@pytest.mark.parametrize("config,eigen", [
+    ("retinanet_resnet50_fpn_640", True),
+    ("faster_rcnn_resnet50_v1_fpn_640", True),
+    ("ssd_mobilenet_v2_320", False),
+    ("efficientdet_d0", False),
+])
+def test_predict_gets_eigen_convolutions_for_resnet_backbones_only(config, eigen, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    options = builders.predict_compiler_options(load_config(config))
+    assert options == ({xla_cpu.YNN_FUSION_OPTION: xla_cpu.YNN_WITHOUT_CONVOLUTIONS}
+                       if eigen else None)

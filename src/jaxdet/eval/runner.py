@@ -45,10 +45,13 @@ def predict_callable(task: Task, *, allow_tf32: bool = True) -> Callable:
     return predict
 
 
-def make_predict_fn(task: Task, *, allow_tf32: bool = True) -> Callable:
+def make_predict_fn(task: Task, *, allow_tf32: bool = True,
+                    compiler_options: dict[str, str] | None = None) -> Callable:
     """``predict(params, batch_stats, images, image_info) -> detections``, jitted once
-    (``allow_tf32``: see :func:`predict_callable`)."""
-    return jax.jit(predict_callable(task, allow_tf32=allow_tf32))
+    (``allow_tf32``: see :func:`predict_callable`; ``compiler_options`` go to ``jax.jit``,
+    e.g. ``builders.predict_compiler_options(config)``)."""
+    return jax.jit(predict_callable(task, allow_tf32=allow_tf32),
+                   compiler_options=compiler_options)
 
 
 def run_detection(

@@ -30,14 +30,15 @@ from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import depthwise as depthwise_lib
+from jaxdet.models import initializers
 from jaxdet.parallel.thin_maps import gather_thin_rows
 
 ActivationName = Literal["relu", "relu6", "swish", "none"]
 Padding = Literal["symmetric", "same"]
 
 # He-normal on fan-out: torchvision's ResNet / MobileNet initialisation.
-kaiming_fan_out = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
-zeros = nnx.initializers.zeros_init()
+kaiming_fan_out = initializers.variance_scaling(2.0, "fan_out", "normal")
+zeros = initializers.zeros_init()
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,10 @@ def with_shardings(abstract: PyTree, shardings: PyTree) -> PyTree:
                         abstract, shardings)
 
 
-def mesh_predict(predict_fn, mesh: Mesh):
+def mesh_predict(predict_fn, mesh: Mesh, compiler_options: dict[str, str] | None = None):
     """Jit ``predict_fn(params, batch_stats, images [B,H,W,3], image_info [B,4])`` over the mesh:
-    variables replicated, images split over (data, spatial), outputs replicated."""
+    variables replicated, images split over (data, spatial), outputs replicated.
+    ``compiler_options`` go to ``jax.jit``."""
     rep = replicated(mesh)
 
     def predict_in_mesh(*args):
@@ -112,7 +113,7 @@ def mesh_predict(predict_fn, mesh: Mesh):
         # images [B, H, W, C] as a train batch's: B over data, H over spatial
         rep, rep, NamedSharding(mesh, P(DATA, SPATIAL, None, None)),
         NamedSharding(mesh, P(DATA, None)),
-    ), out_shardings=rep)
+    ), out_shardings=rep, compiler_options=compiler_options)
 
 
 def place_batch(batch: dict, shardings: dict) -> dict:

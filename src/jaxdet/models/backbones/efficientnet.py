@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdet.models import remat
+from jaxdet.models import initializers, remat
 from jaxdet.models.layers import ActivationName, BatchNormParams, activation, conv, make_divisible
 from jaxdet.models.layers import batch_norm as make_batch_norm
 
@@ -62,8 +62,8 @@ LEVEL_STAGE = {2: 1, 3: 2, 4: 4, 5: 6}
 # TF / automl (and timm's ``_init_weight_goog``) conv init: normal with stddev
 # sqrt(2 / fan_out), fan_out = kh * kw * out_channels / groups. For an HWIO depthwise kernel
 # (kh, kw, 1, C) that is flax's fan_in (kh * kw).
-_conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
-_depthwise_init = nnx.initializers.variance_scaling(2.0, "fan_in", "normal")
+_conv_init = initializers.variance_scaling(2.0, "fan_out", "normal")
+_depthwise_init = initializers.variance_scaling(2.0, "fan_in", "normal")
 
 
 def drop_connect(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:

@@ -35,11 +35,11 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
-from jaxdet.models import remat
+from jaxdet.models import initializers, remat
 from jaxdet.models.layers import BatchNorm, BatchNormParams, conv
 
 TF_BATCH_NORM = BatchNormParams(momentum=0.9997, epsilon=1e-3)
-glorot_uniform = nnx.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+glorot_uniform = initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
 # A branch: its conv2d_bn units in order, each (out channels, kernel, stride).
 Unit = tuple[int, int | tuple[int, int], int]

@@ -6,14 +6,15 @@ import math
 from collections.abc import Mapping, Sequence
 
 import jax
-from flax import nnx
+
+from jaxdet.models import initializers
 
 # RetinaNet / TF OD API heads: N(0, 0.01) kernels.
-head_kernel_init = nnx.initializers.normal(0.01)
+head_kernel_init = initializers.normal(0.01)
 # Separable head convs (EfficientDet: automl and effdet): N(0, 1/fan_in) for the depthwise and
 # the pointwise kernel alike. N(0, 0.01) on both factors would scale each layer's output by
 # ~0.0024 (variance ~6e-6, far below batch norm's epsilon): a dead head that never trains.
-separable_head_kernel_init = nnx.initializers.variance_scaling(1.0, "fan_in", "normal")
+separable_head_kernel_init = initializers.variance_scaling(1.0, "fan_in", "normal")
 
 
 def prior_probability_bias(prior_probability: float) -> float:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import jax
 from flax import nnx
 
-from jaxdet.models import remat
+from jaxdet.models import initializers, remat
 from jaxdet.models.heads.common import features_in_order, flatten_predictions
 from jaxdet.models.layers import (
     ActivationName,
@@ -27,7 +27,7 @@ from jaxdet.models.layers import (
 )
 
 # TF OD API SSD configs: truncated normal, stddev 0.03.
-ssd_kernel_init = nnx.initializers.truncated_normal(0.03)
+ssd_kernel_init = initializers.truncated_normal(0.03)
 
 
 class Predictor(nnx.Module):
@@ -65,10 +65,10 @@ class LevelPredictor(nnx.Module):
         common = dict(use_depthwise=use_depthwise, unit=unit, dtype=dtype, rngs=rngs)
         self.box_predictor = Predictor(
             in_ch, num_anchors * box_code_size, kernel_size,
-            bias_init=nnx.initializers.zeros_init(), **common)
+            bias_init=initializers.zeros_init(), **common)
         self.class_predictor = Predictor(
             in_ch, num_anchors * num_class_outputs, kernel_size,
-            bias_init=nnx.initializers.constant(class_bias_init), **common)
+            bias_init=initializers.constant(class_bias_init), **common)
 
 
 class ConvolutionalBoxPredictor(nnx.Module):

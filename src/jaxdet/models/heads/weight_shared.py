@@ -17,7 +17,7 @@ from typing import Literal
 import jax
 from flax import nnx
 
-from jaxdet.models import remat
+from jaxdet.models import initializers, remat
 from jaxdet.models.heads.common import (
     features_in_order,
     flatten_predictions,
@@ -101,7 +101,7 @@ class WeightSharedBoxPredictor(nnx.Module):
             return nnx.List([
                 _head_conv(in_depth if i == 0 else depth, depth, kernel_size,
                            use_bias=use_bias or norm == "none", separable=use_depthwise,
-                           bias_init=nnx.initializers.zeros_init(), dtype=dtype, rngs=rngs)
+                           bias_init=initializers.zeros_init(), dtype=dtype, rngs=rngs)
                 for i in range(num_layers_before_predictor)
             ])
 
@@ -124,12 +124,12 @@ class WeightSharedBoxPredictor(nnx.Module):
         pred_in = depth if num_layers_before_predictor > 0 else in_depth
         self.box_predictor = _head_conv(
             pred_in, num_anchors_per_location * box_code_size, kernel_size, use_bias=True,
-            separable=use_depthwise, bias_init=nnx.initializers.zeros_init(), dtype=dtype,
+            separable=use_depthwise, bias_init=initializers.zeros_init(), dtype=dtype,
             rngs=rngs)
         self.class_predictor = _head_conv(
             pred_in, num_anchors_per_location * num_class_outputs, kernel_size, use_bias=True,
             separable=use_depthwise,
-            bias_init=nnx.initializers.constant(prior_probability_bias(prior_probability)),
+            bias_init=initializers.constant(prior_probability_bias(prior_probability)),
             dtype=dtype, rngs=rngs)
 
     def _tower(self, tower, norms, x: jax.Array, level_index: int) -> jax.Array:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
+from jaxdet.models import initializers
 from jaxdet.models.layers import (
     ActivationName,
     BatchNormParams,
@@ -47,7 +48,7 @@ _POOLINGS = ("max", "avg")
 FASTATTN_EPSILON = 1e-4
 
 # automl / effdet initialise the FPN with Glorot-uniform (fan average) kernels.
-glorot_uniform = nnx.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+glorot_uniform = initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
 
 def _depthwise_glorot_uniform(key, shape, dtype=jnp.float32):

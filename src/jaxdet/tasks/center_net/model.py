@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
+from jaxdet.models import initializers
 from jaxdet.models.features import pyramid_features
 from jaxdet.models.layers import conv
 from jaxdet.models.necks.identity import IdentityNeck
@@ -29,7 +30,7 @@ class PredictionHead(nnx.Module):
                  rngs: nnx.Rngs):
         self.hidden = conv(in_channels, depth, kernel, use_bias=True, dtype=dtype, rngs=rngs)
         self.out = conv(depth, out_channels, 1, use_bias=True, dtype=dtype, rngs=rngs,
-                        bias_init=nnx.initializers.constant(bias_init))
+                        bias_init=initializers.constant(bias_init))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.out(jax.nn.relu(self.hidden(x)))

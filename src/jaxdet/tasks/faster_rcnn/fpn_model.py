@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
+from jaxdet.models import initializers
 from jaxdet.models.layers import BatchNormParams, batch_norm, conv
 from jaxdet.tasks.faster_rcnn.model import BoxPredictor
 
@@ -32,7 +33,7 @@ class MultiLevelRPNHead(nnx.Module):
     def __init__(self, in_channels: int, depth: int, anchors_per_location: int,
                  num_levels: int, *, kernel_size: int = 3, stddev: float = 0.01, dtype=None,
                  rngs: nnx.Rngs):
-        init = nnx.initializers.truncated_normal(stddev)
+        init = initializers.truncated_normal(stddev)
         k = anchors_per_location
 
         def conv1x1(channels):
@@ -61,7 +62,7 @@ class FCBoxClassifier(nnx.Module):
 
     def __init__(self, in_features: int, depth: int, *, batch_norm_params: BatchNormParams,
                  dtype=None, rngs: nnx.Rngs):
-        glorot = nnx.initializers.glorot_uniform()
+        glorot = initializers.glorot_uniform()
         self.fc1 = nnx.Linear(in_features, depth, kernel_init=glorot, dtype=dtype,
                               param_dtype=jnp.float32, rngs=rngs)
         self.bn = batch_norm(depth, batch_norm_params, dtype=dtype, rngs=rngs)

@@ -24,11 +24,11 @@ from flax import nnx
 
 from jaxdet.core.portable import reduce_window_2d
 from jaxdet.core.roi_ops import matmul_crop_and_resize
-from jaxdet.models import remat
+from jaxdet.models import initializers, remat
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import conv, max_pool_symmetric
 
-xavier_uniform = nnx.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+xavier_uniform = initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
 
 class RPNHead(nnx.Module):
@@ -38,7 +38,7 @@ class RPNHead(nnx.Module):
 
     def __init__(self, in_channels: int, depth: int, anchors_per_location: int, *,
                  kernel_size: int = 3, stddev: float = 0.01, dtype=None, rngs: nnx.Rngs):
-        init = nnx.initializers.truncated_normal(stddev)
+        init = initializers.truncated_normal(stddev)
         k = anchors_per_location
         self.conv = conv(in_channels, depth, kernel_size, use_bias=True, padding="same",
                          kernel_init=init, dtype=dtype, rngs=rngs)
@@ -101,7 +101,7 @@ class MaskHead(nnx.Module):
                  class_agnostic: bool = False, convolve_then_upsample: bool = False,
                  upsample: tuple[int, int] = (1, 1), stddev: float = 0.01, dtype=None,
                  rngs: nnx.Rngs):
-        init = nnx.initializers.truncated_normal(stddev)
+        init = initializers.truncated_normal(stddev)
         self.mask_size = (mask_height, mask_width)
         self.convolve_then_upsample = convolve_then_upsample
         self.upsample = tuple(upsample)

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.models import initializers
 from jaxdet.parallel.mesh import gather_thin_sides
 from jaxdet.tasks.unet3d.conv import depth_stacked_conv
 
@@ -55,7 +56,7 @@ CONV_LOWERINGS: dict[str, Callable] = {"native": jax.lax.conv_general_dilated,
                                        "depth_stacked": depth_stacked_conv}
 
 # PyTorch's default Conv3d initialisation: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in))
-torch_default_init = nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+torch_default_init = initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
 class ConvBlock(nnx.Module):

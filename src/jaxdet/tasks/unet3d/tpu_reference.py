@@ -48,14 +48,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.models import initializers
 from jaxdet.models.layers import BatchNorm
 from jaxdet.parallel.mesh import gather_thin_sides
 from jaxdet.tasks.unet3d.model import check_input_sides, checked_levels, upsample_2x
 
 # Keras' Conv3D / Conv3DTranspose default: Glorot uniform over fan_in + fan_out (symmetric, so
 # the transposed kernel's (kd, kh, kw, in, out) layout gives Keras' numbers too)
-glorot_uniform = nnx.initializers.glorot_uniform()
-zeros = nnx.initializers.zeros_init()
+glorot_uniform = initializers.glorot_uniform()
+zeros = initializers.zeros_init()
 
 
 def max_pool_2x(x: jax.Array) -> jax.Array:
