@@ -207,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--predict", action="store_true", help="profile inference instead")
     parser.add_argument("--max-boxes", type=int, default=16)
     parser.add_argument("--top", type=int, default=15, help="how many single ops to list")
+    parser.add_argument("--hlo-out", default=None,
+                        help="write the compiled HLO text here (to read a top op's fusion)")
     args = parser.parse_args(argv)
     if jax.default_backend() != "cpu":
         raise SystemExit("profile_step.py reads XLA:CPU's thunk trace; run it on CPU")
@@ -225,7 +227,9 @@ def main(argv: list[str] | None = None) -> dict:
         h, w = task.input_size
         images = jnp.asarray(rng.normal(size=(batch_size, h, w, 3)), jnp.float32)
         info = jnp.tile(jnp.asarray([[h, w, h, w]], jnp.float32), (batch_size, 1))
-        busy, wall, hlo = profile(jax.jit(task.predict),
+        predict = jax.jit(task.predict,
+                          compiler_options=builders.predict_compiler_options(config))
+        busy, wall, hlo = profile(predict,
                                   (params, batch_stats, images, info), args.steps,
                                   carry=False)
     else:
@@ -237,6 +241,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                args.max_boxes, task.num_classes,
                                                task.batch_layout()))
         busy, wall, hlo = profile(step, (state, batch), args.steps, carry=True)
+    if args.hlo_out:
+        with open(args.hlo_out, "w") as f:
+            f.write(hlo)
     threads = os.cpu_count() or 1
     result = {"benchmark": "profile_step", "config": args.config, "overrides": args.overrides,
               "what": "predict" if args.predict else "train_step", "batch_size": batch_size,

@@ -51,6 +51,29 @@ def test_pointwise_matches_lax_and_grouped_non_depthwise_falls_back():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("cin, cout", [(8, 4), (4, 8), (6, 6)])
+def test_pointwise_gradients_match_lax_with_either_operand_order(cin, cout):
+    """The 1x1 kernel gradient puts the narrower of x and the output gradient on the left;
+    both orders (and the tie) give lax's gradients, jitted and eager."""
+    x = jax.random.normal(jax.random.key(0), (2, 5, 7, cin))
+    w = jax.random.normal(jax.random.key(1), (1, 1, cin, cout))
+    dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+    def ours(x, w):
+        return depthwise.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn)
+
+    def ref(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN)
+
+    loss = lambda f: (lambda x, w: jnp.sum(jnp.sin(f(x, w))))  # noqa: E731
+    want = jax.grad(loss(ref), (0, 1))(x, w)
+    for grad in (jax.grad(loss(ours), (0, 1)), jax.jit(jax.grad(loss(ours), (0, 1)))):
+        got = grad(x, w)
+        assert got[1].shape == (1, 1, cin, cout)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("hw", [(8, 10), (7, 9)])
 @pytest.mark.parametrize("padding", ["SAME", "VALID", ((0, 0), (0, 0))])
 def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):

@@ -5,7 +5,9 @@ loop, and the backward pass of a 1x1 convolution to a slow convolution too. Meas
 (16x64x64x32 inputs): a 3x3 depthwise conv's gradient ran 2x (stride 1) to 13x (stride 2)
 faster as ``kh * kw`` strided slices times per-channel weights, and a 1x1 conv's gradient 3x
 faster as a reshaped matmul, and a strided 1x1 conv's weight gradient (ResNet's downsample
-projection) about 10x faster as a strided slice and a matmul. GPUs and TPUs have fast kernels
+projection) about 10x faster as a strided slice and a matmul. The 1x1 kernel gradient picks
+the operand XLA transposes (see :func:`_pointwise_bwd`): MobileNetV2 SSD's train step went
+from 1.1 to 0.89 s, EfficientDet-D0's from 1.7-2.2 to 1.1 s. GPUs and TPUs have fast kernels
 for all of these, so the rewrites are used on CPU only. Every path computes the same function
 (a test checks values and grads).
 """
@@ -55,6 +57,37 @@ def _shifted_depthwise(
     for tap, weight in zip(taps[1:], weights[1:], strict=True):
         out = out + tap * weight
     return out
+
+
+@jax.custom_vjp
+def _pointwise(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """1x1 convolution of NHWC ``x`` [B, H, W, C] with a [C, O] kernel, as an einsum.
+
+    An einsum keeps (b, h, w) as separate dimensions: a reshape to [b*h*w, c] would merge a
+    mesh-sharded height into one dimension and force an all-gather under GSPMD."""
+    return jnp.einsum("bhwc,co->bhwo", x, kernel)
+
+
+def _pointwise_fwd(x, kernel):
+    return _pointwise(x, kernel), (x, kernel)
+
+
+def _pointwise_bwd(residuals, grad):
+    # The kernel gradient contracts (b, h, w) of x and of the output gradient. XLA:CPU's
+    # matmuls want the left operand's contracted dimensions minor, so it transposes the left
+    # operand, [B*H*W, C] -> [C, B*H*W]: a full pass over an activation. Putting the operand
+    # with fewer channels on the left makes that pass the smaller of the two (in MobileNetV2's
+    # 6x projections, the output gradient rather than the 6x wider input).
+    x, kernel = residuals
+    grad_x = jnp.einsum("bhwo,co->bhwc", grad, kernel)
+    if x.shape[-1] <= grad.shape[-1]:
+        grad_kernel = jnp.einsum("bhwc,bhwo->co", x, grad)
+    else:
+        grad_kernel = jnp.einsum("bhwo,bhwc->oc", grad, x).T
+    return grad_x, grad_kernel
+
+
+_pointwise.defvjp(_pointwise_fwd, _pointwise_bwd)
 
 
 # A convolution of an image (3 channels; 4 with alpha) is a matmul of its patches: XLA:CPU's
@@ -147,9 +180,7 @@ def conv_general_dilated(
         sh, sw = window_strides
         if (sh, sw) != (1, 1):
             lhs = lhs[:, ::sh, ::sw]
-        # An einsum keeps (b, h, w) as separate dimensions: a reshape to [b*h*w, c] would
-        # merge a mesh-sharded height into one dimension and force an all-gather under GSPMD.
-        out = jnp.einsum("bhwc,co->bhwo", lhs, rhs[0, 0].astype(lhs.dtype))
+        out = _pointwise(lhs, rhs[0, 0].astype(lhs.dtype))
         preferred = kwargs.get("preferred_element_type")
         return out.astype(preferred) if preferred is not None else out
     stem = (
