@@ -166,7 +166,8 @@ def test_batched_nms_with_each_class_own_boxes_matches_numpy_reference(top_k):
 
 
 def test_batched_nms_per_image_form_equals_the_vmapped_loop():
-    """The TFLite exporter's form (one NMS loop per image) gives the vmapped loop's values."""
+    """The TFLite exporter's form (one NMS loop per image), XLA's ``lax.map`` over the images
+    and the vmapped loop (the other exporter forms) give the same values."""
     from jaxdet.core.portable import exportable, fresh_trace
 
     rng = np.random.default_rng(7)
@@ -176,13 +177,16 @@ def test_batched_nms_per_image_form_equals_the_vmapped_loop():
     nms = functools.partial(batched_nms, score_threshold=0.2, iou_threshold=0.4,
                             max_detections_per_class=5, max_total_detections=15,
                             pre_nms_top_k=25)
-    vmapped = jax.jit(fresh_trace(nms))(boxes, scores)
+    mapped = jax.jit(fresh_trace(nms))(boxes, scores)
     with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
                     nms_per_image=True):
         looped = jax.jit(fresh_trace(nms))(boxes, scores)
+    with exportable(pooling_as_slices=True, row_as_sum=False, nms_as_op=False):
+        vmapped = jax.jit(fresh_trace(nms))(boxes, scores)
     assert int(vmapped["num_detections"].min()) > 5
     for key in vmapped:
         np.testing.assert_array_equal(np.asarray(looped[key]), np.asarray(vmapped[key]))
+        np.testing.assert_array_equal(np.asarray(mapped[key]), np.asarray(vmapped[key]))
 
 
 @pytest.mark.parametrize("k", [1, 17, 40, 63, 64])
