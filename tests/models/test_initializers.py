@@ -98,3 +98,11 @@ def test_bad_mode_and_distribution_are_named():
         I.variance_scaling(1.0, "fan_max", "normal")
     with pytest.raises(ValueError, match="normal, truncated_normal or uniform"):
         I.variance_scaling(1.0, "fan_in", "cauchy")
+
+
+def test_uniform_limit():
+    x = np.asarray(I.uniform(0.5)(jax.random.key(3), (300, 300)))
+    assert x.min() >= -0.5 and x.max() < 0.5 and x.max() > 0.49
+    assert x.std() == pytest.approx(0.5 / np.sqrt(3.0), rel=0.01)
+    traced = jax.jit(lambda k: I.uniform(0.5)(k, (4, 4)))(jax.random.key(3))
+    assert float(jnp.max(jnp.abs(traced))) <= 0.5

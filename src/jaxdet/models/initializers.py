@@ -125,6 +125,17 @@ def normal(stddev: float) -> Initializer:
     return init
 
 
+def uniform(limit: float) -> Initializer:
+    """Uniform in ``[-limit, limit)``."""
+
+    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
+        if _is_traced(key):
+            return jax.random.uniform(key, shape, dtype, -limit, limit)
+        return _as_array(_generator(key).uniform(-limit, limit, shape), dtype)
+
+    return init
+
+
 def truncated_normal(stddev: float) -> Initializer:
     """Normal with standard deviation ``stddev`` before truncation to ``±2 * stddev``
     (Flax's ``truncated_normal``: the result's deviation is about 0.88 ``stddev``)."""

@@ -56,7 +56,7 @@ def _depthwise_glorot_uniform(key, shape, dtype=jnp.float32):
     ``kh * kw`` (effdet's ``_glorot_uniform`` with ``groups=C``)."""
     fan = max(1.0, float(shape[0] * shape[1]))
     limit = math.sqrt(3.0 / fan)
-    return jax.random.uniform(key, shape, dtype, -limit, limit)
+    return initializers.uniform(limit)(key, shape, dtype)
 
 
 def bifpn_nodes(min_level: int, max_level: int) -> list[tuple[int, tuple[int, ...]]]:
