@@ -54,6 +54,18 @@ def _as_array(values: np.ndarray, dtype) -> jax.Array:
     return jax.device_put(values.astype(np.dtype(dtype or np.float32), copy=False))
 
 
+def _host_or_traced(draw, traced_init) -> Initializer:
+    """An initializer that calls ``draw(generator, shape) -> np.ndarray`` on the host, or
+    ``traced_init`` when the key is traced."""
+
+    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
+        if _is_traced(key):
+            return traced_init(key, shape, dtype)
+        return _as_array(draw(_generator(key), shape), dtype)
+
+    return init
+
+
 def _truncated_unit_normal(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
     """Unit normal draws conditioned on [-2, 2] (redrawing the about 4.6% outside it)."""
     x = rng.standard_normal(shape)
@@ -108,57 +120,31 @@ def glorot_uniform() -> Initializer:
     return variance_scaling(1.0, "fan_avg", "uniform")
 
 
-def lecun_normal() -> Initializer:
-    """Truncated normal with variance ``1 / fan_in`` (Flax's default kernel init)."""
-    return variance_scaling(1.0, "fan_in", "truncated_normal")
-
-
 def normal(stddev: float) -> Initializer:
     """Untruncated normal with standard deviation ``stddev``."""
-    traced_init = nnx.initializers.normal(stddev)
-
-    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-        if _is_traced(key):
-            return traced_init(key, shape, dtype)
-        return _as_array(_generator(key).standard_normal(shape) * stddev, dtype)
-
-    return init
+    return _host_or_traced(lambda rng, shape: rng.standard_normal(shape) * stddev,
+                           nnx.initializers.normal(stddev))
 
 
 def uniform(limit: float) -> Initializer:
     """Uniform in ``[-limit, limit)``."""
 
-    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-        if _is_traced(key):
-            return jax.random.uniform(key, shape, dtype, -limit, limit)
-        return _as_array(_generator(key).uniform(-limit, limit, shape), dtype)
-
-    return init
+    return _host_or_traced(
+        lambda rng, shape: rng.uniform(-limit, limit, shape),
+        lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -limit, limit))
 
 
 def truncated_normal(stddev: float) -> Initializer:
     """Normal with standard deviation ``stddev`` before truncation to ``±2 * stddev``
     (Flax's ``truncated_normal``: the result's deviation is about 0.88 ``stddev``)."""
-    traced_init = nnx.initializers.truncated_normal(stddev)
-
-    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-        if _is_traced(key):
-            return traced_init(key, shape, dtype)
-        return _as_array(_truncated_unit_normal(_generator(key), shape) * stddev, dtype)
-
-    return init
+    return _host_or_traced(lambda rng, shape: _truncated_unit_normal(rng, shape) * stddev,
+                           nnx.initializers.truncated_normal(stddev))
 
 
 def constant(value: float) -> Initializer:
     """Every entry ``value``; made on the host, so no per-shape compile."""
-    traced_init = nnx.initializers.constant(value)
-
-    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-        if _is_traced(key):
-            return traced_init(key, shape, dtype)
-        return _as_array(np.full(shape, value), dtype)
-
-    return init
+    return _host_or_traced(lambda rng, shape: np.full(shape, value),
+                           nnx.initializers.constant(value))
 
 
 def zeros_init() -> Initializer:
