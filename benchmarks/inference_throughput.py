@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxdet import builders
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_huge_pages
+from jaxdet.cpu_allocator import reexec_with_fast_allocator
 
 
 def timed_calls(fn: Callable[[], object], iters: int) -> list[float]:
@@ -126,5 +126,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    reexec_with_huge_pages()
+    reexec_with_fast_allocator()
     main()

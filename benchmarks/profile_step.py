@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxdet import builders
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_huge_pages
+from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.train.step import init_train_state
 
 _WRAPPERS = ("ThunkExecutor", "SlinkyThreadPool", "ThreadpoolListener")
@@ -255,5 +255,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    reexec_with_huge_pages()
+    reexec_with_fast_allocator()
     main()

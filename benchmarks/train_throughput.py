@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxdet import builders, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_huge_pages
+from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.summary import flops_of
 from jaxdet.train.step import init_train_state
 
@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--max-boxes", type=int, default=None)
-    parser.add_argument("--warmup", type=int, default=3,
-                        help="untimed steps after the first, before timing")
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="untimed steps after the first, before timing (enough for the "
+                             "block cache to hold both buffers of two steps in flight)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak TFLOP/s for MFU (default: known GPUs)")
     args = parser.parse_args(argv)
@@ -172,5 +173,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    reexec_with_huge_pages()
+    reexec_with_fast_allocator()
     main()

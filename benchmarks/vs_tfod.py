@@ -17,10 +17,11 @@ default ``../shared/data/tfod/configs``). The jaxdet side runs
 1-16 random boxes per image, random weights. A ratio > 1 means jaxdet is faster.
 
 Each side runs with its own default allocator: the jaxdet scripts start themselves with
-``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` as the ``jaxdet`` command does (see
-``jaxdet.cpu_allocator``), TF without (measured: TF gains nothing from it, 0.294 s vs
-0.339 s for the MobileNet SSD step). ``--tf-huge-pages`` gives TF the tunable too,
-``--no-huge-pages`` takes it from jaxdet.
+``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` and the block cache preloaded, as the ``jaxdet``
+command does (see ``jaxdet.cpu_allocator``), TF without (measured: TF gains nothing from the
+tunable, 0.294 s vs 0.339 s for the MobileNet SSD step). ``--tf-huge-pages`` and
+``--tf-block-cache`` give TF either too; ``--no-huge-pages`` and ``--no-block-cache`` take them
+from jaxdet.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from jaxdet import cpu_allocator
 
 HERE = Path(__file__).resolve().parent
 ISSUE_22 = ("ssd_mobilenet_v2_320x320_coco17_tpu-8:ssd_mobilenet_v2_320:8",
@@ -53,11 +56,18 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
 
 
 def _allocator_env(args, side: str) -> dict:
-    """This process's environment for one ``side`` (tf / jaxdet), huge pages as asked."""
+    """This process's environment for one ``side`` (tf / jaxdet), huge pages and the block
+    cache as asked."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if side == "tf":
-        return {**env, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"} if args.tf_huge_pages else env
-    return {**env, "JAXDET_HUGE_PAGES": "0" if args.no_huge_pages else "1"}
+        if args.tf_huge_pages:
+            env["GLIBC_TUNABLES"] = cpu_allocator.TUNABLE
+        if args.tf_block_cache:
+            env = cpu_allocator.environment_with_block_cache(
+                env, cpu_allocator.block_cache_library()) or env
+        return env
+    return {**env, "JAXDET_HUGE_PAGES": "0" if args.no_huge_pages else "1",
+            cpu_allocator.BLOCK_CACHE_OPT_OUT: "0" if args.no_block_cache else "1"}
 
 
 def tf_side(args, tf_name: str, batch: int) -> dict:
@@ -107,13 +117,17 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="+", default=list(ISSUE_22))
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=3,
+    parser.add_argument("--warmup", type=int, default=5,
                         help="untimed steps / calls after the first, on both sides")
     parser.add_argument("--infer-batch-sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--tf-huge-pages", action="store_true",
                         help="run TF with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 too")
     parser.add_argument("--no-huge-pages", action="store_true",
                         help="run jaxdet without it (JAXDET_HUGE_PAGES=0)")
+    parser.add_argument("--tf-block-cache", action="store_true",
+                        help="run TF with jaxdet's block cache preloaded too")
+    parser.add_argument("--no-block-cache", action="store_true",
+                        help="run jaxdet without it (JAXDET_BLOCK_CACHE=0)")
     parser.add_argument("--tf-python", default=os.environ.get(
         "TFPY", "~/tfod-peer/tfod-venv/bin/python"))
     parser.add_argument("--tfod-src", default="~/tfod-peer/tfod-src")
@@ -128,7 +142,9 @@ def main() -> None:
         row = {"tfod_config": tf_name, "jaxdet_config": name, **compare(tf, ours),
                "tensorflow": tf["tensorflow"], "jax": ours["train"]["jax"],
                "cpu_count": ours["train"]["cpu_count"], "huge_pages": {"tfod": args.tf_huge_pages,
-                                              "jaxdet": not args.no_huge_pages}}
+                                              "jaxdet": not args.no_huge_pages},
+               "block_cache": {"tfod": args.tf_block_cache,
+                               "jaxdet": not args.no_block_cache}}
         print(json.dumps(row), flush=True)
         table.append(row)
     print("| jaxdet config | train (batch) | inference b1 | inference b8 |")

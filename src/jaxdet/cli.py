@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
-from jaxdet.cpu_allocator import reexec_with_huge_pages
+from jaxdet.cpu_allocator import reexec_with_fast_allocator
 
 DEMO_TARGET_AP = 0.5
 DEMO_TARGET_DICE = 0.9  # unet3d_demo: mean Dice of held-out generated volumes
@@ -440,7 +440,7 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo"
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the console command, not a call from Python
-        reexec_with_huge_pages()
+        reexec_with_fast_allocator()
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
