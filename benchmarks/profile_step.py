@@ -124,8 +124,12 @@ def peak_gmacs(n: int = 2048, calls: int = 5) -> float:
     return n ** 3 * calls / (time.perf_counter() - t0) / 1e9
 
 
-def profile(fn, args: tuple, steps: int, *, carry: bool) -> tuple[dict, float, str]:
-    """Compile ``fn`` for ``args``, run it once, then ``steps`` times traced (with ``carry``,
+def profile(fn, args: tuple, steps: int, *, carry: bool,
+            warmup: int = 5) -> tuple[dict, float, str]:
+    """Compile ``fn`` for ``args``, run it ``1 + warmup`` times (so that the block cache holds
+    every buffer of calls in flight: see ``jaxdet.cpu_allocator``; the first touch of fresh
+    memory would otherwise be charged to whichever op wrote it), then ``steps`` times traced
+    (with ``carry``,
     the first output replaces the first argument: a train state, donated): thunk name ->
     summed ns over the traced calls, the wall seconds per call, and the compiled HLO text."""
     compiled = fn.lower(*args).compile()
@@ -138,6 +142,9 @@ def profile(fn, args: tuple, steps: int, *, carry: bool) -> tuple[dict, float, s
         return out
 
     jax.block_until_ready(call())
+    for _ in range(warmup):
+        out = call()
+    jax.block_until_ready(out)
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir):
             t0 = time.perf_counter()

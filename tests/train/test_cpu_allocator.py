@@ -129,6 +129,11 @@ libc.free(b)   # cached: 40 MB block
 libc.free(d)   # cached: 100 MB block; the limit of one block unmaps the 40 MB one
 out["oldest_unmapped"] = not mapped(b)
 out["newest_kept"] = mapped(d)
+pid = os.fork()  # the cache's lock is held across fork; the child gets its own copy
+if pid == 0:
+    e = libc.malloc(100 * MB)
+    os._exit(0 if e == d else 3)
+out["fork_child_reused"] = os.waitpid(pid, 0)[1] == 0
 import numpy as np
 x = np.arange(30_000_000, dtype=np.float64)
 out["numpy_sum"] = float((x * 2).sum())

@@ -54,6 +54,10 @@ static size_t env_size(const char *name, size_t fallback) {
     return *end == '\0' ? (size_t)value : fallback;
 }
 
+/* A fork while another thread holds the lock would leave the child's copy locked forever. */
+static void lock_for_fork(void) { pthread_mutex_lock(&lock); }
+static void unlock_after_fork(void) { pthread_mutex_unlock(&lock); }
+
 static void configure(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t half = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 2 : (size_t)4 << 30;
@@ -61,6 +65,12 @@ static void configure(void) {
     max_cached_bytes = env_size("JAXDET_BLOCK_CACHE_MAX_MB", half >> 20) << 20;
     max_cached_blocks = (int)env_size("JAXDET_BLOCK_CACHE_BLOCKS", 32);
     configured = 1;
+}
+
+/* At load, before any thread exists: read the settings and guard the lock across fork. */
+__attribute__((constructor)) static void start(void) {
+    if (!configured) configure();
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 /* Drop cached blocks, oldest first, until at most `blocks_kept` blocks and `bytes_kept` bytes
