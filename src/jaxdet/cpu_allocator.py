@@ -139,7 +139,7 @@ def fast_allocator_environment(environ: Mapping[str, str], thp_mode: str | None 
     is not turned off (``library`` default: :func:`block_cache_library`), or None when neither
     changes anything."""
     env = environment_with_huge_pages(environ, thp_mode) or dict(environ)
-    if env.get(BLOCK_CACHE_OPT_OUT, "1") != "0":
+    if env.get(BLOCK_CACHE_OPT_OUT, "1") != "0":  # checked here too: no build when turned off
         env = environment_with_block_cache(env, library or block_cache_library()) or env
     return env if env != dict(environ) else None
 

@@ -10,8 +10,10 @@
  * JAXDET_BLOCK_CACHE_MAX_MB in all (default: half of physical memory), for the next request
  * of the same size (rounded up to 2 MiB). Everything else goes to glibc untouched.
  *
- * Built and preloaded by jaxdet.cpu_allocator; see there. Only glibc's internal entry points
- * (__libc_malloc, ...) are used for the fall-through, so no dlsym recursion is possible.
+ * Built and preloaded by jaxdet.cpu_allocator; see there. The fall-through calls glibc's
+ * internal entry points (__libc_malloc, ...); calloc is not wrapped (glibc's own is used, and
+ * its blocks go back through free to glibc). Only malloc_usable_size looks glibc's up with
+ * dlsym, lazily; dlsym's own allocations come back here and go straight to glibc.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,7 +27,6 @@
 
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
-extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
@@ -164,8 +165,6 @@ void *malloc(size_t size) {
 void free(void *address) {
     if (address != NULL && !give_back(address)) __libc_free(address);
 }
-
-void *calloc(size_t count, size_t size) { return __libc_calloc(count, size); }
 
 void *realloc(void *address, size_t size) {
     size_t length = address != NULL ? block_length(address) : 0;
