@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdet.models import winograd
+
 
 def _window_taps(
     x: jax.Array,
@@ -202,7 +204,8 @@ def conv_general_dilated(
 ) -> jax.Array:
     """Drop-in for ``lax.conv_general_dilated`` (as ``nnx.Conv`` calls it) that routes NHWC
     convolutions on CPU: depthwise to :func:`_shifted_depthwise`, 1x1 to a matmul, an image's
-    (<= 4 channels, up to 3x3) to :func:`_patch_matmul`; everything else goes to lax.
+    (<= 4 channels, up to 3x3) to :func:`_patch_matmul`, a large float32 3x3 stride-1 one to
+    :func:`jaxdet.models.winograd.winograd_conv3x3`; everything else goes to lax.
     """
     channels = lhs.shape[-1]
     on_cpu = jax.default_backend() == "cpu" and not _REFERENCE_ONLY[0]
@@ -238,6 +241,21 @@ def conv_general_dilated(
         pads = _explicit_padding(padding, lhs.shape[1:3], rhs.shape[:2], window_strides,
                                  dilation)
         out = _patch_matmul(lhs, rhs.astype(lhs.dtype), tuple(window_strides), pads, dilation)
+        preferred = kwargs.get("preferred_element_type")
+        return out.astype(preferred) if preferred is not None else out
+    if (
+        on_cpu
+        and nhwc
+        and feature_group_count == 1
+        and tuple(window_strides) == (1, 1)
+        and (lhs_dilation is None or all(d == 1 for d in lhs_dilation))
+        and (rhs_dilation is None or all(d == 1 for d in rhs_dilation))
+        and rhs.dtype == lhs.dtype
+        and winograd.worth_it(lhs.shape, rhs.shape, lhs.dtype)
+        and [tuple(p) for p in _explicit_padding(padding, lhs.shape[1:3], rhs.shape[:2],
+                                                 (1, 1), (1, 1))] == [(1, 1), (1, 1)]
+    ):
+        out = winograd.winograd_conv3x3(lhs, rhs)
         preferred = kwargs.get("preferred_element_type")
         return out.astype(preferred) if preferred is not None else out
     depthwise = (
