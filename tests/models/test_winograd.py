@@ -44,6 +44,8 @@ def test_matches_lax_for_sizes_not_multiple_of_the_tile(shape):
 
 
 def test_gradients_match_lax():
+    """The input gradient (Winograd with the flipped kernel) and the kernel gradient (the
+    transposed algorithm) are lax's."""
     x = jax.random.normal(jax.random.key(0), (2, 10, 7, 6))
     k = jax.random.normal(jax.random.key(1), (3, 3, 6, 5))
     loss = lambda f: (lambda x, k: jnp.sum(jnp.sin(f(x, k))))  # noqa: E731
@@ -67,8 +69,8 @@ def _uses_winograd(*args, **kwargs) -> bool:
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU-only rewrite")
 def test_router_picks_winograd_for_large_float32_3x3_stride_1_only():
-    x = jax.random.normal(jax.random.key(0), (1, 40, 40, 128))
-    k = jax.random.normal(jax.random.key(1), (3, 3, 128, 128)) * 0.05
+    x = jax.random.normal(jax.random.key(0), (1, 32, 32, 64))
+    k = jax.random.normal(jax.random.key(1), (3, 3, 64, 64)) * 0.05
     assert winograd.worth_it(x.shape, k.shape, x.dtype)
     assert _uses_winograd(x, k)
     assert _uses_winograd(x, k, padding=((1, 1), (1, 1)))
@@ -80,8 +82,8 @@ def test_router_picks_winograd_for_large_float32_3x3_stride_1_only():
     assert not _uses_winograd(x, k, padding="VALID")
     assert not _uses_winograd(x, k, rhs_dilation=(2, 2))
     assert not _uses_winograd(x.astype(jnp.bfloat16), k.astype(jnp.bfloat16))
-    assert not _uses_winograd(x[:, :8, :8], k)  # 4 tiles: the transforms would not pay
-    assert not _uses_winograd(x[..., :64], k[:, :, :64, :64])
-    assert not _uses_winograd(x, jnp.zeros((5, 5, 128, 128)))
+    assert not _uses_winograd(x[:, :16, :16], k)  # 16 tiles: the transforms would not pay
+    assert not _uses_winograd(x[..., :32], k[:, :, :32, :32])
+    assert not _uses_winograd(x, jnp.zeros((5, 5, 64, 64)))
     with depthwise.reference_convolutions():
         assert not _uses_winograd(x, k)

@@ -6,12 +6,16 @@ algorithm (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 20
 elementwise product, so the channel contraction becomes 36 matrix multiplies of [tiles, C] by
 [C, O]: 36 multiply-adds per 16 outputs and channel pair instead of 144, 4x fewer. The
 transforms are sums and differences over the tiles, cheap next to the matmuls once C and O are
-a hundred or more.
+64 or more.
+
+The gradients use the same algorithm: the input gradient is a Winograd convolution of the
+output gradient with the kernel turned 180 degrees, the kernel gradient the transposed
+algorithm (36 matmuls contracting the tiles, then the kernel transform's adjoint).
 
 On the 2-core CPU machines XLA:CPU's own convolutions already run near the fp32 peak, so the
-arithmetic saved is the only lever left: RetinaNet-ResNet50's 3x3 convolutions (the head's
-256 -> 256 and 256 -> 540 layers at 80x80, the backbone's 128- and 256-channel stages) ran
-1.9-2.3x faster this way at batch 8 (``benchmarks/winograd_conv.py``). Results match the
+arithmetic saved is the only lever left. Timed one convolution at a time
+(``python benchmarks/winograd_conv.py --grad``), the forward pass of RetinaNet-ResNet50's
+3x3 convolutions ran 1.3-2.2x faster and forward plus gradients 1.2-2.1x. Results match the
 direct convolution to within about 2e-5 of the output's largest value (F(4x4, 3x3) rounds
 more than a direct sum: its transforms scale by up to 8 and 1/24); they are only used for
 float32.
@@ -70,10 +74,10 @@ def _combine(parts: Sequence[jax.Array], coefficients: np.ndarray) -> jax.Array:
 
 
 def transform_kernel(kernel: jax.Array) -> jax.Array:
-    """G g G^T of an HWIO kernel [3, 3, C, O]: [36, C, O], tile position (i, j) at i * 6 + j."""
-    weights = np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM)  # [36, 9]
-    taps = [kernel[t // 3, t % 3] for t in range(9)]
-    return jnp.stack([_combine(taps, row) for row in weights])
+    """G g G^T of an HWIO kernel [3, 3, C, O]: [36, C, O], tile position (i, j) at i * 6 + j.
+    One small matmul: kernel-sized data, and few ops to compile."""
+    weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), kernel.dtype)  # [36, 9]
+    return jnp.einsum("xt,tco->xco", weights, kernel.reshape(9, *kernel.shape[2:]))
 
 
 def _transform_input(x: jax.Array) -> tuple[jax.Array, int, int]:
@@ -96,6 +100,36 @@ def _transform_output(m: jax.Array, height: int, width: int) -> jax.Array:
     batch, nh, nw, channels = tiles.shape[2:]
     out = tiles.transpose(2, 3, 0, 4, 1, 5).reshape(batch, OUT * nh, OUT * nw, channels)
     return out[:, :height, :width]
+
+
+def _transform_output_gradient(grad: jax.Array, nh: int, nw: int) -> jax.Array:
+    """The adjoint of :func:`_transform_output` for the NHWC output gradient [B, H, W, O],
+    laid out channel-major for the kernel gradient's matmuls: [6, 6, O, B, nh, nw]."""
+    batch, height, width, channels = grad.shape
+    # Channels first: the matmuls then read each tile position's gradient as [O, tiles], the
+    # contracted tiles minor, which is how XLA:CPU wants a matmul's left operand. Transposing
+    # the output gradient before the transform is far cheaper than transposing the 2.25x
+    # larger transformed tiles after it.
+    grad = jnp.pad(jnp.transpose(grad, (3, 0, 1, 2)),
+                   ((0, 0), (0, 0), (0, OUT * nh - height), (0, OUT * nw - width)))
+    grad = grad.reshape(channels, batch, nh, OUT, nw, OUT)
+    rows = [grad[:, :, :, p] for p in range(OUT)]  # [O, B, nh, nw, 4]
+    along_h = jnp.stack([_combine(rows, OUTPUT_TRANSFORM[:, i]) for i in range(TILE)])
+    cols = [along_h[..., q] for q in range(OUT)]  # [6, O, B, nh, nw]
+    return jnp.stack([_combine(cols, OUTPUT_TRANSFORM[:, j]) for j in range(TILE)], axis=1)
+
+
+def _kernel_gradient(x: jax.Array, grad: jax.Array) -> jax.Array:
+    """The gradient [3, 3, C, O] of a loss with respect to the kernel, from the input ``x``
+    [B, H, W, C] and the output gradient ``grad`` [B, H, W, O]: the transposed algorithm, 36
+    matmuls contracting the tiles, then the adjoint of the kernel transform."""
+    v, nh, nw = _transform_input(x)
+    grad_m = _transform_output_gradient(grad, nh, nw)
+    grad_u = jnp.einsum("ijobhw,ijbhwc->ijoc", grad_m, v).reshape(TILE * TILE, *grad_m.shape[2:3],
+                                                                   x.shape[-1])
+    weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad_u.dtype)
+    grad_kernel = jnp.einsum("xt,xoc->toc", weights, grad_u)  # [9, O, C]
+    return grad_kernel.reshape(3, 3, grad.shape[-1], x.shape[-1]).transpose(0, 1, 3, 2)
 
 
 def _winograd_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
@@ -127,24 +161,25 @@ def _bwd(residuals, grad):
     # The input gradient is the same kind of convolution: of the output gradient with the
     # kernel turned 180 degrees and its channel axes swapped.
     grad_x = _winograd_forward(grad, jnp.flip(kernel, (0, 1)).transpose(0, 1, 3, 2))
-    # The kernel gradient contracts over every pixel; XLA's own convolution does it.
-    _, kernel_vjp = jax.vjp(lambda k: _direct(x, k), kernel)
-    (grad_kernel,) = kernel_vjp(grad)
-    return grad_x, grad_kernel
+    return grad_x, _kernel_gradient(x, grad)
 
 
 winograd_conv3x3.defvjp(_fwd, _bwd)
 
 # Where the transforms pay for themselves (``benchmarks/winograd_conv.py`` on CPU-2): both
 # channel counts at least this, and at least this many 4x4 output tiles in the batch.
-MIN_CHANNELS = 128
-MIN_TILES = 100
+MIN_CHANNELS = 64
+MIN_TILES = 50
+
+
+def _tiles(x_shape: Sequence[int]) -> int:
+    batch, height, width, _ = x_shape
+    return batch * -(-height // OUT) * -(-width // OUT)
 
 
 def worth_it(x_shape: Sequence[int], kernel_shape: Sequence[int], dtype) -> bool:
     """Whether a float32 3x3 convolution of NHWC ``x_shape`` with HWIO ``kernel_shape`` is
     large enough for :func:`winograd_conv3x3` to beat the direct convolution on CPU."""
-    batch, height, width, channels = x_shape
-    tiles = batch * -(-height // OUT) * -(-width // OUT)
     return (jnp.dtype(dtype) == jnp.float32 and tuple(kernel_shape[:2]) == (3, 3)
-            and min(channels, kernel_shape[3]) >= MIN_CHANNELS and tiles >= MIN_TILES)
+            and min(x_shape[3], kernel_shape[3]) >= MIN_CHANNELS
+            and _tiles(x_shape) >= MIN_TILES)
