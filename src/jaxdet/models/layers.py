@@ -31,6 +31,7 @@ from flax import nnx
 from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import depthwise as depthwise_lib
 from jaxdet.models import initializers
+from jaxdet.models.batch_norm_grad import batch_statistics, normalize_with_batch_statistics
 from jaxdet.parallel.thin_maps import gather_thin_rows
 
 ActivationName = Literal["relu", "relu6", "swish", "none"]
@@ -129,6 +130,8 @@ class BatchNorm(nnx.BatchNorm):
         if use_running_average is None:
             use_running_average = self.use_running_average
         if not (self.frozen or use_running_average):
+            if self.num_groups == 1 and self._hand_written_gradient(x, mask):
+                return self._batch_normalize(x)
             if self.num_groups == 1:
                 return super().__call__(x, use_running_average=False, mask=mask)
             return self._grouped_batch_norm(x, mask)
@@ -142,6 +145,27 @@ class BatchNorm(nnx.BatchNorm):
         out_dtype = self.dtype or jnp.promote_types(x.dtype, jnp.float32)
         x = x.astype(out_dtype)
         return x * mul.astype(out_dtype) + shift.astype(out_dtype)
+
+    def _hand_written_gradient(self, x: jax.Array, mask: jax.Array | None) -> bool:
+        """Whether training-mode normalization of ``x`` takes
+        :mod:`jaxdet.models.batch_norm_grad` (CPU, float32, features last, whole-batch
+        statistics without a mask): the same values as ``nnx.BatchNorm``, fewer passes over
+        memory in the backward pass. GPUs and TPUs keep flax's."""
+        return (mask is None and self.axis in (-1, x.ndim - 1) and x.dtype == jnp.float32
+                and self.dtype in (None, jnp.float32) and self.axis_name is None
+                and self.scale is not None and self.bias is not None
+                and jax.default_backend() == "cpu")
+
+    def _batch_normalize(self, x: jax.Array) -> jax.Array:
+        """``nnx.BatchNorm``'s training mode (statistics over every axis but the last, running
+        statistics updated with ``momentum``) with the hand-written gradient."""
+        mean, raw_variance = batch_statistics(x)
+        m = self.momentum
+        self.mean[...] = jax.lax.stop_gradient(m * self.mean[...] + (1 - m) * mean)
+        self.var[...] = jax.lax.stop_gradient(
+            m * self.var[...] + (1 - m) * jnp.maximum(0.0, raw_variance))
+        return normalize_with_batch_statistics(x, mean, raw_variance, self.scale[...],
+                                               self.bias[...], self.epsilon)
 
     def _grouped_batch_norm(self, x: jax.Array, mask: jax.Array | None) -> jax.Array:
         """Training-mode normalization with statistics per group of rows (``num_groups``).
