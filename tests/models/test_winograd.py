@@ -87,3 +87,12 @@ def test_router_picks_winograd_for_large_float32_3x3_stride_1_only():
     assert not _uses_winograd(x, jnp.zeros((5, 5, 64, 64)))
     with depthwise.reference_convolutions():
         assert not _uses_winograd(x, k)
+
+
+def test_opt_out_and_symbolic_shapes_keep_xla(monkeypatch):
+    monkeypatch.setenv("JAXDET_WINOGRAD", "0")
+    assert not winograd.worth_it((1, 32, 32, 64), (3, 3, 64, 64), jnp.float32)
+    monkeypatch.delenv("JAXDET_WINOGRAD")
+    assert winograd.worth_it((1, 32, 32, 64), (3, 3, 64, 64), jnp.float32)
+    (batch,) = jax.export.symbolic_shape("batch")
+    assert not winograd.worth_it((batch, 32, 32, 64), (3, 3, 64, 64), jnp.float32)

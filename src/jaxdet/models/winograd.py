@@ -26,6 +26,7 @@ each side ("SAME" for 3x3), and returns NHWC outputs of the input's height and w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import jax
@@ -179,7 +180,12 @@ def _tiles(x_shape: Sequence[int]) -> int:
 
 def worth_it(x_shape: Sequence[int], kernel_shape: Sequence[int], dtype) -> bool:
     """Whether a float32 3x3 convolution of NHWC ``x_shape`` with HWIO ``kernel_shape`` is
-    large enough for :func:`winograd_conv3x3` to beat the direct convolution on CPU."""
+    large enough for :func:`winograd_conv3x3` to beat the direct convolution on CPU. False for
+    symbolic shapes and where the environment sets ``JAXDET_WINOGRAD=0``."""
+    if os.environ.get("JAXDET_WINOGRAD", "1") == "0":
+        return False
+    if not all(isinstance(d, int) for d in (*x_shape, *kernel_shape)):
+        return False  # symbolic (exported) dimensions: keep XLA's convolution
     return (jnp.dtype(dtype) == jnp.float32 and tuple(kernel_shape[:2]) == (3, 3)
             and min(x_shape[3], kernel_shape[3]) >= MIN_CHANNELS
             and _tiles(x_shape) >= MIN_TILES)
