@@ -27,15 +27,14 @@ before starting Python; :func:`hint` says how once when they are missing.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from jaxdet import native_build
 
 TUNABLE = "glibc.malloc.hugetlb=1"
 OPT_OUT = "JAXDET_HUGE_PAGES"
@@ -79,11 +78,6 @@ def environment_with_huge_pages(environ: Mapping[str, str],
     return {**environ, "GLIBC_TUNABLES": ":".join([*tunables, TUNABLE])}
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "jaxdet"
-
-
 def block_cache_library(cache_dir: Path | None = None, source: Path = BLOCK_CACHE_SOURCE,
                         compiler: str | None = None) -> Path | None:
     """The block-cache shim (``native/block_cache.c``) built for this machine: a shared library
@@ -93,32 +87,9 @@ def block_cache_library(cache_dir: Path | None = None, source: Path = BLOCK_CACH
     build; the reason is logged at debug level)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
-    try:
-        code = source.read_bytes()
-    except OSError as err:
-        log.debug("no block cache: %s", err)
-        return None
-    digest = hashlib.sha256(code).hexdigest()[:12]
-    library = (cache_dir or _cache_dir()) / f"block_cache-{platform.machine()}-{digest}.so"
-    if library.is_file():
-        return library
-    compiler = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        log.debug("no block cache: no C compiler (cc, gcc or $CC)")
-        return None
-    partial = library.with_name(f"{library.name}.{os.getpid()}.tmp")
-    try:
-        library.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(source),
-                        "-ldl", "-lpthread"], check=True, capture_output=True, timeout=120)
-        os.replace(partial, library)  # atomic: concurrent builds never expose a partial file
-    except (OSError, subprocess.SubprocessError) as err:
-        detail = getattr(err, "stderr", b"") or b""
-        log.debug("no block cache: building %s failed: %s %s", library, err,
-                  detail.decode(errors="replace")[-500:])
-        partial.unlink(missing_ok=True)
-        return None
-    return library
+    return native_build.cached_library(
+        source, "block_cache", compiler or native_build.find_compiler("CC", ("cc", "gcc")),
+        ["-O2", "-shared", "-fPIC"], libraries=["-ldl", "-lpthread"], directory=cache_dir)
 
 
 def environment_with_block_cache(environ: Mapping[str, str],

@@ -36,6 +36,34 @@ def test_pooling_as_slices_equals_reduce_window(op, init, window, strides, paddi
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("window, strides, padding", [
+    ((3, 3), (2, 2), ((1, 1), (1, 1))), ((3, 3), (2, 2), "SAME"), ((2, 2), (2, 2), "VALID"),
+    ((3, 3), (1, 1), "SAME"), ((3, 2), (2, 3), ((1, 0), (0, 1)))])
+def test_max_pool_gradient_is_select_and_scatters(window, strides, padding):
+    """The CPU max pool's hand-written gradient sends each output's gradient to its window's
+    first maximum, as autodiff's select_and_scatter does: ties (values rounded to halves)
+    included, sizes that the stride does not divide, jitted and eager."""
+    x = np.random.default_rng(0).normal(size=(2, 9, 11, 3))
+    x = jnp.asarray(np.round(x * 2) / 2, jnp.float32)
+    pads = [portable._pads(n, k, s, padding) for n, k, s in zip(
+        x.shape[1:3], window, strides, strict=True)] if isinstance(padding, str) else padding
+
+    def ref(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, *window, 1),
+                                     (1, *strides, 1), ((0, 0), *pads, (0, 0)))
+
+    def ours(x):
+        return portable.reduce_window_2d(x, -float("inf"), jax.lax.max, window, strides,
+                                         padding)
+
+    grad = jnp.asarray(np.random.default_rng(1).normal(size=ref(x).shape), jnp.float32)
+    want = jax.vjp(ref, x)[1](grad)[0]
+    for fn in (ours, jax.jit(ours)):
+        value, vjp = jax.vjp(fn, x)
+        np.testing.assert_array_equal(value, ref(x))
+        np.testing.assert_allclose(vjp(grad)[0], want, rtol=1e-6, atol=1e-6)
+
+
 def test_row_as_sum_equals_indexing():
     matrix = jnp.asarray(np.random.default_rng(1).normal(size=(7, 4)), jnp.float32)
     with portable.exportable():

@@ -10,6 +10,12 @@ the operand XLA transposes (see :func:`_pointwise_bwd`): MobileNetV2 SSD's train
 from 1.1 to 0.89 s, EfficientDet-D0's from 1.7-2.2 to 1.1 s. GPUs and TPUs have fast kernels
 for all of these, so the rewrites are used on CPU only. Every path computes the same function
 (a test checks values and grads).
+
+In a train step on one device, three gradients go further, to jaxdet's own XLA:CPU kernels
+(:mod:`jaxdet.cpu_kernels`): the depthwise kernel gradient (one pass instead of one reduction
+per tap), the 1x1 kernel gradient of large maps (no transposed copy of an operand), and an
+image convolution's (a stem's) forward pass and kernel gradient (patches built a tile at a
+time). Predict and export never see them: they sit in custom-VJP rules only.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdet import cpu_kernels
 from jaxdet.models import winograd
 
 
@@ -94,12 +101,23 @@ def _depthwise_bwd(strides, padding, residuals, grad):
     pads.append((0, 0, 0))
     dilated = lax.pad(grad, jnp.zeros((), grad.dtype), pads)
     grad_x = _shifted_depthwise(dilated, kernel[::-1, ::-1], (1, 1), ((0, 0), (0, 0)), (1, 1))
+    if x.dtype == jnp.float32 and grad.dtype == jnp.float32 and cpu_kernels.usable():
+        # One pass over x and the gradient instead of one reduction per tap (9 for 3x3).
+        grad_kernel = cpu_kernels.depthwise_kernel_gradient(x, grad, kernel.shape[:2], strides,
+                                                            padding)
+        return grad_x, grad_kernel.astype(kernel.dtype)
     taps = _window_taps(x, kernel.shape[:2], strides, padding, (1, 1))
     grad_kernel = jnp.stack([jnp.sum(tap * grad, axis=(0, 1, 2)) for tap in taps])
     return grad_x, grad_kernel.reshape(kernel.shape)
 
 
 _depthwise_with_fast_grad.defvjp(_depthwise_fwd, _depthwise_bwd)
+
+
+# From this many positions (B * H * W) a 1x1 kernel gradient is memory-bound and goes to
+# jaxdet.cpu_kernels.matmul_transposed_left where it can (XLA's transposed copy of one operand
+# cost MobileNetV2 SSD's train step 60 ms at batch 8); smaller ones stay with XLA's matmul.
+CPU_KERNEL_MIN_POSITIONS = 8192
 
 
 @jax.custom_vjp
@@ -123,6 +141,13 @@ def _pointwise_bwd(residuals, grad):
     # 6x projections, the output gradient rather than the 6x wider input).
     x, kernel = residuals
     grad_x = jnp.einsum("bhwo,co->bhwc", grad, kernel)
+    positions = x.shape[0] * x.shape[1] * x.shape[2]
+    if (positions >= CPU_KERNEL_MIN_POSITIONS and x.dtype == grad.dtype == jnp.float32
+            and cpu_kernels.usable()):
+        # Both operands read in place, no transposed copy of either (jaxdet.cpu_kernels).
+        grad_kernel = cpu_kernels.matmul_transposed_left(x.reshape(positions, -1),
+                                                         grad.reshape(positions, -1))
+        return grad_x, grad_kernel.astype(kernel.dtype)
     if x.shape[-1] <= grad.shape[-1]:
         grad_kernel = jnp.einsum("bhwc,bhwo->co", x, grad)
     else:
@@ -153,6 +178,48 @@ def _patch_matmul(
     taps = _window_taps(x, kernel.shape[:2], strides, padding, dilation)
     patches = jnp.concatenate(taps, axis=-1)
     return jnp.einsum("bhwk,ko->bhwo", patches, kernel.reshape(-1, kernel.shape[-1]))
+
+
+def _image_convolution_reference(x, kernel, strides, padding, small_patch):
+    if small_patch:
+        return _patch_matmul(x, kernel, strides, padding, (1, 1))
+    return lax.conv_general_dilated(x, kernel, strides, padding,
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _image_convolution(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
+                       padding: tuple[tuple[int, int], ...], small_patch: bool) -> jax.Array:
+    """The convolution of an image (float32, <= 4 channels, no dilation) for a train step: the
+    kernel gradient of a differentiated call, and its forward pass for ``small_patch``
+    kernels, run jaxdet's CPU kernels (``jaxdet.cpu_kernels.image_convolution*``: each pixel's
+    patch times the kernel, a tile of pixels at a time). Undifferentiated (predict, export) it
+    is :func:`_patch_matmul` for ``small_patch`` kernels and XLA's convolution otherwise."""
+    return _image_convolution_reference(x, kernel, strides, padding, small_patch)
+
+
+def _image_convolution_fwd(x, kernel, strides, padding, small_patch):
+    # Up to 3x3 patches the kernel beats XLA's forward pass; a ResNet's 7x7 stem is level with
+    # XLA's (Eigen) convolution alone and slower inside a train step, so it keeps XLA's.
+    if small_patch:
+        out = cpu_kernels.image_convolution(x, kernel, strides, padding)
+    else:
+        out = _image_convolution_reference(x, kernel, strides, padding, small_patch)
+    return out, (x, kernel)
+
+
+def _image_convolution_bwd(strides, padding, small_patch, residuals, grad):
+    x, kernel = residuals
+    grad_kernel = cpu_kernels.image_convolution_kernel_gradient(x, grad, kernel.shape[:2],
+                                                                 strides, padding)
+    # The image's own gradient (rarely wanted: XLA drops it when nothing reads it).
+    _, input_vjp = jax.vjp(
+        lambda image: _image_convolution_reference(image, kernel, strides, padding,
+                                                   small_patch), x)
+    return input_vjp(grad)[0], grad_kernel
+
+
+_image_convolution.defvjp(_image_convolution_fwd, _image_convolution_bwd)
 
 
 def _explicit_padding(padding, in_hw, kernel_hw, strides, dilation):
@@ -233,14 +300,27 @@ def conv_general_dilated(
         and feature_group_count == 1
         and channels <= STEM_MAX_CHANNELS
         and rhs.shape[0] * rhs.shape[1] > 1
-        and rhs.shape[0] * rhs.shape[1] * channels <= STEM_MAX_PATCH
+        and (rhs.shape[0] * rhs.shape[1] * channels <= STEM_MAX_PATCH
+             or cpu_kernels.usable())
         and (lhs_dilation is None or all(d == 1 for d in lhs_dilation))
     )
     if stem:
         dilation = tuple(rhs_dilation or (1, 1))
         pads = _explicit_padding(padding, lhs.shape[1:3], rhs.shape[:2], window_strides,
                                  dilation)
-        out = _patch_matmul(lhs, rhs.astype(lhs.dtype), tuple(window_strides), pads, dilation)
+        small_patch = rhs.shape[0] * rhs.shape[1] * channels <= STEM_MAX_PATCH
+        if (dilation == (1, 1) and lhs.dtype == rhs.dtype == jnp.float32
+                and cpu_kernels.usable()):
+            out = _image_convolution(lhs, rhs, tuple(int(s) for s in window_strides),
+                                     tuple((int(lo), int(hi)) for lo, hi in pads), small_patch)
+        elif small_patch:
+            out = _patch_matmul(lhs, rhs.astype(lhs.dtype), tuple(window_strides), pads,
+                                dilation)
+        else:
+            out = lax.conv_general_dilated(lhs, rhs, window_strides, pads,
+                                           rhs_dilation=dilation,
+                                           dimension_numbers=dimension_numbers,
+                                           precision=precision)
         preferred = kwargs.get("preferred_element_type")
         return out.astype(preferred) if preferred is not None else out
     if (

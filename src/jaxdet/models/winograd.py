@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxdet import cpu_kernels
+
 # F(4, 3) in one dimension: input transform B^T [6, 6], kernel transform G [6, 3], output
 # transform A^T [4, 6] (interpolation points 0, +-1, +-2 and infinity).
 INPUT_TRANSFORM = np.array([
@@ -123,18 +125,41 @@ def _transform_output_gradient(grad: jax.Array, nh: int, nw: int) -> jax.Array:
 def _kernel_gradient(x: jax.Array, grad: jax.Array) -> jax.Array:
     """The gradient [3, 3, C, O] of a loss with respect to the kernel, from the input ``x``
     [B, H, W, C] and the output gradient ``grad`` [B, H, W, O]: the transposed algorithm, 36
-    matmuls contracting the tiles, then the adjoint of the kernel transform."""
+    matmuls contracting the tiles, then the adjoint of the kernel transform. With jaxdet's
+    CPU kernels the 36 products read both tile sets in place
+    (``cpu_kernels.matmul_transposed_left``); XLA's matmuls want the output gradient's tiles
+    channel-major instead."""
+    out_channels = grad.shape[-1]
+    if _use_cpu_kernels(x, grad):
+        grad_u = cpu_kernels.matmul_transposed_left(
+            cpu_kernels.winograd_input_tiles(x),
+            cpu_kernels.winograd_output_gradient_tiles(grad))  # [36, C, O]
+        weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad_u.dtype)
+        grad_kernel = jnp.einsum("xt,xco->tco", weights, grad_u)  # [9, C, O]
+        return grad_kernel.reshape(3, 3, x.shape[-1], out_channels)
     v, nh, nw = _transform_input(x)
     grad_m = _transform_output_gradient(grad, nh, nw)
     grad_u = jnp.einsum("ijobhw,ijbhwc->ijoc", grad_m, v).reshape(TILE * TILE, *grad_m.shape[2:3],
                                                                    x.shape[-1])
     weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad_u.dtype)
     grad_kernel = jnp.einsum("xt,xoc->toc", weights, grad_u)  # [9, O, C]
-    return grad_kernel.reshape(3, 3, grad.shape[-1], x.shape[-1]).transpose(0, 1, 3, 2)
+    return grad_kernel.reshape(3, 3, out_channels, x.shape[-1]).transpose(0, 1, 3, 2)
 
 
-def _winograd_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    v, _, _ = _transform_input(x)
+def _use_cpu_kernels(*arrays: jax.Array) -> bool:
+    return all(a.dtype == jnp.float32 for a in arrays) and cpu_kernels.usable()
+
+
+def _winograd_forward(x: jax.Array, kernel: jax.Array, *, tiles_in_c: bool = False
+                      ) -> jax.Array:
+    """The Winograd convolution; ``tiles_in_c``: the input transform by jaxdet's CPU kernel
+    (one pass; a train step's custom-VJP rules only, never predict or export)."""
+    if tiles_in_c:
+        batch, height, width, channels = x.shape
+        v = cpu_kernels.winograd_input_tiles(x).reshape(
+            TILE, TILE, batch, -(-height // OUT), -(-width // OUT), channels)
+    else:
+        v, _, _ = _transform_input(x)
     u = transform_kernel(kernel).reshape(TILE, TILE, *kernel.shape[2:])
     # (b, h, w) stay separate dimensions: merging them would gather a mesh-sharded height.
     m = jnp.einsum("ijbhwc,ijco->ijbhwo", v, u)
@@ -154,14 +179,15 @@ def winograd_conv3x3(x: jax.Array, kernel: jax.Array) -> jax.Array:
 
 
 def _fwd(x, kernel):
-    return _winograd_forward(x, kernel), (x, kernel)
+    return _winograd_forward(x, kernel, tiles_in_c=_use_cpu_kernels(x)), (x, kernel)
 
 
 def _bwd(residuals, grad):
     x, kernel = residuals
     # The input gradient is the same kind of convolution: of the output gradient with the
     # kernel turned 180 degrees and its channel axes swapped.
-    grad_x = _winograd_forward(grad, jnp.flip(kernel, (0, 1)).transpose(0, 1, 3, 2))
+    grad_x = _winograd_forward(grad, jnp.flip(kernel, (0, 1)).transpose(0, 1, 3, 2),
+                               tiles_in_c=_use_cpu_kernels(grad))
     return grad_x, _kernel_gradient(x, grad)
 
 

@@ -1,0 +1,95 @@
+"""A train step with jaxdet's CPU kernels and without them, alternating in one process; prints
+one JSON object.
+
+    python benchmarks/cpu_kernels_ab.py --config ssd_mobilenet_v2_320 --batch-size 8
+    python benchmarks/cpu_kernels_ab.py --config retinanet_resnet50_fpn_640 --batch-size 2 \\
+        --rounds 5 --steps 2
+
+Both steps are compiled from the same state and batch (synthetic, 1-16 random boxes per image,
+as ``train_throughput.py``), one traced with the kernels (``jaxdet.cpu_kernels``) and one
+inside ``cpu_kernels.turned_off()`` (the portable jnp paths). Each round times ``--steps``
+steps of one, then of the other, so that the machine's drift (2-core VMs vary by 10-30% over
+minutes) falls on both alike; the medians and each round are reported, with the compile times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from jaxdet import builders, cpu_kernels
+from jaxdet.config.loader import load_config
+from jaxdet.cpu_allocator import reexec_with_fast_allocator
+from jaxdet.train.step import init_train_state
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="ssd_mobilenet_v2_320")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--max-boxes", type=int, default=16)
+    args = parser.parse_args(argv)
+    if not cpu_kernels.available():
+        raise SystemExit("jaxdet's CPU kernels are not available here (no C++ compiler, "
+                         f"or {cpu_kernels.OPT_OUT}=0)")
+    config = load_config(args.config, ["precision=fp32", f"train.batch_size={args.batch_size}",
+                                       *args.overrides])
+    task = builders.build_task(config)
+    tx, schedule = builders.build_optimizer(config.train)
+    batch = jax.device_put(synthetic_batch(np.random.default_rng(0), args.batch_size,
+                                           task.input_size, args.max_boxes, task.num_classes,
+                                           task.batch_layout()))
+    host_state = jax.tree.map(np.asarray, init_train_state(
+        task, tx, ema=config.train.ema_decay is not None,
+        loss_scale=builders.build_loss_scale(config)))
+    runs = {}
+    for name in ("kernels", "jnp"):
+        step = builders.build_train_step(config, task, tx, schedule)
+        state = jax.tree.map(jax.numpy.asarray, host_state)  # the step donates its state
+        t0 = time.perf_counter()
+        if name == "kernels":
+            compiled = step.lower(state, batch).compile()
+        else:
+            with cpu_kernels.turned_off():
+                compiled = step.lower(state, batch).compile()
+        compile_s = time.perf_counter() - t0
+        for _ in range(1 + args.warmup):
+            state = compiled(state, batch)[0]
+        jax.block_until_ready(state)
+        runs[name] = {"compiled": compiled, "state": state, "compile_s": compile_s, "ms": []}
+    for _ in range(args.rounds):
+        for run in runs.values():
+            state = run["state"]
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                state = run["compiled"](state, batch)[0]
+            jax.block_until_ready(state)
+            run["ms"].append((time.perf_counter() - t0) / args.steps * 1e3)
+            run["state"] = state
+    result = {"benchmark": "cpu_kernels_ab", "config": args.config,
+              "batch_size": args.batch_size, "overrides": args.overrides,
+              "rounds": args.rounds, "steps_per_round": args.steps}
+    for name, run in runs.items():
+        result[name] = {"median_ms": round(statistics.median(run["ms"]), 1),
+                        "rounds_ms": [round(t, 1) for t in run["ms"]],
+                        "compile_s": round(run["compile_s"], 1)}
+    result["speedup"] = round(result["jnp"]["median_ms"] / result["kernels"]["median_ms"], 3)
+    result["jax"] = jax.__version__
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    reexec_with_fast_allocator()
+    main()
