@@ -19,6 +19,14 @@ such as an Eigen convolution, counts from its start to its end event, its thread
 ``idle_share`` is the part of ``threads x step_ms`` no thunk ran (waiting included in an async
 span, so spans overlap and the share is then 0). ``peak_gmacs`` is this machine's measured fp32
 rate on a 2048^3 matrix multiply, so each category's rate reads against it.
+
+Memory traffic is counted too: each thunk's ``gbytes`` are its operands and its result (their
+HLO shapes, read and written once), and each category's ``gbytes_per_s`` divides them by its
+thunk time shared over the threads (``ms / threads``). ``peak_bandwidth`` is this machine's
+measured rate for a jitted scale-and-clip (read one array, write another) and a per-channel
+sum (read only), both over 64 MB on every thread; the elementwise and reduction rates read
+against those. An op near those rates is bound by memory, not arithmetic: only moving fewer
+bytes makes it faster.
 """
 
 from __future__ import annotations
@@ -46,6 +54,10 @@ _SHAPE = re.compile(r"^[a-z0-9]+\[([0-9,]*)\]")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\S+) (\w[\w-]*)\((.*?)\)(.*)$")
 
 
+_ITEM_BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2,
+               "f16": 2, "s16": 2, "u16": 2, "s8": 1, "u8": 1, "pred": 1}
+
+
 def _dims(shape: str) -> list[int]:
     m = _SHAPE.match(shape)
     return [int(d) for d in m.group(1).split(",") if d] if m else []
@@ -69,6 +81,19 @@ def parse_hlo(text: str) -> tuple[dict, dict]:
             if c:
                 calls[name] = c.group(1)
     return computations, calls
+
+
+def _shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape (a tuple's elements summed; unknown element types count 4)."""
+    return sum(_ITEM_BYTES.get(t, 4) * int(np.prod([int(d) for d in dims.split(",") if d]))
+               for t, dims in re.findall(r"([a-z]+[0-9]*)\[([0-9,]*)\]", shape))
+
+
+def _traffic(instr, top: dict) -> int:
+    """Bytes a top-level instruction reads (its operands) and writes (its result)."""
+    _, shape, _, operands, _ = instr
+    names = [a.strip().lstrip("%") for a in operands.split(",") if a.strip()]
+    return _shape_bytes(shape) + sum(_shape_bytes(top[n][1]) for n in names if n in top)
 
 
 def _macs(instr, shapes: dict) -> int:
@@ -122,6 +147,25 @@ def peak_gmacs(n: int = 2048, calls: int = 5) -> float:
         out = f(a)
     out.block_until_ready()
     return n ** 3 * calls / (time.perf_counter() - t0) / 1e9
+
+
+def peak_bandwidth(megabytes: int = 64, calls: int = 20) -> dict:
+    """Measured GB/s of memory traffic: ``elementwise`` (read an f32 array, write its scaled and
+    clipped copy: bytes read + written) and ``reduce`` (sum an f32 [N, 96] array over N: bytes
+    read), each the best of ``calls`` jitted calls."""
+    x = jnp.ones((megabytes * 2 ** 20 // (4 * 96), 96), jnp.float32)
+    ops = {"elementwise": (jax.jit(lambda a: jnp.clip(a * 1.5 + 0.5, 0.0, 6.0)), 2 * x.nbytes),
+           "reduce": (jax.jit(lambda a: jnp.sum(a, axis=0)), x.nbytes)}
+    rates = {}
+    for name, (fn, nbytes) in ops.items():
+        fn(x).block_until_ready()
+        best = float("inf")
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn(x).block_until_ready()
+            best = min(best, time.perf_counter() - t0)
+        rates[name] = round(nbytes / best / 1e9, 1)
+    return rates
 
 
 def profile(fn, args: tuple, steps: int, *, carry: bool,
@@ -179,15 +223,18 @@ def breakdown(busy: dict, wall: float, hlo: str, steps: int, threads: int, top_n
     computations, calls = parse_hlo(hlo)
     entry = next(reversed(computations))  # ENTRY is printed last
     top = {i[0]: i for i in computations[entry]}
-    cats = collections.defaultdict(lambda: {"ms": 0.0, "thunks": 0, "gmacs": 0.0})
+    cats = collections.defaultdict(lambda: {"ms": 0.0, "thunks": 0, "gmacs": 0.0,
+                                            "gbytes": 0.0})
     ops = []
     for name, ns in busy.items():
         kind, macs = classify(name, computations, calls, top)
         ms = ns / 1e6 / steps
+        traffic = _traffic(top[name], top) if name in top else 0
         cats[kind]["ms"] += ms
         cats[kind]["thunks"] += 1
         cats[kind]["gmacs"] += macs / 1e9
-        ops.append((ms, name, kind, top[name][1] if name in top else "", macs))
+        cats[kind]["gbytes"] += traffic / 1e9
+        ops.append((ms, name, kind, top[name][1] if name in top else "", macs, traffic))
     total = sum(c["ms"] for c in cats.values())
     table = {}
     for kind, c in sorted(cats.items(), key=lambda kv: -kv[1]["ms"]):
@@ -196,13 +243,17 @@ def breakdown(busy: dict, wall: float, hlo: str, steps: int, threads: int, top_n
         if c["gmacs"]:
             table[kind]["gmacs"] = round(c["gmacs"], 2)
             table[kind]["gmacs_per_s"] = round(c["gmacs"] / (c["ms"] / 1e3), 1)
+        if c["gbytes"]:
+            table[kind]["gbytes"] = round(c["gbytes"], 2)
+            table[kind]["gbytes_per_s"] = round(c["gbytes"] / (c["ms"] / threads / 1e3), 1)
     ops.sort(reverse=True)
     return {"step_ms": round(wall * 1e3, 1), "busy_ms": round(total, 1),
             "idle_share": round(max(0.0, 1 - total / (threads * wall * 1e3)), 3),
             "categories": table,
             "top_ops": [{"name": n, "kind": k, "ms": round(ms, 2), "shape": s,
-                         **({"gmacs_per_s": round(m / 1e9 / (ms / 1e3), 1)} if m else {})}
-                        for ms, n, k, s, m in ops[:top_n]]}
+                         **({"gmacs_per_s": round(m / 1e9 / (ms / 1e3), 1)} if m else {}),
+                         **({"mbytes": round(b / 1e6, 1)} if b else {})}
+                        for ms, n, k, s, m, b in ops[:top_n]]}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -255,7 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "profile_step", "config": args.config, "overrides": args.overrides,
               "what": "predict" if args.predict else "train_step", "batch_size": batch_size,
               **breakdown(busy, wall, hlo, args.steps, threads, args.top),
-              "peak_gmacs": round(peak_gmacs(), 1), "cpu_count": threads,
+              "peak_gmacs": round(peak_gmacs(), 1),
+              "peak_bandwidth_gbytes_per_s": peak_bandwidth(), "cpu_count": threads,
               "jax": jax.__version__}
     print(json.dumps(result))
     return result
