@@ -22,6 +22,12 @@ command does (see ``jaxdet.cpu_allocator``), TF without (measured: TF gains noth
 tunable, 0.294 s vs 0.339 s for the MobileNet SSD step). ``--tf-huge-pages`` and
 ``--tf-block-cache`` give TF either too; ``--no-huge-pages`` and ``--no-block-cache`` take them
 from jaxdet.
+
+    python benchmarks/vs_tfod.py --train-rounds 3     # train steps only, TF and jaxdet by turns
+
+``--train-rounds R`` times only the train step, TF then jaxdet, R times per config, and prints
+each round's ratio and their median: a 2-core VM's speed drifts by 10-30% over minutes, and
+alternating spreads the drift over both sides.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +77,7 @@ def _allocator_env(args, side: str) -> dict:
             cpu_allocator.BLOCK_CACHE_OPT_OUT: "0" if args.no_block_cache else "1"}
 
 
-def tf_side(args, tf_name: str, batch: int) -> dict:
+def tf_side(args, tf_name: str, batch: int, infer: bool = True) -> dict:
     config = Path(args.tf_configs) / f"{tf_name}.config"
     if not config.is_file():
         raise FileNotFoundError(f"{config} does not exist (--tf-configs)")
@@ -79,15 +86,19 @@ def tf_side(args, tf_name: str, batch: int) -> dict:
     return _run([os.path.expanduser(args.tf_python), str(HERE / "tfod_peer_timing.py"),
                  "--pipeline-config", str(config), "--train-batch-size", str(batch),
                  "--steps", str(args.steps), "--infer-batch-sizes",
-                 *map(str, args.infer_batch_sizes), "--calls", str(args.calls),
+                 *(map(str, args.infer_batch_sizes) if infer else ()), "--calls", str(args.calls),
                  "--warmup", str(args.warmup)], env)
 
 
+def jaxdet_train(args, name: str, batch: int) -> dict:
+    return _run([sys.executable, str(HERE / "train_throughput.py"), "--config", name,
+                 "--batch-size", str(batch), "--steps", str(args.steps), "--max-boxes", "16",
+                 "--warmup", str(args.warmup),
+                 "--set", "precision=fp32"], _allocator_env(args, "jaxdet"))
+
+
 def jaxdet_side(args, name: str, batch: int) -> dict:
-    train = _run([sys.executable, str(HERE / "train_throughput.py"), "--config", name,
-                  "--batch-size", str(batch), "--steps", str(args.steps), "--max-boxes", "16",
-                  "--warmup", str(args.warmup),
-                  "--set", "precision=fp32"], _allocator_env(args, "jaxdet"))
+    train = jaxdet_train(args, name, batch)
     infer = _run([sys.executable, str(HERE / "inference_throughput.py"), "--config", name,
                   "--batch-sizes", *map(str, args.infer_batch_sizes), "--iters",
                   str(args.calls), "--warmup", str(args.warmup), "--set", "precision=fp32"],
@@ -112,6 +123,22 @@ def compare(tf: dict, ours: dict) -> dict:
     return row
 
 
+def train_rounds(args, tf_name: str, name: str, batch: int) -> dict:
+    """``--train-rounds`` R: the train step only, TF then jaxdet, R times over (each a fresh
+    process, compile included); each round's ratio and their median. On a machine whose speed
+    drifts over minutes, the rounds spread the drift over both sides."""
+    rounds = []
+    for _ in range(args.train_rounds):
+        tf = tf_side(args, tf_name, batch, infer=False)["train"]["step_seconds"]
+        ours = jaxdet_train(args, name, batch)["step_ms"] / 1000
+        rounds.append({"tfod": round(tf, 3), "jaxdet": round(ours, 3),
+                       "ratio": round(tf / ours, 2)})
+        print(json.dumps({"jaxdet_config": name, "round": rounds[-1]}), flush=True)
+    return {"tfod_config": tf_name, "jaxdet_config": name, "train_batch_size": batch,
+            "train_rounds": rounds,
+            "train_ratio": round(statistics.median(r["ratio"] for r in rounds), 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs="+", default=list(ISSUE_22))
@@ -133,7 +160,15 @@ def main() -> None:
     parser.add_argument("--tfod-src", default="~/tfod-peer/tfod-src")
     parser.add_argument("--tf-configs", default=str(HERE.parent.parent / "shared" / "data"
                                                     / "tfod" / "configs"))
+    parser.add_argument("--train-rounds", type=int, default=0,
+                        help="time only the train step, TF and jaxdet alternately, this many "
+                             "times per config, and report the median ratio")
     args = parser.parse_args()
+    if args.train_rounds:
+        for pair in args.pairs:
+            tf_name, name, batch = pair.split(":")
+            print(json.dumps(train_rounds(args, tf_name, name, int(batch))), flush=True)
+        return
     table = []
     for pair in args.pairs:
         tf_name, name, batch = pair.split(":")
