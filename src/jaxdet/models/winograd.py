@@ -130,18 +130,17 @@ def _kernel_gradient(x: jax.Array, grad: jax.Array) -> jax.Array:
     (``cpu_kernels.matmul_transposed_left``); XLA's matmuls want the output gradient's tiles
     channel-major instead."""
     out_channels = grad.shape[-1]
+    weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad.dtype)
     if _use_cpu_kernels(x, grad):
         grad_u = cpu_kernels.matmul_transposed_left(
             cpu_kernels.winograd_input_tiles(x),
             cpu_kernels.winograd_output_gradient_tiles(grad))  # [36, C, O]
-        weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad_u.dtype)
         grad_kernel = jnp.einsum("xt,xco->tco", weights, grad_u)  # [9, C, O]
         return grad_kernel.reshape(3, 3, x.shape[-1], out_channels)
     v, nh, nw = _transform_input(x)
     grad_m = _transform_output_gradient(grad, nh, nw)
     grad_u = jnp.einsum("ijobhw,ijbhwc->ijoc", grad_m, v).reshape(TILE * TILE, *grad_m.shape[2:3],
                                                                    x.shape[-1])
-    weights = jnp.asarray(np.kron(KERNEL_TRANSFORM, KERNEL_TRANSFORM), grad_u.dtype)
     grad_kernel = jnp.einsum("xt,xoc->toc", weights, grad_u)  # [9, O, C]
     return grad_kernel.reshape(3, 3, out_channels, x.shape[-1]).transpose(0, 1, 3, 2)
 
