@@ -9,7 +9,11 @@ through ``jaxdet.models.depthwise.conv_general_dilated`` (the router the models'
 go through) or ``winograd.winograd_conv3x3``, on a layer shape of the detectors of issue 22.
 ``max_pool`` is the one case without a C kernel: ``jaxdet.core.portable.reduce_window_2d``'s
 written-out gradient (first maximum, then strided shifts) against autodiff of
-``lax.reduce_window`` (XLA's select-and-scatter), ResNet's 3x3/2 stem pool. The two versions
+``lax.reduce_window`` (XLA's select-and-scatter), ResNet's 3x3/2 stem pool. ``nms_top_k`` is
+the one case of ``predict``: EfficientDet-D0's per-class top 1,000 of 49,104 anchors x 90
+classes at batch 8 after the sigmoid (``core.nms.top_k_per_class``), the kernel against
+``lax.top_k`` of the transposed scores; its difference is 0 when values and indices are
+equal. The two versions
 alternate call by call; the median of ``--calls`` each is reported, with the
 largest difference between their gradients relative to the largest gradient, and
 ``uses_kernels``: whether the new version's compiled HLO calls the kernels and the other's
@@ -30,6 +34,7 @@ from jax import lax
 
 from jaxdet import cpu_kernels
 from jaxdet.core import portable
+from jaxdet.core.nms import top_k_per_class
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.models import depthwise, winograd
 
@@ -51,7 +56,43 @@ CASES = {
                      (1, 1), None, 1),
     "max_pool": ("ResNet-50 stem max pool, 3x3 stride 2", (2, 320, 320, 64), None, (2, 2),
                  ((1, 1), (1, 1)), 1),
+    "nms_top_k": ("EfficientDet-D0 NMS: sigmoid, top 1,000 per class", (8, 49104, 90), None,
+                  None, None, 1),
 }
+
+
+def _alternate(compiled: dict, args: tuple, calls: int) -> tuple[dict, dict]:
+    """Each compiled version's result, and its median ms over ``calls`` calls taken in turns."""
+    results = {k: jax.block_until_ready(c(*args)) for k, c in compiled.items()}
+    times = {k: [] for k in compiled}
+    for _ in range(calls):
+        for k, c in compiled.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(c(*args))
+            times[k].append(time.perf_counter() - t0)
+    return results, {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
+
+
+def run_top_k_case(name: str, calls: int) -> dict:
+    """``nms_top_k``: the sigmoid of logits [B, A, C], then each class's top 1,000."""
+    what, x_shape, *_ = CASES[name]
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=x_shape) * 3 - 4, jnp.float32)
+
+    def fn(x):
+        return top_k_per_class(jax.nn.sigmoid(x), 1000)
+
+    compiled = {"kernels": jax.jit(portable.fresh_trace(fn)).lower(logits).compile()}
+    with cpu_kernels.turned_off():
+        compiled["jnp"] = jax.jit(portable.fresh_trace(fn)).lower(logits).compile()
+    uses = ("jaxdet_top_k" in compiled["kernels"].as_text()
+            and "jaxdet_" not in compiled["jnp"].as_text())
+    results, ms = _alternate(compiled, (logits,), calls)
+    equal = all(bool(jnp.array_equal(a, b))
+                for a, b in zip(results["kernels"], results["jnp"], strict=True))
+    return {"case": name, "what": what, "x": list(x_shape), "kernel": [],
+            "uses_kernels": uses, "jnp_ms": ms["jnp"], "kernels_ms": ms["kernels"],
+            "speedup": round(ms["jnp"] / ms["kernels"], 2),
+            "max_relative_difference": 0.0 if equal else float("nan")}
 
 
 def _max_pool_gradient_fn(strides, padding, *, written_out: bool):
@@ -78,6 +119,8 @@ def _gradient_fn(x_shape, kernel_shape, strides, padding, groups):
 
 
 def run_case(name: str, calls: int) -> dict:
+    if name == "nms_top_k":
+        return run_top_k_case(name, calls)
     what, x_shape, kernel_shape, strides, padding, groups = CASES[name]
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=x_shape), jnp.float32)
@@ -108,17 +151,10 @@ def run_case(name: str, calls: int) -> dict:
                                                    groups)).lower(x, kernel, w).compile()
         uses = ("jaxdet_" in compiled["kernels"].as_text()
                 and "jaxdet_" not in compiled["jnp"].as_text())
-    results = {k: jax.block_until_ready(c(x, kernel, w)) for k, c in compiled.items()}
-    times = {k: [] for k in compiled}
-    for _ in range(calls):
-        for k, c in compiled.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(c(x, kernel, w))
-            times[k].append(time.perf_counter() - t0)
+    results, ms = _alternate(compiled, (x, kernel, w), calls)
     difference = max(
         float(jnp.max(jnp.abs(a - b)) / jnp.maximum(jnp.max(jnp.abs(b)), 1e-30))
         for a, b in zip(results["kernels"], results["jnp"], strict=True))
-    ms = {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
     return {"case": name, "what": what, "x": list(x_shape), "kernel": list(kernel_shape or ()),
             "uses_kernels": uses, "jnp_ms": ms["jnp"], "kernels_ms": ms["kernels"],
             "speedup": round(ms["jnp"] / ms["kernels"], 2),

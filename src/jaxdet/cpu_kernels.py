@@ -12,8 +12,10 @@ The source is compiled once per machine with the system's C++ compiler (``$CXX``
 ``jax.ffi.register_ffi_target``. Everything here falls back to the portable jnp code when the
 kernels are not to be had: no compiler, a failed build, another backend, a computation
 partitioned over a device mesh (XLA cannot split a custom call; the jnp code shards), or
-``JAXDET_CPU_KERNELS=0``. The kernels appear in train steps only (gradients), never in
-``predict`` or in exported artifacts.
+``JAXDET_CPU_KERNELS=0``. The convolution kernels appear in train steps only (gradients);
+``predict`` calls one, the per-class top k of NMS's candidates (XLA:CPU's TopK sorts each
+class's scores one row at a time: a third of an EfficientDet-D0 batch-8 predict). None ever
+appears in an exported artifact (export traces inside ``core.portable.exportable``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet import native_build
-from jaxdet.core.portable import traced_on_one_device
+from jaxdet.core.portable import exporting, traced_on_one_device
 
 SOURCE = Path(__file__).resolve().parent / "native" / "cpu_kernels.cc"
 OPT_OUT = "JAXDET_CPU_KERNELS"
@@ -43,9 +45,10 @@ IMAGE_CONVOLUTION = "jaxdet_image_convolution"
 IMAGE_CONVOLUTION_KERNEL_GRADIENT = "jaxdet_image_convolution_kernel_gradient"
 WINOGRAD_INPUT_TILES = "jaxdet_winograd_input_tiles"
 WINOGRAD_OUTPUT_GRADIENT_TILES = "jaxdet_winograd_output_gradient_tiles"
+TOP_K = "jaxdet_top_k"
 _TARGETS = (DEPTHWISE_KERNEL_GRADIENT, MATMUL_TRANSPOSED_LEFT, IMAGE_CONVOLUTION,
             IMAGE_CONVOLUTION_KERNEL_GRADIENT, WINOGRAD_INPUT_TILES,
-            WINOGRAD_OUTPUT_GRADIENT_TILES)
+            WINOGRAD_OUTPUT_GRADIENT_TILES, TOP_K)
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -124,8 +127,10 @@ def usable() -> bool:
     """Whether code being traced now may call the kernels: on the CPU backend, outside
     :func:`turned_off`, not partitioned over a mesh of more than one device
     (``jax.sharding.get_abstract_mesh()``, which ``jaxdet.parallel.thin_maps.mesh_scope`` sets
-    around a sharded step), and available."""
-    if _off.get() or jax.default_backend() != "cpu" or not traced_on_one_device():
+    around a sharded step), not traced for an export (``core.portable.exporting``), and
+    available."""
+    if (_off.get() or jax.default_backend() != "cpu" or not traced_on_one_device()
+            or exporting()):
         return False
     return available()
 
@@ -240,3 +245,19 @@ def winograd_output_gradient_tiles(grad: jax.Array) -> jax.Array:
     gradient ``grad`` [B, H, W, O]: ``A g A^T`` of every 4x4 block (zero beyond the image),
     [36, B * nh * nw, O] (``jaxdet.models.winograd._output_gradient_tiles`` in one pass)."""
     return _winograd_tiles(WINOGRAD_OUTPUT_GRADIENT_TILES, grad)
+
+
+def top_k_along_axis(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """The ``k`` largest entries of each row ``x[o, :, i]`` of float32 ``x`` [outer, n, inner]
+    (1 <= k <= n), read in place: ``values`` [outer, inner, k] float32 and their positions
+    ``indices`` [outer, inner, k] int32, descending, ties at the lower position first;
+    ``lax.top_k(jnp.swapaxes(x, 1, 2), k)`` without the transposed copy or the row sorts
+    (floats in their total order, NaN above +inf)."""
+    _require()
+    outer, n, inner = x.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"top k of rows of {n}: k={k} must be in 1..{n}")
+    call = jax.ffi.ffi_call(TOP_K, (jax.ShapeDtypeStruct((outer, inner, k), jnp.float32),
+                                    jax.ShapeDtypeStruct((outer, inner, k), jnp.int32)),
+                            vmap_method="sequential")
+    return call(x.astype(jnp.float32))

@@ -1,6 +1,7 @@
 """jaxdet's XLA:CPU kernels (``jaxdet.cpu_kernels``, ``native/cpu_kernels.cc``) compute what
-their jnp twins compute, in float64 by hand where that is simple; the models use them only in
-train steps on one device, and fall back to jnp when they are turned off or cannot be built."""
+their jnp twins compute, in float64 by hand where that is simple; the models use them on one
+device only (convolutions in train steps, NMS's per-class top k in predict), never in an
+export, and fall back to jnp when they are turned off or cannot be built."""
 
 import os
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 from jax import lax
 
 from jaxdet import cpu_kernels
+from jaxdet.core import portable
+from jaxdet.core.nms import batched_nms
 from jaxdet.models import depthwise, winograd
 from jaxdet.parallel.thin_maps import mesh_scope
 
@@ -148,6 +151,80 @@ def test_undifferentiated_calls_never_use_the_kernels():
     fn = jax.jit(lambda x, k: depthwise.conv_general_dilated(x, k, (2, 2), "SAME",
                                                               dimension_numbers=dn))
     assert "jaxdet_" not in fn.lower(x, k).as_text()
+
+
+_SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 1.0, 1.0,
+                     3e38, -2.5], np.float32)
+
+
+@pytest.mark.parametrize("shape, k", [
+    ((2, 300, 7), 1), ((2, 300, 7), 17), ((2, 300, 7), 300),  # k = n: the whole row sorted
+    ((1, 5000, 33), 1000),  # three blocks of rows (16, 16, 1), more candidates than k
+    ((3, 64, 1), 10),       # one row per image (class-agnostic scores)
+])
+def test_top_k_along_axis_is_lax_top_k_of_the_transposed_rows(shape, k):
+    """Bit-equal values and equal indices: NaNs of both signs, infinities, signed zeros,
+    denormals, ties (lower position first), a constant row (every key in one histogram bin)."""
+    rng = np.random.default_rng(k)
+    x = rng.choice(_SPECIAL, size=shape).astype(np.float32)
+    x[..., 0] = rng.normal(size=shape[:2])
+    if shape[2] > 2:
+        x[..., 1] = 0.25  # all ties
+        x[..., 2] = np.round(rng.normal(size=shape[:2]) * 2) / 2  # few distinct values
+    values, indices = jax.jit(lambda x: cpu_kernels.top_k_along_axis(x, k))(x)
+    want_values, want_indices = lax.top_k(jnp.swapaxes(jnp.asarray(x), 1, 2), k)
+    assert values.shape == indices.shape == (shape[0], shape[2], k)
+    np.testing.assert_array_equal(np.asarray(values).view(np.uint32),
+                                  np.asarray(want_values).view(np.uint32))
+    np.testing.assert_array_equal(indices, want_indices)
+    with pytest.raises(ValueError, match="must be in 1..300"):
+        cpu_kernels.top_k_along_axis(jnp.zeros((1, 300, 2)), 301)
+
+
+def test_nms_top_k_uses_the_kernel_in_predict_only_and_detects_the_same():
+    """batched_nms on one CPU device calls the top-k kernel; turned off, and traced for an
+    export, it does not; the detections are equal."""
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(0.1, 0.9, size=(2, 700, 2))
+    boxes = jnp.asarray(np.concatenate([centers - 0.05, centers + 0.05], -1), jnp.float32)
+    scores = jnp.asarray(rng.uniform(size=(2, 700, 6)), jnp.float32)
+    nms = dict(score_threshold=0.05, iou_threshold=0.5, max_detections_per_class=20,
+               max_total_detections=50, pre_nms_top_k=100)
+
+    def lowered():
+        return jax.jit(portable.fresh_trace(lambda b, s: batched_nms(b, s, **nms))).lower(
+            boxes, scores)
+
+    with_kernel = lowered()
+    assert "jaxdet_top_k" in with_kernel.as_text()
+    with cpu_kernels.turned_off():
+        portable_nms = lowered()
+    with portable.exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False):
+        exported = lowered()
+    assert "jaxdet_" not in portable_nms.as_text() and "jaxdet_" not in exported.as_text()
+    got, want = with_kernel.compile()(boxes, scores), portable_nms.compile()(boxes, scores)
+    assert int(want["num_detections"].sum()) > 20
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_nms_top_k_kernel_differentiates_as_lax_top_k():
+    """The kept scores' gradient flows to the anchors they came from, as through lax.top_k."""
+    from jaxdet.core.nms import top_k_per_class
+
+    scores = _rng_normal(4, (2, 300, 5))
+    weights = _rng_normal(5, (2, 5, 40))
+
+    def loss(s):
+        values, _ = top_k_per_class(s, 40)
+        return jnp.sum(jnp.tanh(values) * weights)
+
+    with_kernel = jax.jit(portable.fresh_trace(jax.grad(loss))).lower(scores)
+    assert "jaxdet_top_k" in with_kernel.as_text()
+    with cpu_kernels.turned_off():
+        want = jax.jit(portable.fresh_trace(jax.grad(loss)))(scores)
+    np.testing.assert_array_equal(with_kernel.compile()(scores), want)
+    assert int(jnp.sum(want != 0)) == 2 * 5 * 40
 
 
 def test_not_used_on_a_mesh_of_several_devices():

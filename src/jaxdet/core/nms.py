@@ -7,7 +7,9 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxdet import cpu_kernels
 from jaxdet.core import portable
 from jaxdet.core.greedy_nms import greedy_nms, greedy_nms_over_classes
 
@@ -102,6 +104,30 @@ def top_k_mask(scores: jnp.ndarray, k: int) -> jnp.ndarray:
     return above | (ties & (jnp.cumsum(ties, axis=-1) <= room))
 
 
+def top_k_per_class(scores: jnp.ndarray, k: int) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Each class's ``k`` best anchors of ``scores [B, A, C]`` (float32, 1 <= k <= A):
+    ``values [B, C, k]`` descending and their anchor ``indices [B, C, k]`` int32, ties at the
+    lower anchor first: ``lax.top_k`` of the scores transposed to [B, C, A]. On one CPU device
+    (outside an export) jaxdet's kernel reads the scores in place instead
+    (``cpu_kernels.top_k_along_axis``; XLA:CPU's TopK sorts the rows one by one)."""
+    if cpu_kernels.usable():
+        return _kernel_top_k(scores, k)
+    return jax.lax.top_k(jnp.swapaxes(scores, 1, 2), k)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _kernel_top_k(scores, k):
+    return cpu_kernels.top_k_along_axis(scores, k)
+
+
+@_kernel_top_k.defjvp
+def _kernel_top_k_jvp(k, primals, tangents):
+    """As ``lax.top_k``'s: each kept value's tangent is its score's; indices have none."""
+    values, indices = _kernel_top_k(primals[0], k)
+    value_tangents = jnp.take_along_axis(jnp.swapaxes(tangents[0], 1, 2), indices, axis=2)
+    return (values, indices), (value_tangents, np.zeros(indices.shape, jax.dtypes.float0))
+
+
 def batched_nms(
     boxes: jnp.ndarray,
     scores: jnp.ndarray,
@@ -168,7 +194,7 @@ def batched_nms(
                 jnp.take_along_axis(flat_boxes, box_index[..., None], axis=1),
                 jnp.take_along_axis(scores.reshape(-1, num_anchors * num_classes),
                                     anchor * num_classes + cls, axis=1), cls, valid)
-        top_scores, top_idx = jax.lax.top_k(jnp.swapaxes(scores, 1, 2), top_k)  # [B, C, k]
+        top_scores, top_idx = top_k_per_class(scores, top_k)  # [B, C, k]
         top_boxes = jnp.take_along_axis(class_boxes, top_idx[..., None], axis=2)
         if not portable.forms().nms_as_op:
             picks, valid = _over_classes(top_boxes, top_scores, d=d,

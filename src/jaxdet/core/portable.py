@@ -40,6 +40,8 @@ class Forms:
 _XLA_FORMS = Forms()
 _FORMS: contextvars.ContextVar[Forms] = contextvars.ContextVar("jaxdet_exportable",
                                                             default=_XLA_FORMS)  # noqa: B039
+_EXPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxdet_exporting",
+                                                                  default=False)
 
 Padding = str | Sequence[tuple[int, int]]
 
@@ -48,17 +50,26 @@ Padding = str | Sequence[tuple[int, int]]
 def exportable(*, pooling_as_slices: bool = True, row_as_sum: bool = True,
                nms_as_op: bool = True, nms_per_image: bool = False) -> Iterator[None]:
     """Within the block, the ops trace the chosen exporter forms (the defaults are ONNX's:
-    pooling as slices, rows as one-hot sums, NMS as one primitive)."""
+    pooling as slices, rows as one-hot sums, NMS as one primitive) and :func:`exporting` is
+    True (even with every form off: the code traced is for an artifact, so no jaxdet CPU
+    kernel, which only this process has, may appear in it)."""
     token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op, nms_per_image))
+    exporting_token = _EXPORTING.set(True)
     try:
         yield
     finally:
+        _EXPORTING.reset(exporting_token)
         _FORMS.reset(token)
 
 
 def forms() -> Forms:
     """The exporter forms in effect (all off outside :func:`exportable`)."""
     return _FORMS.get()
+
+
+def exporting() -> bool:
+    """Whether the code being traced is for an exported artifact (inside :func:`exportable`)."""
+    return _EXPORTING.get()
 
 
 def fresh_trace(fn: Callable) -> Callable:

@@ -262,9 +262,13 @@ def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None
     """``jax.export`` of a serving function for images of ``size`` (H, W): batch
     ``batch_size`` or polymorphic (None), uint8 (``image_tensor``) or float32 input, lowered
     for ``platforms``. Raises ExportError (one line) when it cannot be lowered."""
+    from jaxdet.core.portable import exportable
+
     spec = _input_spec(size, batch_size, input_type)
     try:
-        return jax.export.export(jax.jit(fresh_trace(fn)), platforms=platforms)(spec)
+        # XLA runs the artifact: XLA's own forms, traced as an export (no jaxdet CPU kernel)
+        with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False):
+            return jax.export.export(jax.jit(fresh_trace(fn)), platforms=platforms)(spec)
     except Exception as e:  # noqa: BLE001 - any lowering failure is reported in one line
         raise ExportError(f"the model cannot be lowered to StableHLO: {type(e).__name__}: "
                           f"{_first_line(e)}") from e

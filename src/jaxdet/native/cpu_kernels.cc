@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -120,6 +122,7 @@ constexpr int64_t kChunks = 16;
 using Image = ffi::Buffer<ffi::F32, 4>;
 using Matrix = ffi::Buffer<ffi::F32, 2>;
 using Batch = ffi::Buffer<ffi::F32, 3>;
+using IndexBatch = ffi::Buffer<ffi::S32, 3>;
 
 // The kernel gradient of a depthwise convolution (no dilation):
 //   out[i * kw + j, c] = sum_{b, h, w} x[b, h * sh + i - pt, w * sw + j - pl, c] * g[b, h, w, c]
@@ -522,6 +525,94 @@ ffi::Error WinogradOutputGradientTiles(ffi::ThreadPool pool, Image grad, ffi::Re
                        TransformTile<float, 4, 0, kOutputTransformAdjoint>>(pool, grad, out);
 }
 
+
+// ---------------------------------------------------------------------------- top k
+// The k largest entries of every row x[o, :, i] of x [outer, n, inner] (a row runs down the
+// middle axis: scores [B, anchors, classes] give one row per image and class, read in place):
+// values [outer, inner, k] and their positions in the row, indices [outer, inner, k] int32, in
+// descending order with ties at lower positions first, as lax.top_k on the row. Floats are
+// ordered by their total order (-NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN) through
+// order-preserving uint32 keys. Per row: a 2,048-bin histogram of the keys' top 11 bits finds
+// the bin holding the k-th key; the keys from that bin up (k plus the bin's other members) are
+// selected (nth_element) and sorted, instead of sorting the whole row.
+
+inline uint32_t OrderKey(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (bits >> 31) ? ~bits : (bits | 0x80000000u);
+}
+
+inline float FromOrderKey(uint32_t key) {
+  const uint32_t bits = (key >> 31) ? (key & 0x7fffffffu) : ~key;
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+constexpr int kTopKBins = 2048;
+constexpr int kTopKShift = 21;  // 32 - 11 bits
+constexpr int64_t kTopKBlock = 16;  // rows (inner positions) gathered together
+
+// One row's top k from its keys [n] (histogram `hist` of key >> kTopKShift), written to
+// values[k] and indices[k]; `cand` is scratch of n entries.
+void TopKOfRow(const uint32_t* keys, const int32_t* hist, int64_t n, int64_t k,
+               std::pair<uint32_t, int32_t>* cand, float* values, int32_t* indices) {
+  int64_t above = 0;
+  int bin = kTopKBins - 1;
+  for (; bin > 0 && above + hist[bin] < k; --bin) above += hist[bin];
+  int64_t m = 0;
+  for (int64_t a = 0; a < n; ++a)
+    if (static_cast<int>(keys[a] >> kTopKShift) >= bin) cand[m++] = {keys[a], static_cast<int32_t>(a)};
+  auto before = [](const std::pair<uint32_t, int32_t>& p, const std::pair<uint32_t, int32_t>& q) {
+    return p.first > q.first || (p.first == q.first && p.second < q.second);
+  };
+  if (m > k) std::nth_element(cand, cand + (k - 1), cand + m, before);
+  std::sort(cand, cand + k, before);
+  for (int64_t j = 0; j < k; ++j) {
+    values[j] = FromOrderKey(cand[j].first);
+    indices[j] = cand[j].second;
+  }
+}
+
+ffi::Error TopKAlongAxis(ffi::ThreadPool pool, Batch x, ffi::Result<Batch> values,
+                         ffi::Result<IndexBatch> indices) {
+  const auto d = x.dimensions();
+  const int64_t outer = d[0], n = d[1], inner = d[2];
+  const auto vd = values->dimensions();
+  const int64_t k = vd[2];
+  if (vd[0] != outer || vd[1] != inner || k < 1 || k > n || n > INT32_MAX ||
+      indices->dimensions()[0] != outer || indices->dimensions()[1] != inner ||
+      indices->dimensions()[2] != k) {
+    return ffi::Error::InvalidArgument("jaxdet_top_k: shapes disagree (or k > n)");
+  }
+  const float* xp = x.typed_data();
+  float* vp = values->typed_data();
+  int32_t* ip = indices->typed_data();
+  const int64_t blocks = (inner + kTopKBlock - 1) / kTopKBlock;
+  RunChunks(pool, outer * blocks, [&](int64_t chunk) {
+    const int64_t o = chunk / blocks, i0 = chunk % blocks * kTopKBlock;
+    const int64_t rows = std::min(kTopKBlock, inner - i0);
+    std::vector<uint32_t> keys(rows * n);
+    std::vector<int32_t> hist(rows * kTopKBins, 0);
+    std::vector<std::pair<uint32_t, int32_t>> cand(n);
+    const float* slab = xp + o * n * inner + i0;
+    for (int64_t a = 0; a < n; ++a) {
+      const float* row = slab + a * inner;
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint32_t key = OrderKey(row[r]);
+        keys[r * n + a] = key;
+        ++hist[r * kTopKBins + (key >> kTopKShift)];
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t out = (o * inner + i0 + r) * k;
+      TopKOfRow(keys.data() + r * n, hist.data() + r * kTopKBins, n, k, cand.data(), vp + out,
+                ip + out);
+    }
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // Bindings. A window's kernels take the pool, two operands, one result and the window:
@@ -564,3 +655,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_winograd_input_tiles, WinogradInputTiles,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_winograd_output_gradient_tiles, WinogradOutputGradientTiles,
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<Image>().Ret<Batch>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_top_k, TopKAlongAxis,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Batch>()
+                                  .Ret<Batch>()
+                                  .Ret<IndexBatch>());
