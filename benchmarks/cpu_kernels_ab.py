@@ -1,9 +1,13 @@
-"""A train step with jaxdet's CPU kernels and without them, alternating in one process; prints
-one JSON object.
+"""A train step (or a predict call) with jaxdet's CPU kernels and without them, alternating in
+one process; prints one JSON object.
 
     python benchmarks/cpu_kernels_ab.py --config ssd_mobilenet_v2_320 --batch-size 8
     python benchmarks/cpu_kernels_ab.py --config retinanet_resnet50_fpn_640 --batch-size 2 \\
         --rounds 5 --steps 2
+    python benchmarks/cpu_kernels_ab.py --config efficientdet_d0 --batch-size 8 --predict
+
+``--predict`` times ``task.predict`` on random images instead (its kernel: NMS's per-class
+top k) and reports whether both versions gave equal detections.
 
 Both steps are compiled from the same state and batch (synthetic, 1-16 random boxes per image,
 as ``train_throughput.py``), one traced with the kernels (``jaxdet.cpu_kernels``) and one
@@ -24,13 +28,12 @@ import numpy as np
 
 from jaxdet import builders, cpu_kernels
 from jaxdet.config.loader import load_config
+from jaxdet.core import portable
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.train.step import init_train_state
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="ssd_mobilenet_v2_320")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -39,6 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--max-boxes", type=int, default=16)
+    parser.add_argument("--predict", action="store_true", help="time predict calls instead")
     args = parser.parse_args(argv)
     if not cpu_kernels.available():
         raise SystemExit("jaxdet's CPU kernels are not available here (no C++ compiler, "
@@ -46,6 +50,75 @@ def main(argv: list[str] | None = None) -> dict:
     config = load_config(args.config, ["precision=fp32", f"train.batch_size={args.batch_size}",
                                        *args.overrides])
     task = builders.build_task(config)
+    runs = (_predict_runs(config, task, args) if args.predict
+            else _train_runs(config, task, args))
+    for _ in range(args.rounds):
+        for run in runs.values():
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                run["call"]()
+            jax.block_until_ready(run["last"]())
+            run["ms"].append((time.perf_counter() - t0) / args.steps * 1e3)
+    result = {"benchmark": "cpu_kernels_ab", "config": args.config,
+              "what": "predict" if args.predict else "train_step",
+              "batch_size": args.batch_size, "overrides": args.overrides,
+              "rounds": args.rounds, "steps_per_round": args.steps}
+    for name, run in runs.items():
+        result[name] = {"median_ms": round(statistics.median(run["ms"]), 1),
+                        "rounds_ms": [round(t, 1) for t in run["ms"]],
+                        "compile_s": round(run["compile_s"], 1)}
+    result["speedup"] = round(result["jnp"]["median_ms"] / result["kernels"]["median_ms"], 3)
+    if args.predict:
+        got, want = (jax.device_get(runs[name]["last"]()) for name in ("kernels", "jnp"))
+        result["same_detections"] = all(np.array_equal(got[k], want[k]) for k in want)
+    result["jax"] = jax.__version__
+    print(json.dumps(result))
+    return result
+
+
+def _compiled_both_ways(lower) -> dict:
+    """``{"kernels": (compiled, seconds), "jnp": ...}`` from ``lower()``, a fresh trace each
+    (jit caches a function's trace, and ``turned_off()`` acts at tracing)."""
+    out = {}
+    for name in ("kernels", "jnp"):
+        t0 = time.perf_counter()
+        if name == "kernels":
+            compiled = lower().compile()
+        else:
+            with cpu_kernels.turned_off():
+                compiled = lower().compile()
+        out[name] = (compiled, time.perf_counter() - t0)
+    return out
+
+
+def _predict_runs(config, task, args) -> dict:
+    params, batch_stats = task.initial_variables()
+    height, width = task.input_size
+    images = jax.numpy.asarray(np.random.default_rng(0).normal(
+        size=(args.batch_size, height, width, 3)), jax.numpy.float32)
+    info = jax.numpy.asarray([[height, width, height, width]] * args.batch_size,
+                             jax.numpy.float32)
+    options = builders.predict_compiler_options(config)
+    runs = {}
+    for name, (compiled, seconds) in _compiled_both_ways(
+            lambda: jax.jit(portable.fresh_trace(task.predict), compiler_options=options).lower(
+                params, batch_stats, images, info)).items():
+        run = {"compile_s": seconds, "ms": [], "out": None}
+
+        def call(run=run, compiled=compiled):
+            run["out"] = compiled(params, batch_stats, images, info)
+
+        for _ in range(1 + args.warmup):
+            call()
+        jax.block_until_ready(run["out"])
+        run.update(call=call, last=lambda run=run: run["out"])
+        runs[name] = run
+    return runs
+
+
+def _train_runs(config, task, args) -> dict:
+    from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
+
     tx, schedule = builders.build_optimizer(config.train)
     batch = jax.device_put(synthetic_batch(np.random.default_rng(0), args.batch_size,
                                            task.input_size, args.max_boxes, task.num_classes,
@@ -54,40 +127,22 @@ def main(argv: list[str] | None = None) -> dict:
         task, tx, ema=config.train.ema_decay is not None,
         loss_scale=builders.build_loss_scale(config)))
     runs = {}
-    for name in ("kernels", "jnp"):
-        step = builders.build_train_step(config, task, tx, schedule)
-        state = jax.tree.map(jax.numpy.asarray, host_state)  # the step donates its state
-        t0 = time.perf_counter()
-        if name == "kernels":
-            compiled = step.lower(state, batch).compile()
-        else:
-            with cpu_kernels.turned_off():
-                compiled = step.lower(state, batch).compile()
-        compile_s = time.perf_counter() - t0
+    for name, (compiled, seconds) in _compiled_both_ways(
+            lambda: builders.build_train_step(config, task, tx, schedule).lower(
+                jax.tree.map(jax.numpy.asarray, host_state), batch)).items():
+        # each version steps its own copy of the state (the step donates it)
+        run = {"compile_s": seconds, "ms": [],
+               "state": jax.tree.map(jax.numpy.asarray, host_state)}
+
+        def call(run=run, compiled=compiled):
+            run["state"] = compiled(run["state"], batch)[0]
+
         for _ in range(1 + args.warmup):
-            state = compiled(state, batch)[0]
-        jax.block_until_ready(state)
-        runs[name] = {"compiled": compiled, "state": state, "compile_s": compile_s, "ms": []}
-    for _ in range(args.rounds):
-        for run in runs.values():
-            state = run["state"]
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                state = run["compiled"](state, batch)[0]
-            jax.block_until_ready(state)
-            run["ms"].append((time.perf_counter() - t0) / args.steps * 1e3)
-            run["state"] = state
-    result = {"benchmark": "cpu_kernels_ab", "config": args.config,
-              "batch_size": args.batch_size, "overrides": args.overrides,
-              "rounds": args.rounds, "steps_per_round": args.steps}
-    for name, run in runs.items():
-        result[name] = {"median_ms": round(statistics.median(run["ms"]), 1),
-                        "rounds_ms": [round(t, 1) for t in run["ms"]],
-                        "compile_s": round(run["compile_s"], 1)}
-    result["speedup"] = round(result["jnp"]["median_ms"] / result["kernels"]["median_ms"], 3)
-    result["jax"] = jax.__version__
-    print(json.dumps(result))
-    return result
+            call()
+        jax.block_until_ready(run["state"])
+        run.update(call=call, last=lambda run=run: run["state"])
+        runs[name] = run
+    return runs
 
 
 if __name__ == "__main__":
