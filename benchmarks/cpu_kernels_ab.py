@@ -103,16 +103,12 @@ def _predict_runs(config, task, args) -> dict:
     for name, (compiled, seconds) in _compiled_both_ways(
             lambda: jax.jit(portable.fresh_trace(task.predict), compiler_options=options).lower(
                 params, batch_stats, images, info)).items():
-        run = {"compile_s": seconds, "ms": [], "out": None}
+        held = {}
 
-        def call(run=run, compiled=compiled):
-            run["out"] = compiled(params, batch_stats, images, info)
+        def call(held=held, compiled=compiled):
+            held["out"] = compiled(params, batch_stats, images, info)
 
-        for _ in range(1 + args.warmup):
-            call()
-        jax.block_until_ready(run["out"])
-        run.update(call=call, last=lambda run=run: run["out"])
-        runs[name] = run
+        runs[name] = _warmed_run(seconds, call, lambda held=held: held["out"], args.warmup)
     return runs
 
 
@@ -131,18 +127,22 @@ def _train_runs(config, task, args) -> dict:
             lambda: builders.build_train_step(config, task, tx, schedule).lower(
                 jax.tree.map(jax.numpy.asarray, host_state), batch)).items():
         # each version steps its own copy of the state (the step donates it)
-        run = {"compile_s": seconds, "ms": [],
-               "state": jax.tree.map(jax.numpy.asarray, host_state)}
+        held = {"state": jax.tree.map(jax.numpy.asarray, host_state)}
 
-        def call(run=run, compiled=compiled):
-            run["state"] = compiled(run["state"], batch)[0]
+        def call(held=held, compiled=compiled):
+            held["state"] = compiled(held["state"], batch)[0]
 
-        for _ in range(1 + args.warmup):
-            call()
-        jax.block_until_ready(run["state"])
-        run.update(call=call, last=lambda run=run: run["state"])
-        runs[name] = run
+        runs[name] = _warmed_run(seconds, call, lambda held=held: held["state"], args.warmup)
     return runs
+
+
+def _warmed_run(compile_s: float, call, last, warmup: int) -> dict:
+    """One version's record for the timing rounds: ``call()`` (a step or predict call) made
+    ``1 + warmup`` times and finished before any timing; ``last()`` returns its latest output."""
+    for _ in range(1 + warmup):
+        call()
+    jax.block_until_ready(last())
+    return {"compile_s": compile_s, "ms": [], "call": call, "last": last}
 
 
 if __name__ == "__main__":

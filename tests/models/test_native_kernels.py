@@ -15,7 +15,7 @@ from jax import lax
 
 from jaxdet import cpu_kernels
 from jaxdet.core import portable
-from jaxdet.core.nms import batched_nms
+from jaxdet.core.nms import batched_nms, top_k_per_class
 from jaxdet.models import depthwise, winograd
 from jaxdet.parallel.thin_maps import mesh_scope
 
@@ -210,8 +210,6 @@ def test_nms_top_k_uses_the_kernel_in_predict_only_and_detects_the_same():
 
 def test_nms_top_k_kernel_differentiates_as_lax_top_k():
     """The kept scores' gradient flows to the anchors they came from, as through lax.top_k."""
-    from jaxdet.core.nms import top_k_per_class
-
     scores = _rng_normal(4, (2, 300, 5))
     weights = _rng_normal(5, (2, 5, 40))
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from jaxdet import builders, runs, tasks
 from jaxdet.config import schema as S
-from jaxdet.core.portable import fresh_trace
+from jaxdet.core.portable import exportable, fresh_trace
 from jaxdet.export.serving import INPUT_TYPES, serving_function
 from jaxdet.export.tf_formats import INPUT_NAME
 from jaxdet.models.depthwise import reference_convolutions
@@ -262,8 +262,6 @@ def export_stablehlo(fn, size: tuple[int, int], *, batch_size: int | None = None
     """``jax.export`` of a serving function for images of ``size`` (H, W): batch
     ``batch_size`` or polymorphic (None), uint8 (``image_tensor``) or float32 input, lowered
     for ``platforms``. Raises ExportError (one line) when it cannot be lowered."""
-    from jaxdet.core.portable import exportable
-
     spec = _input_spec(size, batch_size, input_type)
     try:
         # XLA runs the artifact: XLA's own forms, traced as an export (no jaxdet CPU kernel)
@@ -285,7 +283,6 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
     except ImportError as e:
         raise ExportError("--format onnx needs jax2onnx, onnx and onnxruntime: run `make "
                           "install-export`") from e
-    from jaxdet.core.portable import exportable
     from jaxdet.export import onnx_nms  # noqa: F401 - registers NMS -> NonMaxSuppression
 
     spec = _input_spec(size, batch_size, input_type)
