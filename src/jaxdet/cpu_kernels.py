@@ -41,12 +41,14 @@ SOURCE = Path(__file__).resolve().parent / "native" / "cpu_kernels.cc"
 OPT_OUT = "JAXDET_CPU_KERNELS"
 DEPTHWISE_KERNEL_GRADIENT = "jaxdet_depthwise_kernel_gradient"
 MATMUL_TRANSPOSED_LEFT = "jaxdet_matmul_transposed_left"
+MATMUL_TRANSPOSED_LEFT_MATRIX = "jaxdet_matmul_transposed_left_matrix"
 IMAGE_CONVOLUTION = "jaxdet_image_convolution"
 IMAGE_CONVOLUTION_KERNEL_GRADIENT = "jaxdet_image_convolution_kernel_gradient"
 WINOGRAD_INPUT_TILES = "jaxdet_winograd_input_tiles"
 WINOGRAD_OUTPUT_GRADIENT_TILES = "jaxdet_winograd_output_gradient_tiles"
 TOP_K = "jaxdet_top_k"
-_TARGETS = (DEPTHWISE_KERNEL_GRADIENT, MATMUL_TRANSPOSED_LEFT, IMAGE_CONVOLUTION,
+_TARGETS = (DEPTHWISE_KERNEL_GRADIENT, MATMUL_TRANSPOSED_LEFT, MATMUL_TRANSPOSED_LEFT_MATRIX,
+            IMAGE_CONVOLUTION,
             IMAGE_CONVOLUTION_KERNEL_GRADIENT, WINOGRAD_INPUT_TILES,
             WINOGRAD_OUTPUT_GRADIENT_TILES, TOP_K)
 
@@ -180,15 +182,14 @@ def matmul_transposed_left(x: jax.Array, grad: jax.Array) -> jax.Array:
     [X, N, C] and [X, N, O], reading both operands in place: no transposed copy of either.
     Raises RuntimeError where the kernels are not :func:`available`."""
     _require()
-    batched = x.ndim == 3
-    if not batched:
-        x, grad = x[None], grad[None]
-    call = jax.ffi.ffi_call(MATMUL_TRANSPOSED_LEFT,
-                            jax.ShapeDtypeStruct((x.shape[0], x.shape[2], grad.shape[2]),
-                                                 jnp.float32),
+    # Matrices go to a rank-2 target: a [1, N, O] view of grad would be a second shape of the
+    # same value, and XLA would compute its elementwise producer once per shape.
+    target, out_shape = ((MATMUL_TRANSPOSED_LEFT, (x.shape[0], x.shape[2], grad.shape[2]))
+                         if x.ndim == 3 else
+                         (MATMUL_TRANSPOSED_LEFT_MATRIX, (x.shape[1], grad.shape[1])))
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, jnp.float32),
                             vmap_method="sequential")
-    out = call(x, grad)
-    return out if batched else out[0]
+    return call(x, grad)
 
 
 def image_convolution(

@@ -73,6 +73,22 @@ def test_transposed_left_product_is_x_transpose_times_grad(n, c, o):
         np.testing.assert_allclose(got[b], factor * want, rtol=1e-5, atol=1e-4)
 
 
+def test_a_1x1_kernel_gradient_leaves_its_output_gradient_computed_once():
+    """The output gradient of a large 1x1 convolution feeds two products, the input gradient
+    (XLA's dot) and the kernel gradient (the kernel): both must read it at one shape, or XLA
+    computes its elementwise producer (here the cosine of ``d sin(y)``) once per shape."""
+    x, k = _rng_normal(0, (2, 64, 64, 8)), _rng_normal(1, (1, 1, 8, 24))
+
+    def loss(x, k):
+        return jnp.sum(jnp.sin(depthwise.conv_general_dilated(x, k, (1, 1), "VALID",
+                                                               dimension_numbers=DN)))
+
+    hlo = jax.jit(jax.grad(loss, (0, 1))).lower(x, k).compile().as_text()
+    assert "jaxdet_matmul_transposed_left_matrix" in hlo
+    computations = hlo.split("\n\n")
+    assert sum("cosine(" in c for c in computations) == 1, "the output gradient is duplicated"
+
+
 @pytest.mark.parametrize("shape, kernel, out_channels, stride, padding", [
     ((2, 30, 30, 3), (3, 3), 32, 2, ((0, 1), (0, 1))),  # MobileNet / EfficientNet stems
     ((1, 20, 22, 3), (7, 7), 20, 2, ((3, 3), (3, 3))),  # ResNet stem (tail of the vector)

@@ -274,6 +274,22 @@ void SumPartials(const float* partial, int64_t chunks, int64_t R, int64_t O, int
   }
 }
 
+// out[C, O] = x[N, C]^T g[N, O] (row-major, row strides C and O): the N rows split into chunks
+// whose partial products are added in chunk order.
+void SplitTransposedProduct(ffi::ThreadPool& pool, const float* xp, const float* gp, int64_t N,
+                            int64_t C, int64_t O, float* op) {
+  const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
+  int64_t chunks = std::max<int64_t>(1, std::min(kChunks, N / (4 * kTileRows)));
+  while (chunks > 1 && chunks * C * ldo > kMaxPartialFloats) chunks /= 2;
+  std::vector<float> partial(chunks * C * ldo, 0.f);
+  RunChunks(pool, chunks, [&](int64_t chunk) {
+    const int64_t lo = chunk * N / chunks, hi = (chunk + 1) * N / chunks;
+    TransposedProduct(xp + lo * C, gp + lo * O, hi - lo, C, O, partial.data() + chunk * C * ldo,
+                      ldo);
+  });
+  SumPartials(partial.data(), chunks, C, O, ldo, op);
+}
+
 // out[X, C, O] = x[X, N, C]^T g[X, N, O], one product per leading index. One product splits
 // its N rows into chunks (partial sums added in order); a batch of them runs one product per
 // chunk.
@@ -284,11 +300,11 @@ ffi::Error MatmulTransposedLeft(ffi::ThreadPool pool, Batch x, Batch g, ffi::Res
       out->dimensions()[1] != C || out->dimensions()[2] != O) {
     return ffi::Error::InvalidArgument("jaxdet_matmul_transposed_left: shapes disagree");
   }
-  const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
   const float* xp = x.typed_data();
   const float* gp = g.typed_data();
   float* op = out->typed_data();
   if (X > 1) {
+    const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
     RunChunks(pool, X, [&](int64_t b) {
       std::vector<float> product(C * ldo, 0.f);
       TransposedProduct(xp + b * N * C, gp + b * N * O, N, C, O, product.data(), ldo);
@@ -296,15 +312,21 @@ ffi::Error MatmulTransposedLeft(ffi::ThreadPool pool, Batch x, Batch g, ffi::Res
     });
     return ffi::Error::Success();
   }
-  int64_t chunks = std::max<int64_t>(1, std::min(kChunks, N / (4 * kTileRows)));
-  while (chunks > 1 && chunks * C * ldo > kMaxPartialFloats) chunks /= 2;
-  std::vector<float> partial(chunks * C * ldo, 0.f);
-  RunChunks(pool, chunks, [&](int64_t chunk) {
-    const int64_t lo = chunk * N / chunks, hi = (chunk + 1) * N / chunks;
-    TransposedProduct(xp + lo * C, gp + lo * O, hi - lo, C, O, partial.data() + chunk * C * ldo,
-                      ldo);
-  });
-  SumPartials(partial.data(), chunks, C, O, ldo, op);
+  SplitTransposedProduct(pool, xp, gp, N, C, O, op);
+  return ffi::Error::Success();
+}
+
+// The same for one product of matrices x[N, C], g[N, O] -> out[C, O]. Taking the operands at
+// their own rank matters to XLA: an operand reshaped to [1, N, O] for the batched form is a
+// second shape of the same value, and XLA then computes its elementwise producer twice (once
+// per shape; seen for the batch-norm input gradients feeding MobileNetV2's 1x1 convolutions).
+ffi::Error MatmulTransposedLeftMatrix(ffi::ThreadPool pool, Matrix x, Matrix g,
+                                      ffi::Result<Matrix> out) {
+  const int64_t N = x.dimensions()[0], C = x.dimensions()[1], O = g.dimensions()[1];
+  if (g.dimensions()[0] != N || out->dimensions()[0] != C || out->dimensions()[1] != O) {
+    return ffi::Error::InvalidArgument("jaxdet_matmul_transposed_left_matrix: shapes disagree");
+  }
+  SplitTransposedProduct(pool, x.typed_data(), g.typed_data(), N, C, O, out->typed_data());
   return ffi::Error::Success();
 }
 
@@ -649,6 +671,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_matmul_transposed_left, MatmulTransposedLef
                                   .Arg<Batch>()
                                   .Arg<Batch>()
                                   .Ret<Batch>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_matmul_transposed_left_matrix, MatmulTransposedLeftMatrix,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Matrix>()
+                                  .Arg<Matrix>()
+                                  .Ret<Matrix>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxdet_winograd_input_tiles, WinogradInputTiles,
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<Image>().Ret<Batch>());
