@@ -13,9 +13,11 @@ in and zeroes every page again at the next call:
    blocks of 32 MiB and more mapped and hands them out again for the next request of the same
    size: no faults and no zeroing after the first steps. Steady train steps, 2-core Xeon:
    MobileNet SSD 785 -> 650 ms, EfficientDet-D0 1035 -> 830 ms, RetinaNet-R50 5.2 -> 4.9 s.
-   It keeps at most 32 free blocks and half of physical memory; ``JAXDET_BLOCK_CACHE=0`` turns
-   it off, ``JAXDET_BLOCK_CACHE_BLOCKS`` / ``JAXDET_BLOCK_CACHE_MAX_MB`` /
-   ``JAXDET_BLOCK_CACHE_MIN_MB`` tune it. It is compiled once per machine with the system's C
+   It keeps at most 32 free blocks and half of physical memory. A request whose size's block
+   is still in use waits up to 50 ms for it to come back (XLA frees a step's buffer just after
+   the outputs are ready, often after the next step asked: a new 2.3 GB block, faulted and
+   zeroed, had cost a random step of a run a second). ``JAXDET_BLOCK_CACHE=0`` turns it off,
+   ``JAXDET_BLOCK_CACHE_BLOCKS`` / ``_MAX_MB`` / ``_MIN_MB`` / ``_WAIT_MS`` tune it. It is compiled once per machine with the system's C
    compiler into ``~/.cache/jaxdet`` (``$XDG_CACHE_HOME``); without a compiler, or off glibc,
    only the huge pages apply.
 

@@ -157,6 +157,49 @@ def test_block_cache_reuses_freed_large_blocks_and_passes_the_rest_to_glibc(tmp_
     assert ca.block_cache_library(tmp_path) == lib  # built once, then found by its hash
 
 
+_RACE = """
+import ctypes, json, threading, time
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+MB = 1 << 20
+first = libc.malloc(40 * MB)
+threading.Timer(0.02, libc.free, (first,)).start()  # given back 20 ms from now
+t0 = time.perf_counter()
+second = libc.malloc(40 * MB)   # waits for it instead of mapping a new block
+waited = time.perf_counter() - t0
+t0 = time.perf_counter()
+third = libc.malloc(40 * MB)    # the one block is in use and stays so: a new one after the wait
+gave_up = time.perf_counter() - t0
+print(json.dumps({"reused": second == first, "waited": waited, "new_block": third != second,
+                  "gave_up": gave_up}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
+@pytest.mark.parametrize("wait_ms", [200, 0])
+def test_a_request_waits_briefly_for_a_block_of_its_size_in_use(tmp_path, wait_ms):
+    """XLA frees a step's temporary buffer just after its outputs are ready, and the next call
+    may ask for one first: the cache waits (up to JAXDET_BLOCK_CACHE_WAIT_MS) for the block in
+    use rather than mapping, faulting and zeroing a new one; with the wait turned off, or when
+    the block stays in use, a new block is mapped."""
+    lib = ca.block_cache_library(tmp_path)
+    if lib is None:
+        pytest.skip("no C compiler to build the block cache")
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(lib),
+           "JAXDET_BLOCK_CACHE_WAIT_MS": str(wait_ms)}
+    done = subprocess.run([sys.executable, "-c", _RACE], env=env, capture_output=True,
+                          text=True, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["new_block"]
+    if wait_ms:
+        assert out["reused"] and 0.01 < out["waited"] < 0.19
+        assert 0.15 < out["gave_up"] < 1.0
+    else:
+        assert not out["reused"] and out["waited"] < 0.015 and out["gave_up"] < 0.1
+
+
 @pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
 def test_jitted_computation_under_the_block_cache_matches_numpy(tmp_path):
     lib = ca.block_cache_library(tmp_path)

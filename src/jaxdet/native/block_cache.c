@@ -10,6 +10,14 @@
  * JAXDET_BLOCK_CACHE_MAX_MB in all (default: half of physical memory), for the next request
  * of the same size (rounded up to 2 MiB). Everything else goes to glibc untouched.
  *
+ * A request that finds no free block of its size while one of that size is handed out waits up
+ * to JAXDET_BLOCK_CACHE_WAIT_MS (default 50) for it to come back before mapping a new one. XLA
+ * frees an executable's temporary buffer just after the outputs are ready, so the next call's
+ * request often comes first by a fraction of a millisecond; a new mapping there cost a train
+ * step a second of kernel time (2.3 GB of fresh pages faulted and zeroed) at a random step of
+ * a run. Where two blocks of a size are really needed at once, the wait is paid once, when the
+ * second is made.
+ *
  * Built and preloaded by jaxdet.cpu_allocator; see there. The fall-through calls glibc's
  * internal entry points (__libc_malloc, ...); calloc is not wrapped (glibc's own is used, and
  * its blocks go back through free to glibc). Only malloc_usable_size looks glibc's up with
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -44,8 +53,10 @@ static block_t blocks[MAX_BLOCKS];
 static int block_count;
 static unsigned long free_clock;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t returned = PTHREAD_COND_INITIALIZER;  /* a block was given back */
 static size_t min_size, max_cached_bytes, cached_bytes;
 static int max_cached_blocks, cached_blocks, configured;
+static long wait_ms;
 
 static size_t env_size(const char *name, size_t fallback) {
     const char *text = getenv(name);
@@ -65,6 +76,7 @@ static void configure(void) {
     min_size = env_size("JAXDET_BLOCK_CACHE_MIN_MB", 32) << 20;
     max_cached_bytes = env_size("JAXDET_BLOCK_CACHE_MAX_MB", half >> 20) << 20;
     max_cached_blocks = (int)env_size("JAXDET_BLOCK_CACHE_BLOCKS", 32);
+    wait_ms = (long)env_size("JAXDET_BLOCK_CACHE_WAIT_MS", 50);
     configured = 1;
 }
 
@@ -96,14 +108,32 @@ static void *take_block(size_t size) {
     if (size < min_size || size > ((size_t)1 << 46)) return NULL;
     size_t length = (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < block_count; i++) {
-        if (blocks[i].cached && blocks[i].length == length) {
+    struct timespec deadline = {0, 0};
+    for (;;) {
+        int in_use = 0;
+        for (int i = 0; i < block_count; i++) {
+            if (blocks[i].length != length) continue;
+            if (!blocks[i].cached) {
+                in_use = 1;
+                continue;
+            }
             blocks[i].cached = 0;
             cached_blocks--;
             cached_bytes -= length;
             pthread_mutex_unlock(&lock);
             return blocks[i].address;
         }
+        if (!in_use || wait_ms <= 0) break;
+        if (deadline.tv_sec == 0) {
+            clock_gettime(CLOCK_REALTIME, &deadline);
+            deadline.tv_sec += wait_ms / 1000;
+            deadline.tv_nsec += (wait_ms % 1000) * 1000000L;
+            if (deadline.tv_nsec >= 1000000000L) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000L;
+            }
+        }
+        if (pthread_cond_timedwait(&returned, &lock, &deadline) != 0) break;  /* timed out */
     }
     if (block_count == MAX_BLOCKS) {
         pthread_mutex_unlock(&lock);
@@ -142,6 +172,7 @@ static int give_back(void *address) {
         cached_blocks++;
         cached_bytes += blocks[i].length;
         trim(max_cached_blocks, max_cached_bytes);
+        pthread_cond_broadcast(&returned);
     }
     pthread_mutex_unlock(&lock);
     return i >= 0;
