@@ -17,9 +17,9 @@ in and zeroes every page again at the next call:
    is still in use waits up to 50 ms for it to come back (XLA frees a step's buffer just after
    the outputs are ready, often after the next step asked: a new 2.3 GB block, faulted and
    zeroed, had cost a random step of a run a second). ``JAXDET_BLOCK_CACHE=0`` turns it off,
-   ``JAXDET_BLOCK_CACHE_BLOCKS`` / ``_MAX_MB`` / ``_MIN_MB`` / ``_WAIT_MS`` tune it. It is compiled once per machine with the system's C
-   compiler into ``~/.cache/jaxdet`` (``$XDG_CACHE_HOME``); without a compiler, or off glibc,
-   only the huge pages apply.
+   ``JAXDET_BLOCK_CACHE_BLOCKS`` / ``_MAX_MB`` / ``_MIN_MB`` / ``_WAIT_MS`` tune it. It is
+   compiled once per machine with the system's C compiler into ``~/.cache/jaxdet``
+   (``$XDG_CACHE_HOME``); without a compiler, or off glibc, only the huge pages apply.
 
 Both are read when a process starts, so the ``jaxdet`` command and the throughput and profile
 benchmarks start themselves again with them (:func:`reexec_with_fast_allocator`);
