@@ -40,6 +40,9 @@ inline Vec Splat(float s) {
   return Vec{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
 }
 
+// A row of n floats padded to whole vectors: the row stride of the kernels' partial sums.
+inline int64_t PaddedRow(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
 inline void AddTo(float* p, Vec v) {
   v += Load(p);
   std::memcpy(p, &v, sizeof v);
@@ -278,7 +281,7 @@ void SumPartials(const float* partial, int64_t chunks, int64_t R, int64_t O, int
 // whose partial products are added in chunk order.
 void SplitTransposedProduct(ffi::ThreadPool& pool, const float* xp, const float* gp, int64_t N,
                             int64_t C, int64_t O, float* op) {
-  const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
+  const int64_t ldo = PaddedRow(O);
   int64_t chunks = std::max<int64_t>(1, std::min(kChunks, N / (4 * kTileRows)));
   while (chunks > 1 && chunks * C * ldo > kMaxPartialFloats) chunks /= 2;
   std::vector<float> partial(chunks * C * ldo, 0.f);
@@ -304,7 +307,7 @@ ffi::Error MatmulTransposedLeft(ffi::ThreadPool pool, Batch x, Batch g, ffi::Res
   const float* gp = g.typed_data();
   float* op = out->typed_data();
   if (X > 1) {
-    const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
+    const int64_t ldo = PaddedRow(O);
     RunChunks(pool, X, [&](int64_t b) {
       std::vector<float> product(C * ldo, 0.f);
       TransposedProduct(xp + b * N * C, gp + b * N * O, N, C, O, product.data(), ldo);
@@ -428,7 +431,7 @@ ffi::Error ImageConvolutionKernelGradient(ffi::ThreadPool pool, Image x, Image g
   if (out->dimensions()[0] != P || out->dimensions()[1] != O || gd[0] != g.B) {
     return ffi::Error::InvalidArgument("jaxdet_image_convolution_kernel_gradient: shapes disagree");
   }
-  const int64_t ldo = (O + kLanes - 1) / kLanes * kLanes;
+  const int64_t ldo = PaddedRow(O);
   const int64_t pixels = g.B * g.Ho * g.Wo;
   int64_t chunks = std::max<int64_t>(1, std::min(kChunks, pixels / (4 * kTileRows)));
   while (chunks > 1 && chunks * P * ldo > kMaxPartialFloats) chunks /= 2;
