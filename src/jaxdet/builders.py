@@ -9,25 +9,28 @@ re-exported here, so ``builders.build_source`` etc. work as before.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
 
 from jaxdet.builders_data import (  # noqa: F401  (re-exported: builders is the one entry point)
+    COMPUTE_DTYPES,
     build_augment_op,
     build_eval_loader,
+    build_normalizer,
     build_resizer,
     build_source,
     build_train_loader,
     build_transforms,
     check_class_count,
     check_data_paths,
+    decode_mode,
     input_size,
     keypoint_specs,
     load_masks,
     mask_shape,
+    train_batch_layout,
     transforms_of,
 )
 from jaxdet.config import schema as S
@@ -59,9 +62,6 @@ from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
 from jaxdet.xla_cpu import cpu_compiler_options
-
-COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
-
 
 # --------------------------------------------------------------------------- model
 
@@ -507,12 +507,18 @@ def build_train_step(
     *,
     state_sharding=None,
     batch_sharding=None,
+    raw_pixels: bool = False,
 ):
     """The jitted ``step(state, batch) -> (state, metrics)`` of ``config``: EMA,
     ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
     ``train.step.make_train_step``; its state comes from ``init_train_state(...,
     loss_scale=build_loss_scale(config))``). On CPU, a detector's step runs its convolutions
-    with Eigen (``jaxdet.xla_cpu``)."""
+    with Eigen (``jaxdet.xla_cpu``).
+
+    ``raw_pixels``: the batches come from :func:`build_train_loader` (raw ``images`` and
+    ``image_info``, :func:`train_batch_layout`), and the step normalizes them first
+    (:func:`build_normalizer`); else they hold the network's input already."""
+    normalizer = build_normalizer(config) if raw_pixels else None
     return make_train_step(
         task,
         tx,
@@ -525,4 +531,5 @@ def build_train_step(
         state_sharding=state_sharding,
         batch_sharding=batch_sharding,
         compiler_options=cpu_compiler_options(eigen_convolutions=config.data.type == "images"),
+        normalizer=None if normalizer is None else normalizer.normalize_batch,
     )

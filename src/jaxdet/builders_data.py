@@ -6,11 +6,13 @@ where a config becomes objects. Takes config sections, returns plain objects.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
@@ -19,9 +21,16 @@ from jaxdet.data.coco import CocoSource
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.keypoints import KeypointSpec
 from jaxdet.data.loader import make_train_loader
+from jaxdet.data.normalize import PixelNormalizer, transfer_layout
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
+from jaxdet.tasks.base import BatchLayout
+
+log = logging.getLogger("jaxdet")
+
+# config.precision -> the dtype the network computes in
+COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
 
 def input_size(data: S.DataConfig) -> tuple[int, int]:
@@ -49,7 +58,9 @@ def build_resizer(cfg: S.DataConfig):
                                          r.method, mask_stride=cfg.mask_stride)
 
 
-def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
+def build_augment_op(op: S.AugmentConfig, size: tuple[int, int], method: str = "bilinear"):
+    """The augment op of ``op``; ``size``: the resizer's output (height, width); ``method``: the
+    resizer's resize method, which an op that scales the image uses too."""
     if isinstance(op, S.RandomHorizontalFlipConfig):
         return augment.RandomHorizontalFlip(probability=op.probability,
                                             keypoint_flip_permutation=op.keypoint_flip_permutation)
@@ -64,7 +75,8 @@ def build_augment_op(op: S.AugmentConfig, size: tuple[int, int]):
                 f"data.augment random_scale_crop_and_pad_to_square output_size "
                 f"({op.output_size}) must equal the resizer's square size ({size[0]})"
             )
-        return augment.RandomScaleCropAndPadToSquare(size[0], op.scale_min, op.scale_max)
+        return augment.RandomScaleCropAndPadToSquare(size[0], op.scale_min, op.scale_max,
+                                                     method=method)
     if isinstance(op, S.SSDRandomCropConfig):
         return augment.SSDRandomCrop(
             min_object_covered=tuple(op.min_object_covered),
@@ -105,25 +117,82 @@ def _build_tfod_augment_op(op: S.AugmentConfig):
     return _TFOD_AUGMENT_OPS[type(op)](**fields)
 
 
-def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool = False
-                     ) -> list:
+def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool = False,
+                     normalize: bool = True) -> list:
     """Per-sample transforms after decode: [augment ops] + resizer + normalize
     (``pads_raw_pixels``: the padding is normalized like black pixels, see
-    ``augment.Normalize``; a config's family says which: :func:`transforms_of`)."""
+    ``augment.Normalize``; a config's family says which: :func:`transforms_of`).
+    ``normalize=False`` stops at the resizer: the loaders do, and the device normalizes
+    (:func:`build_normalizer`)."""
     size = input_size(cfg)
-    ops = [build_augment_op(op, size) for op in cfg.augment] if training else []
+    method = cfg.resizer.method
+    ops = [build_augment_op(op, size, method) for op in cfg.augment] if training else []
     ops.append(build_resizer(cfg))
-    ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std),
-                                 zero_padding=not pads_raw_pixels))
+    if normalize:
+        ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std),
+                                     zero_padding=not pads_raw_pixels))
     return ops
 
 
-def transforms_of(config: S.Config, *, training: bool) -> list:
+def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
     """:func:`build_transforms` of ``config.data`` as ``config``'s model family pads."""
     from jaxdet import tasks
 
-    return build_transforms(config.data, training=training,
+    return build_transforms(config.data, training=training, normalize=normalize,
                             pads_raw_pixels=tasks.family(config).pads_raw_pixels)
+
+
+def build_normalizer(config: S.Config) -> PixelNormalizer | None:
+    """The device-side normalization of the images the loaders send (``data.normalize``), in
+    the dtype the network computes in (the task casts its input to it: the same values), or
+    None for a family whose data are not images (the 3D U-Net's volumes)."""
+    if config.data.type != "images":
+        return None
+    from jaxdet import tasks
+
+    return PixelNormalizer(tuple(config.data.mean), tuple(config.data.std),
+                           zero_padding=not tasks.family(config).pads_raw_pixels,
+                           dtype=COMPUTE_DTYPES[config.precision])
+
+
+def train_batch_layout(config: S.Config, task) -> BatchLayout:
+    """The train batch the loader sends for ``task``: its ``batch_layout`` with raw
+    ``images`` of ``data.train_image_dtype`` and ``image_info`` (normalized on the device),
+    or the task's own layout for data that are not images."""
+    layout = task.batch_layout()
+    if build_normalizer(config) is None:
+        return layout
+    return transfer_layout(layout, config.data.train_image_dtype)
+
+
+def decode_mode(config: S.Config, weights_format: str | None = None) -> str:
+    """How JPEGs decode (``data.decode``): ``data.jpeg_decode`` when set; for ``auto``,
+    ``tf`` when the weights come from a TF checkpoint (``weights_format="tf"``, e.g. ``jaxdet
+    predict --checkpoint``, or ``train.init_checkpoint``), else ``accurate``."""
+    mode = getattr(config.data, "jpeg_decode", "auto")
+    if mode != "auto":
+        return mode
+    if weights_format is None and config.train.init_checkpoint is not None:
+        init = config.train.init_checkpoint
+        weights_format = init.format
+        if weights_format == "auto":
+            from jaxdet.weights import detect_format
+
+            try:
+                weights_format = detect_format(init.path)
+            except FileNotFoundError:
+                weights_format = None
+    if weights_format != "tf":
+        return "accurate"
+    if not _said_tf_decode:
+        _said_tf_decode.append(True)
+        log.info("data.jpeg_decode auto: the weights come from a TF checkpoint, so JPEGs decode "
+                 "to the pixels tf.io.decode_jpeg gives (set data.jpeg_decode=accurate to "
+                 "decode as Pillow does)")
+    return "tf"
+
+
+_said_tf_decode: list[bool] = []
 
 
 _TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it comes from
@@ -241,8 +310,10 @@ def check_class_count(config: S.Config, source) -> None:
 def build_train_loader(config: S.Config, source, *, seed: int | None = None,
                        shard_index: int | None = None, shard_count: int | None = None,
                        layout=None):
-    """Infinite, deterministic, resumable training batches (see ``data.loader``); ``layout``:
-    the task's batch layout, which the first batch is checked against.
+    """Infinite, deterministic, resumable training batches (see ``data.loader``): images of
+    ``data.train_image_dtype``, not normalized (the train step does: ``build_train_step(...,
+    raw_pixels=True)``); ``layout``: :func:`train_batch_layout`, which the first batch is
+    checked against.
 
     ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
     (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
@@ -254,7 +325,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
     shard_count = jax.process_count() if shard_count is None else shard_count
     return make_train_loader(
         source,
-        transforms_of(config, training=True),
+        transforms_of(config, training=True, normalize=False),
         batch_size=config.train.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
@@ -263,16 +334,21 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
         shard_count=shard_count,
         gather=gather_ints if shard_count == jax.process_count() > 1 else None,
         layout=layout,
+        image_dtype=config.data.train_image_dtype,
+        decode=decode_mode(config),
     )
 
 
-def build_eval_loader(config: S.Config, source):
-    """One ordered pass, last batch padded and masked."""
+def build_eval_loader(config: S.Config, source, *, weights_format: str | None = None):
+    """One ordered pass, last batch padded and masked; float32 images, not normalized (the
+    predict function normalizes: :func:`build_normalizer`). ``weights_format``: where the
+    weights come from, for :func:`decode_mode`."""
     check_class_count(config, source)
     return make_eval_loader(
         source,
-        transforms_of(config, training=False),
+        transforms_of(config, training=False, normalize=False),
         batch_size=config.eval.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         worker_count=config.data.worker_count,
+        decode=decode_mode(config, weights_format),
     )

@@ -25,7 +25,6 @@ import contextvars
 import hashlib
 import logging
 import os
-import platform
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,23 +55,12 @@ _lock = threading.Lock()
 _state: dict[str, bool] = {}
 
 
-def _cpu_signature() -> bytes:
-    """What ``-march=native`` tunes for: the CPU's model and feature flags (a library built on
-    one CPU must not be loaded on another that lacks its instructions)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor().encode()
-    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(lines))).encode()
-
-
 def library(directory: Path | None = None, source: Path = SOURCE,
             compiler: str | None = None) -> Path | None:
     """``native/cpu_kernels.cc`` built for this machine and this jax (its FFI headers), or
     None where it cannot be built (no C++ compiler, a failed build: logged at debug level)."""
     include = jax.ffi.include_dir()
-    key = _cpu_signature() + jax.__version__.encode() + hashlib.sha256(
+    key = native_build.cpu_signature() + jax.__version__.encode() + hashlib.sha256(
         (Path(include) / "xla" / "ffi" / "api" / "ffi.h").read_bytes()).digest()
     return native_build.cached_library(
         source, "cpu_kernels",

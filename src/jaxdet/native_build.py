@@ -1,8 +1,9 @@
 """Build a shared library from one of jaxdet's native sources, once per machine.
 
-jaxdet ships two native sources as package data (``jaxdet/native/``): the block-cache allocator
-shim (C, ``jaxdet.cpu_allocator``) and the XLA:CPU kernels (C++, ``jaxdet.cpu_kernels``).
-Neither is built when the package is installed: the first process that wants one compiles it
+jaxdet ships three native sources as package data (``jaxdet/native/``): the block-cache
+allocator shim (C, ``jaxdet.cpu_allocator``), the XLA:CPU kernels (C++, ``jaxdet.cpu_kernels``)
+and the input pipeline's image resampler (C, ``jaxdet.data.resample``). None is built when the
+package is installed: the first process that wants one compiles it
 with the system's compiler into ``$XDG_CACHE_HOME/jaxdet`` (else ``~/.cache/jaxdet``), named by
 a hash of the source and of whatever else the binary depends on (the compiler flags, the CPU it
 was tuned for, the jax version whose headers it includes). Later processes find the file and
@@ -28,6 +29,17 @@ def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/jaxdet``, else ``~/.cache/jaxdet``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "jaxdet"
+
+
+def cpu_signature() -> bytes:
+    """What ``-march=native`` tunes for: the CPU's model and feature flags (a library built on
+    one CPU must not be loaded on another that lacks its instructions); pass it as ``key``."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor().encode()
+    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(lines))).encode()
 
 
 def find_compiler(env_var: str, names: Sequence[str]) -> str | None:

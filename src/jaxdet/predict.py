@@ -25,9 +25,10 @@ with ``masks``, per-box mask probabilities) adds ``"segmentation": {"size": [hei
 at 0.5 (as TF's exported Mask R-CNN does), as COCO compressed RLE (``pycocotools.mask.decode``
 reads it; ``eval.coco_mask_eval.rle_to_masks`` too); the drawn image shows the masks.
 
-Images take the evaluation path: the eval loader (decode, eval-time resize + normalize from
-``builders.build_transforms``), batches of a fixed size (the last one padded, so predict
-compiles once), ``task.predict`` under ``jax.jit``, boxes mapped back to the original pixels
+Images take the evaluation path: the eval loader (decode, as TF decodes JPEGs for a TF
+checkpoint: ``builders.decode_mode``; the eval-time resize of ``builders.build_transforms``),
+batches of a fixed size (the last one padded, so predict compiles once), normalization and
+``task.predict`` under ``jax.jit``, boxes mapped back to the original pixels
 through ``image_info``. Unreadable images are skipped, logged and counted. On one process with
 several devices, each batch is split over the config's mesh (``parallel``: images over
 ``data``, height over ``spatial``) when it divides; otherwise (or when the config's mesh does
@@ -333,8 +334,9 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
     """``(predict, variables)``: predict jitted over the config's mesh with the variables
     replicated on it, or on one device (see the module docstring)."""
     options = builders.predict_compiler_options(config)
-    single = make_predict_fn(task, allow_tf32=config.allow_tf32,
-                             compiler_options=options), variables
+    normalizer = builders.build_normalizer(config)
+    single = make_predict_fn(task, allow_tf32=config.allow_tf32, compiler_options=options,
+                             normalizer=normalizer), variables
     if jax.process_count() > 1 or jax.device_count() == 1:
         return single
     try:
@@ -347,7 +349,8 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
     except ValueError as e:  # MeshLayoutError included
         log.info("predict runs on one device: %s", e)
         return single
-    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh,
+    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32,
+                                            normalizer=normalizer), mesh,
                            compiler_options=options)
     log.info("predict splits each batch of %d over a (data=%d, spatial=%d) mesh", batch_size,
              mesh.shape["data"], mesh.shape["spatial"])
@@ -418,9 +421,10 @@ def predict_images(
     predict, (params, batch_stats) = _predictor(
         config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
-    loader = make_eval_loader(source, builders.transforms_of(config, training=False),
-                              batch_size=batch_size, max_boxes=1,
-                              worker_count=config.data.worker_count)
+    loader = make_eval_loader(
+        source, builders.transforms_of(config, training=False, normalize=False),
+        batch_size=batch_size, max_boxes=1, worker_count=config.data.worker_count,
+        decode=builders.decode_mode(config, runs.weights_format(checkpoint, checkpoint_format)))
     out_dir.mkdir(parents=True, exist_ok=True)
 
     results: list[dict] = []

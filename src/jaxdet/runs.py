@@ -155,20 +155,24 @@ class EvalContext:
     predict: object
     source: object
     variables_sharding: object = None
+    weights_format: str | None = None  # "tf" for a TF checkpoint's weights: TF's JPEG decode
 
     @classmethod
-    def build(cls, config: Config, task, workdir: Path, mesh=None) -> EvalContext:
+    def build(cls, config: Config, task, workdir: Path, mesh=None, *,
+              weights_format: str | None = None) -> EvalContext:
         if config.data.eval is None:
             raise ValueError("data.eval is not set: there is nothing to evaluate on")
         source = _build_source(config, workdir, "eval")
         options = builders.predict_compiler_options(config)
+        normalizer = builders.build_normalizer(config)
         if mesh is None or jax.process_count() > 1 or mesh.size == 1:
             predict = make_predict_fn(task, allow_tf32=config.allow_tf32,
-                                      compiler_options=options)
-            return cls(config, task, predict, source)
-        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32), mesh,
+                                      compiler_options=options, normalizer=normalizer)
+            return cls(config, task, predict, source, weights_format=weights_format)
+        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32,
+                                                normalizer=normalizer), mesh,
                                compiler_options=options)
-        return cls(config, task, predict, source, replicated(mesh))
+        return cls(config, task, predict, source, replicated(mesh), weights_format)
 
     def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:
         variables = (_eval_params(self.config, state), state["batch_stats"])
@@ -180,7 +184,8 @@ class EvalContext:
             self.predict,
             *variables,
             self.source,
-            lambda: builders.build_eval_loader(self.config, self.source),
+            lambda: builders.build_eval_loader(self.config, self.source,
+                                               weights_format=self.weights_format),
             out_dir,
             batch_size=self.config.eval.batch_size,
             max_images=self.config.eval.max_images,
@@ -222,7 +227,8 @@ def train(
     abstract = abstract_train_state(task, tx, ema=ema, loss_scale=loss_scale)
     shardings = state_sharding(mesh, abstract,
                                shard_optimizer_state=config.parallel.shard_optimizer_state)
-    batch_shardings = batch_sharding(mesh, task.batch_layout())
+    layout = builders.train_batch_layout(config, task)  # raw pixels, normalized in the step
+    batch_shardings = batch_sharding(mesh, layout)
     fingerprint = config_fingerprint(config)
 
     if config.data.train is None:
@@ -242,8 +248,7 @@ def train(
     source = _build_source(config, workdir, "train")
     if not complete:
         _log_dataset(config, source, "data.train")
-    batches = tasks.family(config).data().build_train_loader(config, source,
-                                                             layout=task.batch_layout())
+    batches = tasks.family(config).data().build_train_loader(config, source, layout=layout)
 
     if start is None:
         if init is not None:
@@ -285,7 +290,7 @@ def train(
         return train_loop(
             step_fn=builders.build_train_step(config, task, tx, schedule,
                                               state_sharding=shardings,
-                                              batch_sharding=batch_shardings),
+                                              batch_sharding=batch_shardings, raw_pixels=True),
             state=state,
             batches=batches,
             place_batch=lambda batch: place_batch(batch, batch_shardings),
@@ -360,7 +365,8 @@ def evaluate(
     if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
         mesh = builders.build_mesh(config)
         builders.check_mesh_layout(config, mesh, task, splits=("eval",))
-    ctx = EvalContext.build(config, task, workdir, mesh)
+    ctx = EvalContext.build(config, task, workdir, mesh,
+                            weights_format=weights_format(checkpoint, checkpoint_format))
     out = Path(out_dir) if out_dir else eval_dir(workdir, step, overwrite=overwrite)
     metrics = ctx(state, out, step=step, progress=progress)
     metrics["out_dir"], metrics["step"] = str(out), step
@@ -437,8 +443,26 @@ def import_weights(
         checkpointer.wait()
     finally:
         checkpointer.close()
+    if (config.data.type == "images" and config.data.jpeg_decode == "auto"
+            and weights_format(checkpoint, checkpoint_format) == "tf"):
+        # the workdir's later commands see the images as the TF checkpoint's model did
+        config = config.model_copy(update={"data": config.data.model_copy(
+            update={"jpeg_decode": "tf"})})
     (workdir / "config.yaml").write_text(dump_config(config))
     return report
+
+
+def weights_format(checkpoint: str | Path | None, checkpoint_format: str = "auto") -> str | None:
+    """The format of the weights ``--checkpoint`` names (``"tf"``, ``"jaxdet"``, ``"torch"``),
+    None without one: a TF checkpoint's model sees TF's JPEG decode (``builders.decode_mode``)."""
+    if checkpoint is None:
+        return None
+    if checkpoint_format != "auto":
+        return checkpoint_format
+    try:
+        return weights.detect_format(checkpoint)
+    except FileNotFoundError:
+        return None
 
 
 def load_for_inference(

@@ -34,7 +34,7 @@ from jaxdet.config.schema_augment import (  # noqa: F401  (re-exported)
     RandomSquareCropByScaleConfig,
     SSDRandomCropConfig,
 )
-from jaxdet.config.schema_base import Strict, later_field
+from jaxdet.config.schema_base import ResizeMethod, Strict, later_field
 from jaxdet.config.schema_deepmac import DeepMACMaskHeadConfig  # noqa: F401  (re-exported)
 from jaxdet.config.schema_faster_rcnn import (  # noqa: F401  (re-exported)
     FasterRCNNModelConfig,
@@ -152,7 +152,6 @@ DatasetConfig = Annotated[
 ]
 
 
-ResizeMethod = Literal["bilinear", "tf_bilinear"]
 
 
 class FixedShapeResizerConfig(Strict):
@@ -196,6 +195,17 @@ class DataConfig(Strict):
     are kept; memory per image is max_number_of_boxes x (H / s) x (W / s) bytes, e.g. 100
     boxes at a 1024 x 1024 input: 6.6 MB at stride 4, 105 MB at stride 1.
 
+    ``jpeg_decode``: how JPEGs decode: ``accurate`` (libjpeg-turbo's accurate IDCT, the pixels
+    Pillow and OpenCV give), ``tf`` (the pixels ``tf.io.decode_jpeg`` gives, bit for bit: what
+    TF OD API models trained on; a converted pipeline.config sets it) or ``auto`` (``tf`` when
+    the weights come from a TF checkpoint, ``train.init_checkpoint`` or ``--checkpoint``,
+    else ``accurate``).
+
+    ``train_image_dtype``: the training batches' images as the host sends them to the
+    device, before normalization (which runs on the device): ``uint8`` (a quarter of
+    float32's bytes; an image resized or colour-jittered on the host is rounded to whole
+    levels once) or ``float32`` (the exact values; eval and predict always use these).
+
     ``type``: ``images`` for the detectors (implied); the 3D U-Net reads ``volumes``."""
 
     type: Literal["images"] = "images"
@@ -210,6 +220,8 @@ class DataConfig(Strict):
     # masks: 100 boxes x (1024 / 4)^2 = 6.6 MB per image as uint8 (105 MB at stride 1)
     load_masks: bool = later_field(False)
     mask_stride: int = later_field(4, ge=1)
+    jpeg_decode: Literal["auto", "accurate", "tf"] = later_field("auto")
+    train_image_dtype: Literal["uint8", "float32"] = later_field("uint8")
 
 
 # the data section: images for the detectors, volumes for the 3D U-Net (``type`` follows

@@ -39,7 +39,8 @@ class RandomScaleCropAndPadToSquareConfig(Strict):
 
     The longer side is scaled to ``output_size`` * U(scale_min, scale_max), then a random
     ``output_size`` square is cut out (zero padded); ``output_size`` must equal the (square)
-    resizer's size.
+    resizer's size. The scaling resizes with the resizer's ``method`` (``tf_bilinear`` in a
+    converted pipeline.config: what the TF OD API does).
     """
 
     name: Literal["random_scale_crop_and_pad_to_square"]

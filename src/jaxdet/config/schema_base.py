@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # A field added after workdirs were written, whose default builds the network as before: the
 # checkpoint fingerprint leaves it out while it has its default, so those workdirs still resume.
 _LATER = {"fingerprint": "when_set"}
+
+
+# How an image is resized (``data.resample``): Pillow's antialiased bilinear or TF v1's.
+ResizeMethod = Literal["bilinear", "tf_bilinear"]
 
 
 def later_field(default: Any, **kwargs: Any) -> Any:

@@ -517,6 +517,7 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     train, data_train = map_train(m, root, extras["l2"])
     data.update(data_train)
     data.update(map_inputs(m, root))
+    data["jpeg_decode"] = "tf"  # the pixels the TF OD API's input pipeline decodes
     if ((model.get("predict_instance_masks") or "mask_head" in model)
             and not data.get("load_masks")):
         reader = root.all("train_input_reader")[0] if root.has("train_input_reader") else root

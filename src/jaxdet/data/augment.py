@@ -1,6 +1,9 @@
 """Training augment ops: small frozen dataclasses, ``op(sample, rng) -> sample``.
 
-A sample holds ``"image"`` float32 [H, W, 3] in 0..255, ``"boxes"`` float32 [n, 4] NORMALIZED
+A sample holds ``"image"`` [H, W, 3] of 0..255 values, uint8 or float32: ops that move pixels
+(flips, crops, pads, resizes) keep the image's dtype (a resize of a uint8 image is rounded to
+whole levels; a flip or a crop is a numpy view, no copy), ops that compute new colours return
+float32; ``"boxes"`` float32 [n, 4] NORMALIZED
 (ymin, xmin, ymax, xmax), ``"classes"`` int32 [n], ``"is_crowd"`` bool [n], optionally
 ``"keypoints"`` [n, K, 2] NORMALIZED (y, x) with ``"keypoint_visibility"`` [n, K] and
 ``"masks"`` uint8 [n, H, W] (instance masks covering the image, see ``data.masks``), plus
@@ -23,16 +26,17 @@ import math
 
 import numpy as np
 
+from jaxdet.data import resample
 from jaxdet.data.geometry import (
     Sample,
     box_areas,
     filter_boxes,
     move_keypoints,
     reframe_boxes,
-    resize_image,
     set_content_size,
 )
 from jaxdet.data.masks import resample_masks, with_masks
+from jaxdet.data.normalize import scale_and_offset
 
 # Boxes with less than this fraction of their area left inside a crop are dropped.
 MIN_VISIBLE_FRACTION = 0.05
@@ -79,7 +83,7 @@ class RandomHorizontalFlip:
                                  f"samples have {k} keypoint slots")
             out["keypoints"] = out["keypoints"][:, perm]
             out["keypoint_visibility"] = out["keypoint_visibility"][:, perm]
-        out["image"] = np.ascontiguousarray(sample["image"][:, ::-1])
+        out["image"] = sample["image"][:, ::-1]  # a view: the resize reads it in place
         b = np.asarray(sample["boxes"], np.float32).reshape(-1, 4)
         out["boxes"] = np.stack([b[:, 0], 1.0 - b[:, 3], b[:, 2], 1.0 - b[:, 1]], axis=1)
         return out
@@ -92,17 +96,23 @@ class RandomScaleCropAndPadToSquare:
     Resizes so the longer side is ``output_size * scale`` (scale ~ U[scale_min, scale_max]),
     takes a random ``output_size`` square crop where the image is larger, and pads at the
     bottom/right with zeros where it is smaller. Outputs ``output_size x output_size``.
+    ``method``: the resize (``tf_bilinear``: TF's ``resize_images``, what the TF OD API does;
+    ``bilinear``: antialiased, see ``data.resample``). Only the crop is resampled: the same
+    pixels as resizing the whole image, then cropping.
     """
 
     output_size: int
     scale_min: float = 0.1
     scale_max: float = 2.0
     min_visible_fraction: float = MIN_VISIBLE_FRACTION
+    method: str = "bilinear"
 
     def __post_init__(self):
         if self.output_size < 1:
             raise ValueError(f"output_size must be positive, got {self.output_size}")
         _check_range("(scale_min, scale_max)", (self.scale_min, self.scale_max), lo=1e-6)
+        if self.method not in resample.METHODS:
+            raise ValueError(f"method {self.method!r}; allowed: {', '.join(resample.METHODS)}")
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         image = sample["image"]
@@ -114,20 +124,22 @@ class RandomScaleCropAndPadToSquare:
         scaled_w = max(1, int(scale * size * width / longest))
         off_y = int(max(0, scaled_h - size) * rng.random())
         off_x = int(max(0, scaled_w - size) * rng.random())
-        scaled = resize_image(image, scaled_h, scaled_w)
-        crop = scaled[off_y:off_y + size, off_x:off_x + size]
-        canvas = np.zeros((size, size, image.shape[2]), np.float32)
-        canvas[: crop.shape[0], : crop.shape[1]] = crop
+        crop_h, crop_w = min(size, scaled_h - off_y), min(size, scaled_w - off_x)
+        rows, cols = resample.axes(self.method, (height, width), (scaled_h, scaled_w))
+        dtype = np.uint8 if image.dtype == np.uint8 else np.float32
+        canvas = np.zeros((size, size, image.shape[2]), dtype)
+        resample.resample(image, rows[off_y:off_y + crop_h], cols[off_x:off_x + crop_w],
+                          out=canvas[:crop_h, :crop_w])
         sy, sx = height / scaled_h, width / scaled_w  # input pixels per scaled pixel
         sample = with_masks(sample, lambda m: resample_masks(m, (size, size), (sy, sx),
                                                              (off_y * sy, off_x * sx)))
         out = reframe_boxes(
             sample, src_size=(scaled_h, scaled_w), offset=(-off_y, -off_x),
-            window=(0.0, 0.0, float(crop.shape[0]), float(crop.shape[1])),
+            window=(0.0, 0.0, float(crop_h), float(crop_w)),
             canvas_size=(size, size), min_visible_fraction=self.min_visible_fraction,
         )
         out["image"] = canvas
-        return set_content_size(out, crop.shape[0], crop.shape[1], (height, width))
+        return set_content_size(out, crop_h, crop_w, (height, width))
 
     @property
     def output_shape(self) -> tuple[int, int]:
@@ -201,7 +213,7 @@ class SSDRandomCrop:
                 cropped, src_size=(height, width), offset=(-y0, -x0), window=None,
                 canvas_size=(ch, cw), keep=keep,
             )
-            out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])
+            out["image"] = image[y0:y1, x0:x1]  # a view: the resize reads it in place
             return set_content_size(out, ch, cw, (height, width))
         return sample
 
@@ -286,7 +298,9 @@ class RandomColorJitter:
 
 @dataclasses.dataclass(frozen=True)
 class Normalize:
-    """(image - mean) / std per channel; the last op (after the resizer). The resizer's padding
+    """(image - mean) / std per channel, as ``image * (1 / std) + (-mean / std)`` in float32
+    (``data.normalize.scale_and_offset``: the device normalizes the same way); the last op
+    (after the resizer). The resizer's padding
     (outside the content size of ``image_info``) is 0 after normalization, as the TF OD API's
     SSD family pads its normalized images; with ``zero_padding=False`` it is normalized like
     the image (black pixels: ``-mean / std``), as TF's CenterNet resizes, then normalizes."""
@@ -302,8 +316,8 @@ class Normalize:
     def __call__(self, sample: Sample, rng: np.random.Generator | None = None) -> Sample:
         out = dict(sample)
         image = np.asarray(sample["image"], np.float32)
-        normalized = ((image - np.asarray(self.mean, np.float32))
-                      / np.asarray(self.std, np.float32)).astype(np.float32)
+        scale, offset = scale_and_offset(self.mean, self.std)
+        normalized = (image * scale + offset).astype(np.float32)
         info = sample.get("image_info")
         if info is not None and self.zero_padding:
             content_h, content_w = int(round(float(info[2]))), int(round(float(info[3])))

@@ -1,9 +1,11 @@
 """TF OD API photometric augment ops: ``op(sample, rng) -> sample``, boxes untouched.
 
 Each op follows ``object_detection/core/preprocessor.py`` of the TF Object Detection API, with
-the same parameter names and defaults as ``protos/preprocessor.proto``. Images are float32
-[H, W, C] in 0..255 (see :mod:`jaxdet.data.augment`); like TF, only the first three (RGB)
-channels are changed and every adjustment clips the result to [0, 255].
+the same parameter names and defaults as ``protos/preprocessor.proto``. Images are [H, W, C]
+in 0..255 (see :mod:`jaxdet.data.augment`); the adjustments compute in float32 and return
+float32 (a uint8 image is rounded once, when the loader sends it); black patches keep the
+dtype. Like TF, only the first three (RGB) channels are changed and every adjustment clips the
+result to [0, 255].
 
 The deterministic kernels (:func:`adjust_brightness`, :func:`adjust_contrast`,
 :func:`adjust_hue`, :func:`adjust_saturation`) mirror ``tf.image.adjust_*`` applied to
@@ -221,7 +223,7 @@ class RandomBlackPatches:
         return out
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
-        image = np.array(sample["image"], np.float32)
+        image = np.array(sample["image"])  # a copy, in the image's dtype
         for y0, x0, y1, x1 in self.patches(image.shape[0], image.shape[1], rng):
             image[y0:y1, x0:x1, :3] = 0.0
         return _with_image(sample, image)

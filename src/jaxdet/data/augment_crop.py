@@ -2,7 +2,8 @@
 
 Each op follows ``object_detection/core/preprocessor.py`` of the TF Object Detection API, with
 the same parameter names and defaults as ``protos/preprocessor.proto``. Samples are as in
-:mod:`jaxdet.data.augment`: float32 image [H, W, 3] in 0..255, NORMALIZED (ymin, xmin, ymax,
+:mod:`jaxdet.data.augment`: image [H, W, 3] in 0..255 (each op keeps its dtype, uint8 or
+float32; a pad colour is rounded into a uint8 image), NORMALIZED (ymin, xmin, ymax,
 xmax) boxes [n, 4], optional keypoints and instance masks [n, H, W] (cropped and padded exactly
 as the image, see ``data.masks``); boxes that an op drops take their classes / is_crowd /
 keypoints / masks with them. After a
@@ -26,6 +27,11 @@ def _check_unit(name: str, value: float, *, open_low: bool = False) -> None:
     ok = (0.0 < value <= 1.0) if open_low else (0.0 <= value <= 1.0)
     if not ok:
         raise ValueError(f"{name} must be in {'(0' if open_low else '[0'}, 1], got {value}")
+
+
+def _dtype(image: np.ndarray) -> type:
+    """A new canvas keeps a uint8 image uint8; anything else becomes float32."""
+    return np.uint8 if image.dtype == np.uint8 else np.float32
 
 
 def _boxes(sample: Sample) -> np.ndarray:
@@ -66,27 +72,28 @@ def _random_crop_size(
     """One (crop_h, crop_w) draw as ``tf.image.sample_distorted_bounding_box`` makes it
     (``GenerateRandomCrop``: the height uniform over the integers the area range allows,
     width = round(height * aspect)), or None when rounding leaves the constraints."""
+    # round() is np.rint on a float (half to even), without numpy's per-call cost
     min_area = area_range[0] * height * width
     max_area = area_range[1] * height * width
-    crop_h = int(np.rint(math.sqrt(min_area / aspect)))
-    max_h = int(np.rint(math.sqrt(max_area / aspect)))
-    if np.rint(max_h * aspect) > width:
+    crop_h = round(math.sqrt(min_area / aspect))
+    max_h = round(math.sqrt(max_area / aspect))
+    if round(max_h * aspect) > width:
         max_h = int((width + 0.5 - 1e-7) / aspect)
-        if np.rint(max_h * aspect) > width:
+        if round(max_h * aspect) > width:
             max_h -= 1
     max_h = min(max_h, height)
     crop_h = min(crop_h, max_h)
     if crop_h < max_h:
         crop_h += int(rng.integers(0, max_h - crop_h + 1))
-    crop_w = int(np.rint(crop_h * aspect))
+    crop_w = round(crop_h * aspect)
     area = crop_w * crop_h
     if area < min_area:
         crop_h += 1
-        crop_w = int(np.rint(crop_h * aspect))
+        crop_w = round(crop_h * aspect)
         area = crop_w * crop_h
     if area > max_area:
         crop_h -= 1
-        crop_w = int(np.rint(crop_h * aspect))
+        crop_w = round(crop_h * aspect)
         area = crop_w * crop_h
     if (area < min_area or area > max_area or not 0 < crop_w <= width
             or not 0 < crop_h <= height):
@@ -115,10 +122,12 @@ def sample_distorted_bounding_box(
     """
     if len(boxes):
         b = np.clip(boxes, 0.0, 1.0) * np.array([height, width, height, width], np.float32)
-        rects = b.astype(np.int64)  # TF: static_cast<int32>, truncation
+        rects = b.astype(np.int64).tolist()  # TF: static_cast<int32>, truncation
     else:
-        rects = np.array([[0, 0, height, width]], np.int64)
-    areas = (rects[:, 2] - rects[:, 0]) * (rects[:, 3] - rects[:, 1])
+        rects = [[0, 0, height, width]]
+    # boxes of area >= 1 px, as plain ints: a few boxes are faster in Python than in numpy
+    big = [(r, (r[2] - r[0]) * (r[3] - r[1])) for r in rects]
+    big = [(r, a) for r, a in big if a >= 1]
     for _ in range(max_attempts):
         aspect = rng.uniform(*aspect_ratio_range)
         size = _random_crop_size(height, width, area_range, aspect, rng)
@@ -128,12 +137,11 @@ def sample_distorted_bounding_box(
         y0 = int(rng.integers(0, height - crop_h)) if crop_h < height else 0
         x0 = int(rng.integers(0, width - crop_w)) if crop_w < width else 0
         y1, x1 = y0 + crop_h, x0 + crop_w
-        ih = np.clip(np.minimum(rects[:, 2], y1) - np.maximum(rects[:, 0], y0), 0, None)
-        iw = np.clip(np.minimum(rects[:, 3], x1) - np.maximum(rects[:, 1], x0), 0, None)
-        big = areas >= 1
-        covered = ih[big] * iw[big] / areas[big]
-        if np.any(covered >= min_object_covered):
-            return y0, x0, y1, x1
+        for (r0, c0, r1, c1), area in big:
+            ih = max(min(r1, y1) - max(r0, y0), 0)
+            iw = max(min(c1, x1) - max(c0, x0), 0)
+            if ih * iw / area >= min_object_covered:
+                return y0, x0, y1, x1
     return 0, 0, height, width
 
 
@@ -192,8 +200,10 @@ class RandomCropImage:
         iw = np.minimum(boxes[:, 3], window[3]) - np.maximum(boxes[:, 1], window[1])
         inter = np.clip(ih, 0, None) * np.clip(iw, 0, None)
         area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            keep &= (inter / area) >= self.overlap_thresh  # 0/0 = nan: dropped, as in TF
+        # 0/0 = nan: dropped, as in TF (inter <= area, so area 0 means 0/0)
+        ratio = np.divide(inter, area, out=np.full(inter.shape, np.nan, np.float32),
+                          where=area != 0)
+        keep &= ratio >= self.overlap_thresh
         new = _change_frame(boxes, window)
         if self.clip_boxes:
             new = np.clip(new, 0.0, 1.0)
@@ -201,7 +211,7 @@ class RandomCropImage:
                          lambda m: m[:, y0:y1, x0:x1].copy())
         out["boxes"] = new
         out = filter_boxes(out, keep)
-        out["image"] = np.ascontiguousarray(image[y0:y1, x0:x1])
+        out["image"] = image[y0:y1, x0:x1]  # a view: the resize reads it in place
         return set_content_size(out, y1 - y0, x1 - x0, (height, width))
 
 
@@ -255,7 +265,7 @@ class RandomSquareCropByScale:
         crop_y0, crop_x0 = yc - half, xc - half
         y0, x0 = max(crop_y0, 0), max(crop_x0, 0)
         y1, x1 = min(yc + half, height - 1), min(xc + half, width - 1)
-        canvas = np.zeros((size, size, image.shape[2]), np.float32)
+        canvas = np.zeros((size, size, image.shape[2]), _dtype(image))
         if y1 > y0 and x1 > x0:
             canvas[y0 - crop_y0:y1 - crop_y0, x0 - crop_x0:x1 - crop_x0] = image[y0:y1, x0:x1]
         window = np.array([crop_y0 / height, crop_x0 / width, (crop_y0 + size) / height,
@@ -290,7 +300,7 @@ def pad_image(
     (each raised to at least the image size; max_size itself when max <= min), the image at a
     random offset in [0, canvas - image), the rest filled with ``pad_color`` (empty: the
     image's mean colour). Boxes move with the image; none are dropped."""
-    image = np.asarray(sample["image"], np.float32)
+    image = np.asarray(sample["image"])
     height, width = image.shape[:2]
     max_h, max_w = max(max_size[0], height), max(max_size[1], width)
     min_h, min_w = max(min_size[0], height), max(min_size[1], width)
@@ -300,8 +310,9 @@ def pad_image(
     off_x = int(rng.integers(0, new_w - width)) if new_w > width else 0
     color = (np.asarray(pad_color, np.float32) if len(pad_color)
              else image.mean(axis=(0, 1), dtype=np.float64).astype(np.float32))
-    canvas = np.empty((new_h, new_w, image.shape[2]), np.float32)
-    canvas[...] = color
+    dtype = _dtype(image)
+    canvas = np.empty((new_h, new_w, image.shape[2]), dtype)
+    canvas[...] = np.clip(np.rint(color), 0, 255) if dtype == np.uint8 else color
     canvas[off_y:off_y + height, off_x:off_x + width] = image
     window = np.array([-off_y / height, -off_x / width, (new_h - off_y) / height,
                        (new_w - off_x) / width], np.float32)

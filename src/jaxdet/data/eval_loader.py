@@ -20,6 +20,7 @@ from jaxdet.data.geometry import Sample
 from jaxdet.data.loader import (
     _SKIP,
     _check_common,
+    _check_image_options,
     _collate,
     _describe,
     _image_dir,
@@ -62,8 +63,10 @@ class EvalLoader:
     """
 
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int,
-                 worker_count: int, shard_index: int, shard_count: int):
-        self._map = _EvalMap(_Pipeline(source, tuple(transforms), max_boxes), len(source))
+                 worker_count: int, shard_index: int, shard_count: int,
+                 image_dtype: str = "float32", decode: str = "accurate"):
+        pipeline = _Pipeline(source, tuple(transforms), max_boxes, image_dtype, decode)
+        self._map = _EvalMap(pipeline, len(source))
         self._name = _describe(source)
         self.batch_size = batch_size
         self._worker_count = worker_count
@@ -128,12 +131,16 @@ def make_eval_loader(
     worker_count: int = 0,
     shard_index: int = 0,
     shard_count: int = 1,
+    image_dtype: str = "float32",
+    decode: str = "accurate",
 ) -> EvalLoader:
-    """One pass over ``source`` in order, in fixed-size batches (padding masked out)."""
+    """One pass over ``source`` in order, in fixed-size batches (padding masked out).
+    ``image_dtype`` and ``decode`` as for ``data.loader.make_train_loader``."""
     _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
+    _check_image_options(image_dtype, decode)
     return EvalLoader(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
                       worker_count=worker_count, shard_index=shard_index,
-                      shard_count=shard_count)
+                      shard_count=shard_count, image_dtype=image_dtype, decode=decode)
 
 
 __all__ = ["EvalLoader", "make_eval_loader"]

@@ -1,6 +1,8 @@
 """Host-side geometry shared by augment ops and resizers: image resize, box re-framing.
 
-Samples carry float32 images [H, W, 3] (0..255) and NORMALIZED yxyx boxes, and may carry
+Samples carry images [H, W, 3] of 0..255 values (uint8 as decoded, or float32 once an op
+computed fractional values; every op keeps a uint8 image uint8, rounding what it computes)
+and NORMALIZED yxyx boxes, and may carry
 NORMALIZED (y, x) ``keypoints`` [n, K, 2] with ``keypoint_visibility`` [n, K] (see
 ``data.keypoints``) and uint8 instance ``masks`` [n, h, w] covering the image (see
 ``data.masks``; each op moves them as it moves the image). Per-box arrays
@@ -14,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PIL import Image
+
+from jaxdet.data import resample
 
 PER_BOX_KEYS = ("boxes", "classes", "is_crowd", "keypoints", "keypoint_visibility", "masks")
 
@@ -22,48 +25,36 @@ Sample = dict[str, Any]
 
 
 def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Bilinear resize (antialiased when shrinking) of a float32 [H, W, C] image.
+    """Bilinear resize (antialiased when shrinking) of an [H, W, C] image: Pillow's
+    ``BILINEAR`` filter (see ``data.resample``). float32 in float32 out; uint8 in, uint8 out
+    (rounded).
 
     Pixel centres follow the half-pixel convention, so normalized coordinates are preserved:
     a feature spanning [a, b) of the input spans [a * s, b * s) of the output.
     """
-    image = np.asarray(image, np.float32)
-    if image.shape[:2] == (height, width):
-        return image.copy()
-    if height < 1 or width < 1:
-        raise ValueError(f"cannot resize to {height}x{width}")
-    channels = [
-        np.asarray(Image.fromarray(np.ascontiguousarray(image[:, :, c]), "F").resize(
-            (width, height), Image.BILINEAR))
-        for c in range(image.shape[2])
-    ]
-    return np.stack(channels, axis=-1)
+    return resample.resize(_image(image), height, width, "bilinear")
 
 
 def tf_resize_axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lower index, upper index, float32 weight of upper) of TF v1 bilinear along one axis:
     output pixel i samples the input at ``i * in_size / out_size`` (no half-pixel shift)."""
-    scale = np.float32(in_size) / np.float32(out_size)
-    coord = np.arange(out_size, dtype=np.float32) * scale
-    lower = np.floor(coord).astype(np.int64)
-    upper = np.minimum(lower + 1, in_size - 1)
-    return lower, upper, (coord - lower.astype(np.float32)).astype(np.float32)
+    axis = resample.tf_axis(in_size, out_size)
+    return axis.lower.astype(np.int64), axis.upper.astype(np.int64), axis.weight
 
 
 def resize_image_tf(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """TF OD API's resize (``tf.compat.v1.image.resize_images``, bilinear, no antialiasing,
-    not half-pixel aligned) of a float32 [H, W, C] image, in float32 arithmetic as TF does:
+    not half-pixel aligned) of an [H, W, C] image, in float32 arithmetic as TF does:
     ``top = tl + (tr - tl) * dx``, ``bottom = bl + (br - bl) * dx``, ``top + (bottom - top) *
-    dy``. Checkpoints trained with the TF OD API see their inputs resized this way."""
-    image = np.asarray(image, np.float32)
-    if height < 1 or width < 1:
-        raise ValueError(f"cannot resize to {height}x{width}")
-    y0, y1, dy = tf_resize_axis(image.shape[0], height)
-    x0, x1, dx = tf_resize_axis(image.shape[1], width)
-    dx = dx[None, :, None]
-    top = image[y0][:, x0] + (image[y0][:, x1] - image[y0][:, x0]) * dx
-    bottom = image[y1][:, x0] + (image[y1][:, x1] - image[y1][:, x0]) * dx
-    return (top + (bottom - top) * dy[:, None, None]).astype(np.float32)
+    dy``. Checkpoints trained with the TF OD API see their inputs resized this way. float32 in,
+    float32 out (bit-equal to TF); uint8 in, uint8 out (TF's values rounded)."""
+    return resample.resize(_image(image), height, width, "tf_bilinear")
+
+
+def _image(image: np.ndarray) -> np.ndarray:
+    """uint8 images stay uint8; anything else is read as float32."""
+    image = np.asarray(image)
+    return image if image.dtype in (np.uint8, np.float32) else image.astype(np.float32)
 
 
 RESIZE_METHODS = {"bilinear": resize_image, "tf_bilinear": resize_image_tf}

@@ -2,7 +2,10 @@
 
 Per record: decode (a corrupt image is skipped and counted, with one WARNING naming the file:
 never a crash), build the sample (pixel boxes -> normalized), apply the transforms in order
-(the resizer is the last shape-changing one; Normalize may follow), pad the ground truth.
+(the resizer is the last shape-changing one; a Normalize op may follow, though the builders'
+loaders leave normalization to the device: ``data.normalize``), pad the ground truth. With
+``image_dtype="uint8"`` the image stays uint8 from decode to batch wherever ops only move
+pixels, and is rounded once where one computed fractional values.
 
 Bad input, as the loaders report it (``loader.stats``: the source's drop counts from parsing,
 plus the loader's own, plus ``num_truncated``):
@@ -23,7 +26,8 @@ The eval pass (``make_eval_loader``) lives in ``data.eval_loader`` and shares th
 
 Batches are numpy dicts::
 
-    "images"     float32 [B, H, W, 3]
+    "images"     uint8 or float32 [B, H, W, 3]   0..255 (normalized on the device, see
+                                                  ``data.normalize``; or by a Normalize op)
     "boxes"      float32 [B, N, 4]   normalized yxyx on the (padded) canvas
     "classes"    int32   [B, N]
     "valid"      bool    [B, N]
@@ -59,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -69,6 +74,7 @@ import numpy as np
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
+from jaxdet.data.host_memory import keep_buffers_mapped
 from jaxdet.data.keypoints import KEYPOINT_KEYS
 from jaxdet.data.masks import MASK_KEYS, has_masks, load_record_masks, resample_masks
 from jaxdet.data.records import EpochTally, Record, SkipCounter
@@ -83,8 +89,9 @@ _TRUNCATED = "_truncated"  # (path, index, image id, objects cut, stream index o
 BATCH_KEYS = ("images", "boxes", "classes", "valid", "ignore", "image_id", "image_info", "mask")
 
 
-def build_sample(record: Record, image: np.ndarray) -> Sample:
-    """Decoded image + record -> augmentable sample (float32 image, normalized boxes).
+def build_sample(record: Record, image: np.ndarray, image_dtype: str = "float32") -> Sample:
+    """Decoded image + record -> augmentable sample (normalized boxes; the image as uint8 as
+    decoded for ``image_dtype="uint8"``, else as float32).
 
     A record's decoded ``masks`` [n, h, w] become the sample's (resampled, nearest, to the
     decoded image's size when the annotated size differs from it)."""
@@ -95,7 +102,7 @@ def build_sample(record: Record, image: np.ndarray) -> Sample:
     boxes = np.clip(boxes / np.array([ann_h, ann_w, ann_h, ann_w], np.float32), 0.0, 1.0)
     n = boxes.shape[0]
     sample = {
-        "image": image.astype(np.float32),
+        "image": image if image_dtype == "uint8" else image.astype(np.float32),
         "boxes": boxes,
         "classes": np.asarray(record.get("classes", np.zeros((n,))), np.int32).reshape(-1),
         "is_crowd": np.asarray(record.get("is_crowd", np.zeros((n,))), bool).reshape(-1),
@@ -120,20 +127,47 @@ def build_sample(record: Record, image: np.ndarray) -> Sample:
     return sample
 
 
+IMAGE_DTYPES = ("uint8", "float32")
+DECODE_MODES = ("accurate", "tf")
+
+
+def _check_image_options(image_dtype: str, decode: str) -> None:
+    if image_dtype not in IMAGE_DTYPES:
+        raise ValueError(f"image_dtype {image_dtype!r}; allowed: {', '.join(IMAGE_DTYPES)}")
+    if decode not in DECODE_MODES:
+        raise ValueError(f"decode {decode!r}; allowed: {', '.join(DECODE_MODES)}")
+
+
+def finish_image(image: np.ndarray, image_dtype: str) -> np.ndarray:
+    """The transforms' last image as the batch holds it: uint8 (float values rounded to the
+    nearest level, clamped to 0..255) or float32."""
+    if image_dtype == "uint8":
+        if image.dtype == np.uint8:
+            return image
+        return np.clip(np.rint(image), 0, 255).astype(np.uint8)
+    return np.asarray(image, np.float32)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Pipeline:
-    """Record index -> padded sample; picklable so grain can ship it to worker processes."""
+    """Record index -> padded sample; picklable so grain can ship it to worker processes.
+
+    ``image_dtype``: ``uint8`` decodes to uint8 and keeps it through the pixel-moving ops (a
+    resize rounds), ``float32`` works and ends in float32 (exact). ``decode``: JPEG decoding,
+    ``accurate`` or ``tf`` (see ``data.decode``)."""
 
     source: Any
     transforms: tuple
     max_boxes: int
+    image_dtype: str = "float32"
+    decode: str = "accurate"
 
     def finish(self, sample: Sample, rng: np.random.Generator, mask: bool) -> Sample:
         for transform in self.transforms:
             sample = transform(sample, rng)
         sample = pad_ground_truth(sample, self.max_boxes)
         out = {
-            "image": np.asarray(sample["image"], np.float32),
+            "image": finish_image(sample["image"], self.image_dtype),
             "boxes": sample["boxes"],
             "classes": sample["classes"],
             "valid": sample["valid"],
@@ -149,14 +183,15 @@ class _Pipeline:
         return out
 
     def process(self, index: int, rng: np.random.Generator) -> Sample:
+        keep_buffers_mapped()  # once per process: image-sized arrays reused, not re-faulted
         record = self.source[index]
         try:
-            image = load_record_image(record)
+            image = load_record_image(record, self.decode)
             if "mask_ref" in record:
                 record = dict(record, masks=load_record_masks(record))
         except CorruptImageError as e:
             return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
-        sample = self.finish(build_sample(record, image), rng, mask=True)
+        sample = self.finish(build_sample(record, image, self.image_dtype), rng, mask=True)
         if sample["num_truncated"]:
             sample[_TRUNCATED] = (record["image_path"], int(index), int(record["image_id"]),
                                   sample["num_truncated"], -1)
@@ -177,7 +212,7 @@ class _Pipeline:
         if has_masks(record):
             empty.pop("mask_ref", None)
             empty["masks"] = np.zeros((0, height, width), np.uint8)
-        sample = build_sample(empty, np.zeros((height, width, 3), np.uint8))
+        sample = build_sample(empty, np.zeros((height, width, 3), np.uint8), self.image_dtype)
         return self.finish(sample, np.random.default_rng(0), mask=False)
 
 
@@ -356,9 +391,20 @@ def _check_common(source, batch_size: int, max_boxes: int, worker_count: int,
         raise ValueError(f"need 0 <= shard_index < shard_count, got {shard_index}, {shard_count}")
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _read_options(batch_size: int, worker_count: int) -> grain.ReadOptions:
-    return grain.ReadOptions(num_threads=2 if worker_count else 4,
-                             prefetch_buffer_size=max(8, 2 * batch_size))
+    """Threads that map samples: JPEG decoding and resampling release the GIL, so in one
+    process (``worker_count`` 0) one thread per usable core (at least 4) works in parallel;
+    each worker process runs 2."""
+    threads = 2 if worker_count else max(4, _usable_cores())
+    return grain.ReadOptions(num_threads=threads,
+                             prefetch_buffer_size=max(8, 2 * batch_size, 2 * threads))
 
 
 def _ensure_absl_flags_parsed() -> None:
@@ -393,9 +439,10 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
     def __init__(self, source, transforms, *, batch_size: int, max_boxes: int, seed: int,
                  worker_count: int, shuffle: bool, shard_index: int, shard_count: int,
                  gather: Callable[[int], Sequence[int]] | None = None,
-                 layout: BatchLayout | None = None):
-        self._map = _TrainMap(_Pipeline(source, tuple(transforms), max_boxes), len(source),
-                              seed, shuffle)
+                 layout: BatchLayout | None = None, image_dtype: str = "float32",
+                 decode: str = "accurate"):
+        pipeline = _Pipeline(source, tuple(transforms), max_boxes, image_dtype, decode)
+        self._map = _TrainMap(pipeline, len(source), seed, shuffle)
         self._name = _describe(source)
         self._global_batch = batch_size
         self._batch_size = batch_size // shard_count
@@ -543,8 +590,15 @@ def make_train_loader(
     shard_count: int = 1,
     gather: Callable[[int], Sequence[int]] | None = None,
     layout: BatchLayout | None = None,
+    image_dtype: str = "float32",
+    decode: str = "accurate",
 ) -> TrainIterator:
     """Endless training batches, reshuffled each epoch, deterministic in ``seed``.
+
+    ``image_dtype``: the batch's images, ``uint8`` (decoded as uint8, kept so by the ops that
+    move pixels, rounded once where an op computed fractional values: a quarter of the bytes)
+    or ``float32`` (exact). ``decode``: how JPEGs decode, ``accurate`` or ``tf`` (bit-equal to
+    ``tf.io.decode_jpeg``, see ``data.decode``).
 
     ``batch_size`` is the global batch. ``shard_index`` / ``shard_count`` (a JAX process's
     index and the process count) make this loader yield only its ``batch_size // shard_count``
@@ -554,6 +608,7 @@ def make_train_loader(
     missing, or of another shape or dtype, is an error naming it).
     """
     _check_common(source, batch_size, max_boxes, worker_count, shard_index, shard_count)
+    _check_image_options(image_dtype, decode)
     if batch_size % shard_count:
         raise ValueError(
             f"the global batch size {batch_size} does not split evenly over {shard_count} "
@@ -564,8 +619,8 @@ def make_train_loader(
     return TrainIterator(source, transforms, batch_size=batch_size, max_boxes=max_boxes,
                          seed=seed, worker_count=worker_count, shuffle=shuffle,
                          shard_index=shard_index, shard_count=shard_count, gather=gather,
-                         layout=layout)
+                         layout=layout, image_dtype=image_dtype, decode=decode)
 
 
-__all__ = ["BATCH_KEYS", "SHARDED_STATE_FORMAT", "STATE_FORMAT", "TrainIterator",
-           "build_sample", "make_train_loader"]
+__all__ = ["BATCH_KEYS", "DECODE_MODES", "IMAGE_DTYPES", "SHARDED_STATE_FORMAT", "STATE_FORMAT",
+           "TrainIterator", "build_sample", "finish_image", "make_train_loader"]

@@ -4,6 +4,8 @@ Each ``resizer(sample, rng=None) -> sample`` resizes the image, normalizes the b
 output canvas and records ``"image_info"`` float32 [4] = (orig_h, orig_w, content_h,
 content_w): ``orig`` is the decoded image's size (kept from an incoming image_info), and
 ``content`` is the extent of the resized image inside the canvas (padding is bottom/right).
+A uint8 image stays uint8 (the resize rounds), any other becomes float32; the resize writes
+straight into the padded canvas.
 A detection normalized to the canvas maps back to original pixels by
 ``box * canvas_size / content_size * orig_size``.
 
@@ -20,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from jaxdet.data import resample
 from jaxdet.data.geometry import RESIZE_METHODS, Sample, reframe_boxes, set_content_size
 from jaxdet.data.masks import resample_masks, with_masks
 
@@ -133,13 +136,18 @@ class KeepAspectRatioResizer:
         height, width = image.shape[:2]
         new_h, new_w = keep_aspect_ratio_size(height, width, self.min_dimension,
                                               self.max_dimension)
-        resized = RESIZE_METHODS[self.method](image, new_h, new_w)
         if self.pad_to_max_dimension:
             canvas_h = canvas_w = self.max_dimension
-            canvas = np.zeros((canvas_h, canvas_w, image.shape[2]), np.float32)
-            canvas[:new_h, :new_w] = resized
+            dtype = np.uint8 if image.dtype == np.uint8 else np.float32
+            canvas = np.zeros((canvas_h, canvas_w, image.shape[2]), dtype)
+            if (new_h, new_w) == image.shape[:2]:
+                canvas[:new_h, :new_w] = image
+            else:
+                resample.resize(image, new_h, new_w, self.method,
+                                out=canvas[:new_h, :new_w])
         else:
-            canvas_h, canvas_w, canvas = new_h, new_w, resized
+            canvas_h, canvas_w = new_h, new_w
+            canvas = RESIZE_METHODS[self.method](image, new_h, new_w)
         sample = _resample_to_grid(sample, (canvas_h, canvas_w), (new_h, new_w),
                                    self.mask_stride)
         out = reframe_boxes(sample, src_size=(new_h, new_w), offset=(0, 0),

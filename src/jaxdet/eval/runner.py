@@ -31,14 +31,21 @@ SAMPLES_CELL_SIZE = 320
 METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics", "coco_mask_metrics")
 
 
-def predict_callable(task: Task, *, allow_tf32: bool = True) -> Callable:
+def predict_callable(task: Task, *, allow_tf32: bool = True,
+                     normalizer: Callable | None = None) -> Callable:
     """``task.predict``, or with ``allow_tf32=False`` a wrapper that traces it under
     ``jax.default_matmul_precision("highest")`` (full float32 convolutions and matmuls on GPUs
-    that would use TensorFloat-32). Not jitted: for ``jax.jit`` / ``parallel.mesh_predict``."""
-    if allow_tf32:
+    that would use TensorFloat-32). ``normalizer(images, image_info)`` (``data.normalize``)
+    turns raw pixels into the network's input first. Not jitted: for ``jax.jit`` /
+    ``parallel.mesh_predict``."""
+    if allow_tf32 and normalizer is None:
         return task.predict
 
     def predict(params, batch_stats, images, image_info):
+        if normalizer is not None:
+            images = normalizer(images, image_info)
+        if allow_tf32:
+            return task.predict(params, batch_stats, images, image_info)
         with jax.default_matmul_precision("highest"):
             return task.predict(params, batch_stats, images, image_info)
 
@@ -46,11 +53,12 @@ def predict_callable(task: Task, *, allow_tf32: bool = True) -> Callable:
 
 
 def make_predict_fn(task: Task, *, allow_tf32: bool = True,
-                    compiler_options: dict[str, str] | None = None) -> Callable:
+                    compiler_options: dict[str, str] | None = None,
+                    normalizer: Callable | None = None) -> Callable:
     """``predict(params, batch_stats, images, image_info) -> detections``, jitted once
-    (``allow_tf32``: see :func:`predict_callable`; ``compiler_options`` go to ``jax.jit``,
-    e.g. ``builders.predict_compiler_options(config)``)."""
-    return jax.jit(predict_callable(task, allow_tf32=allow_tf32),
+    (``allow_tf32``, ``normalizer``: see :func:`predict_callable`; ``compiler_options`` go to
+    ``jax.jit``, e.g. ``builders.predict_compiler_options(config)``)."""
+    return jax.jit(predict_callable(task, allow_tf32=allow_tf32, normalizer=normalizer),
                    compiler_options=compiler_options)
 
 

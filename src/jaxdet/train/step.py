@@ -87,8 +87,12 @@ def make_train_step(
     state_sharding: PyTree | None = None,
     batch_sharding: PyTree | None = None,
     compiler_options: dict[str, str] | None = None,
+    normalizer: Callable[[dict], dict] | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated.
+
+    ``normalizer`` (e.g. ``PixelNormalizer.normalize_batch`` of ``data.normalize``): turns the
+    batch the loader sent (raw pixels) into the task's batch first, inside the step.
 
     ``state_sharding`` / ``batch_sharding`` (trees of ``jax.sharding.Sharding`` matching the
     state and the batch, see ``jaxdet.parallel.sharding``) pin the layout over a device mesh;
@@ -118,6 +122,8 @@ def make_train_step(
     fields = tuple(task.batch_layout())
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        if normalizer is not None:
+            batch = normalizer(batch)
         inputs = {k: batch[k] for k in fields}
         scale_state = state.get("loss_scale") if loss_scale is not None else None
         if loss_scale is not None and scale_state is None:

@@ -1,0 +1,139 @@
+"""Does the input pipeline keep up with the train step? The real step fed by the real loader,
+against the same step fed one fixed batch; prints one JSON object.
+
+    python benchmarks/loader_vs_step.py --config ssd_mobilenet_v2_320 --batch-size 8
+    python benchmarks/loader_vs_step.py --config shapes_demo --batch-size 32
+    CONFIGS=../shared/data/tfod/configs
+    python benchmarks/loader_vs_step.py --config retinanet_resnet50_fpn_640 --batch-size 32 \\
+        --set precision=bf16 --tfrecord ../shared/data/tfod/pets_examples.record \\
+        --records 2000 --label-map ../shared/data/tfod/label_maps/pet_label_map.pbtxt \\
+        --num-classes 37                                            # on a GPU host
+
+Both sides run ``builders.build_train_step(..., raw_pixels=True)``, the step ``jaxdet train``
+compiles (normalization of the uint8 images inside it), on the same state:
+
+* ``loader``: each step takes the next batch of ``builders.build_train_loader`` (the config's
+  augmentations and resizer; ``data.worker_count`` as configured, ``--workers`` to change it)
+  and puts it on the device, as the training loop does; JAX dispatches the step
+  asynchronously, so the loader prepares the next batch while the device computes;
+* ``fixed``: every step gets one batch of that loader, put on the device once.
+
+``--rounds`` rounds of ``--steps`` timed steps each (after ``--warmup``), the two by turns; the
+``ratio`` of a round is fixed time / loader time (1.0: the loader costs the step nothing; on a
+CPU the loader's threads share the cores with XLA's, so a ratio below 1 is that share). Data
+as in ``benchmarks/input_pipeline.py``: ``--tfrecord``/``--records``, ``--coco``/``--images``,
+or generated shapes (the default, ``--generate`` JPEGs of ``--image-size``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--pipeline-config")
+    which.add_argument("--config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--tfrecord", nargs="+")
+    parser.add_argument("--records", type=int, default=0)
+    parser.add_argument("--coco")
+    parser.add_argument("--images")
+    parser.add_argument("--generate", type=int, default=256)
+    parser.add_argument("--image-size", type=int, nargs=2, default=[480, 640])
+    parser.add_argument("--label-map")
+    parser.add_argument("--num-classes", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="data.worker_count (default: the config's)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.pipeline_config is None and args.config is None:
+        args.config = "shapes_demo"
+
+    import jax
+
+    from input_pipeline import _config, _prepare_records
+    from jaxdet import builders
+    from jaxdet.train.step import init_train_state
+
+    with tempfile.TemporaryDirectory() as tmp:
+        records = _prepare_records(args, Path(tmp))
+        config = _config(args, records, args.workers)
+        task = builders.build_task(config)
+        tx, schedule = builders.build_optimizer(config.train)
+        source = builders.build_source(config.data.train, num_classes=config.model.num_classes,
+                                       field="data.train")
+        loader = builders.build_train_loader(config, source,
+                                             layout=builders.train_batch_layout(config, task))
+        step = builders.build_train_step(config, task, tx, schedule, raw_pixels=True)
+        state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                 loss_scale=builders.build_loss_scale(config))
+        fixed = jax.device_put(next(loader))
+        t0 = time.perf_counter()
+        state, metrics = step(state, fixed)
+        jax.block_until_ready(metrics)
+        compile_s = time.perf_counter() - t0
+
+        def run(feed) -> float:
+            nonlocal state
+            metrics = None
+            for _ in range(args.warmup):
+                state, metrics = step(state, feed())
+            jax.block_until_ready(metrics)
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                state, metrics = step(state, feed())
+            jax.block_until_ready(metrics)
+            return (time.perf_counter() - t0) / args.steps
+
+        rounds = []
+        try:
+            for _ in range(args.rounds):
+                with_loader = run(lambda: jax.device_put(next(loader)))
+                with_fixed = run(lambda: fixed)
+                rounds.append({"loader_step_s": round(with_loader, 4),
+                               "fixed_step_s": round(with_fixed, 4),
+                               "ratio": round(with_fixed / with_loader, 3)})
+        finally:
+            loader.close()
+    from inference_throughput import machine_info
+
+    result = {
+        "benchmark": "loader_vs_step",
+        "config": args.pipeline_config or args.config,
+        "batch_size": args.batch_size,
+        "precision": config.precision,
+        "worker_count": config.data.worker_count,
+        "image_dtype": str(fixed["images"].dtype),
+        "compile_s": round(compile_s, 1),
+        "rounds": rounds,
+        "ratio_median": statistics.median(r["ratio"] for r in rounds),
+        "loader_images_per_second_median": round(args.batch_size / statistics.median(
+            r["loader_step_s"] for r in rounds), 1),
+        "fixed_images_per_second_median": round(args.batch_size / statistics.median(
+            r["fixed_step_s"] for r in rounds), 1),
+        "machine": machine_info(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    from jaxdet.cpu_allocator import reexec_with_fast_allocator
+
+    reexec_with_fast_allocator()  # as the jaxdet command runs
+    main()
