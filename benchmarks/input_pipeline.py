@@ -168,7 +168,7 @@ def serial_profile(config, source, samples: int = 64) -> dict:
     import numpy as np
 
     from jaxdet import builders
-    from jaxdet.data import decode, loader, resample
+    from jaxdet.data import decode, loader, resample, sample_pipeline
 
     spent = {"decode": 0.0, "resample": 0.0}
 
@@ -185,7 +185,7 @@ def serial_profile(config, source, samples: int = 64) -> dict:
     decode._simplejpeg = timed("decode", decode._simplejpeg)
     resample.resample = timed("resample", resample.resample)
     try:
-        pipeline = loader._Pipeline(
+        pipeline = sample_pipeline._Pipeline(
             source, tuple(builders.transforms_of(config, training=True, normalize=False)),
             config.data.max_number_of_boxes, config.data.train_image_dtype,
             builders.decode_mode(config))

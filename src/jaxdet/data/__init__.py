@@ -15,6 +15,7 @@ Modules:
   keypoints    keypoint layouts and the checks sources apply to keypoints
   masks        instance masks: COCO polygons / RLE, PNG masks, nearest-neighbour moves
   ground_truth pad_ground_truth to max_boxes with valid / ignore masks
+  sample_pipeline  one record -> one padded sample (decode, transforms, ground truth)
   loader       make_train_loader (endless, resumable, per-process rows)
   eval_loader  make_eval_loader (one ordered pass, padded, masked)
 """

@@ -36,7 +36,6 @@ from jaxdet.data.geometry import (
     set_content_size,
 )
 from jaxdet.data.masks import resample_masks, with_masks
-from jaxdet.data.normalize import scale_and_offset
 
 # Boxes with less than this fraction of their area left inside a crop are dropped.
 MIN_VISIBLE_FRACTION = 0.05
@@ -296,10 +295,17 @@ class RandomColorJitter:
         return out
 
 
+def scale_and_offset(mean, std) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (1 / std, -mean / std) per channel (computed in float64): normalization as one
+    multiply-add, ``(2 / 255) * x - 1`` for TF's MobileNets (mean = std = 127.5) exactly."""
+    mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+    return (1.0 / std).astype(np.float32), (-mean / std).astype(np.float32)
+
+
 @dataclasses.dataclass(frozen=True)
 class Normalize:
     """(image - mean) / std per channel, as ``image * (1 / std) + (-mean / std)`` in float32
-    (``data.normalize.scale_and_offset``: the device normalizes the same way); the last op
+    (:func:`scale_and_offset`: the device normalizes the same way); the last op
     (after the resizer). The resizer's padding
     (outside the content size of ``image_info``) is 0 after normalization, as the TF OD API's
     SSD family pads its normalized images; with ``zero_padding=False`` it is normalized like
@@ -335,4 +341,5 @@ __all__ = [
     "RandomScaleCropAndPadToSquare",
     "SSDRandomCrop",
     "filter_boxes",
+    "scale_and_offset",
 ]

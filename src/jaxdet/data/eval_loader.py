@@ -18,18 +18,16 @@ import numpy as np
 
 from jaxdet.data.geometry import Sample
 from jaxdet.data.loader import (
-    _SKIP,
     _check_common,
-    _check_image_options,
     _collate,
     _describe,
     _image_dir,
     _maybe_mp,
-    _Pipeline,
     _read_options,
     _stats,
 )
 from jaxdet.data.records import SkipCounter
+from jaxdet.data.sample_pipeline import _SKIP, _check_image_options, _Pipeline
 
 logger = logging.getLogger("jaxdet.data")
 

@@ -9,7 +9,7 @@ train step or predict function, with ``image_info`` (content size, for the paddi
     x = images * (1 / std) + (-mean / std)   per colour channel, float32
     x = 0 outside the content                with ``zero_padding`` (the TF OD API SSD family)
 
-exactly what ``data.augment.Normalize`` computes on the host (:func:`scale_and_offset`).
+exactly what ``data.augment.Normalize`` computes on the host (``augment.scale_and_offset``).
 ``transfer_layout`` is the batch the loader sends for a task whose ``batch_layout`` holds the
 normalized ``images``.
 """
@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdet.data.augment import scale_and_offset
 from jaxdet.tasks.base import BatchField, BatchLayout
 
 
@@ -59,13 +60,6 @@ class PixelNormalizer:
         return {**batch, "images": self(batch["images"], batch["image_info"])}
 
 
-def scale_and_offset(mean, std) -> tuple[np.ndarray, np.ndarray]:
-    """float32 (1 / std, -mean / std) per channel (computed in float64): normalization as one
-    multiply-add, ``(2 / 255) * x - 1`` for TF's MobileNets (mean = std = 127.5) exactly."""
-    mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
-    return (1.0 / std).astype(np.float32), (-mean / std).astype(np.float32)
-
-
 def transfer_layout(layout: BatchLayout, image_dtype: Any) -> BatchLayout:
     """The batch a loader sends for a task reading ``layout``: ``images`` of ``image_dtype``
     (raw pixels, split over the mesh as the task's are) and ``image_info`` f32[4]."""
@@ -76,4 +70,4 @@ def transfer_layout(layout: BatchLayout, image_dtype: Any) -> BatchLayout:
     return out
 
 
-__all__ = ["PixelNormalizer", "scale_and_offset", "transfer_layout"]
+__all__ = ["PixelNormalizer", "transfer_layout"]

@@ -46,8 +46,19 @@ OPT_OUT = "JAXDET_NATIVE_RESAMPLE"  # "0": the numpy path
 _TYPES = {np.dtype(np.uint8): 0, np.dtype(np.float32): 1}
 
 
+class _Axis:
+    """A per-axis table: dataclass fields of per-output-index arrays (first dimension n)."""
+
+    def __len__(self) -> int:
+        return len(getattr(self, dataclasses.fields(self)[0].name))
+
+    def __getitem__(self, window: slice):
+        """The table of outputs ``window`` (a crop of the resampled image)."""
+        return type(self)(*(getattr(self, f.name)[window] for f in dataclasses.fields(self)))
+
+
 @dataclasses.dataclass(frozen=True)
-class LerpAxis:
+class LerpAxis(_Axis):
     """Two-tap interpolation along one axis: output index i reads input ``lower[i]`` and
     ``upper[i]`` (int32 [n]) and mixes them as ``a + (b - a) * weight[i]`` (float32 [n])."""
 
@@ -55,28 +66,15 @@ class LerpAxis:
     upper: np.ndarray
     weight: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.lower)
-
-    def __getitem__(self, window: slice) -> LerpAxis:
-        """The table of outputs ``window`` (a crop of the resampled image)."""
-        return LerpAxis(self.lower[window], self.upper[window], self.weight[window])
-
 
 @dataclasses.dataclass(frozen=True)
-class TapsAxis:
+class TapsAxis(_Axis):
     """k-tap filtering along one axis: output index i sums input ``start[i] + t`` times
     ``weights[i, t]`` for ``t < count[i]`` (int32 [n], int32 [n], float64 [n, k])."""
 
     start: np.ndarray
     count: np.ndarray
     weights: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    def __getitem__(self, window: slice) -> TapsAxis:
-        return TapsAxis(self.start[window], self.count[window], self.weights[window])
 
 
 def _read_only(*arrays: np.ndarray) -> None:
