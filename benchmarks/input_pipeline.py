@@ -10,12 +10,13 @@
 
 What is timed is ``builders.build_train_loader`` as ``jaxdet train`` builds it (the config's
 augmentations and resizer, uint8 images, its JPEG decode mode), ``--batches`` batches after
-``--warmup``, for each ``data.worker_count`` in ``--workers``, each in a fresh process pinned
-to ``--cores`` CPUs (all of them by default; grain's worker processes inherit the pinning, so
-every process and thread of the loader counts against those cores). The normalization that
-moved into the jitted step is timed too (the jitted ``PixelNormalizer`` on one batch, on this
-machine's CPU, with the allocator ``jaxdet train`` uses) and added: ``images_per_second`` =
-images / (loader time + normalize time).
+``--warmup`` (at least two per worker process, so every worker has started), for each
+``data.worker_count`` in ``--workers``, each in a fresh process pinned to ``--cores`` CPUs (all
+of them by default; grain's worker processes inherit the pinning, so every process and thread
+of the loader counts against those cores). The normalization that moved into the jitted step is
+timed too (the jitted ``PixelNormalizer`` on one batch, on this machine's CPU, with the
+allocator ``jaxdet train`` uses) and added: ``images_per_second`` = images / (loader time +
+normalize time).
 
 Data: ``--tfrecord`` files (repeated, record by record, up to ``--records``), ``--coco``
 annotations with ``--images``, or generated shapes (``--generate N`` JPEGs of
@@ -23,12 +24,14 @@ annotations with ``--images``, or generated shapes (``--generate N`` JPEGs of
 converted to one TFRecord first).
 
 Per measurement: images/s, per core (``images_per_core_second``: images over the CPU seconds
-all the loader's processes used), peak resident memory of the main process and of each worker
-process, and the bytes of one batch as sent to the device (``bytes_per_batch``) next to what
-the same batch weighs with float32 images (``float32_bytes_per_batch``). With ``workers`` 0,
-``serial_profile`` splits one thread's milliseconds per image into JPEG decoding and
-resampling (native code, GIL released), the rest of the per-sample Python (GIL held) and the
-batch assembly: what bounds how far the loader's threads scale with more cores.
+all the loader's processes used; ``main_process_ms_per_image``: the main process's share, which
+caps one loader's rate however many worker processes feed it), peak resident memory of the main
+process and of each worker process, and the bytes of one batch as sent to the device
+(``bytes_per_batch``) next to what the same batch weighs with float32 images
+(``float32_bytes_per_batch``). With ``workers`` 0, ``serial_profile`` splits one thread's
+milliseconds per image into JPEG decoding and resampling (native code, GIL released), the rest
+of the per-sample Python (GIL held) and the batch assembly: what bounds how far the loader's
+threads scale with more cores.
 
 ``--peer tf`` runs the TF OD API's own input pipeline (``object_detection.inputs.train_input``
 through ``benchmarks/tfod_input_peer.py``) on the same pipeline.config and records, pinned to
@@ -102,18 +105,19 @@ class _Memory:
         self._thread.join()
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its live children."""
+def _cpu_seconds() -> tuple[float, float]:
+    """User + system CPU seconds of this process and its live children, and of this process
+    alone."""
     import psutil
 
     me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
+    mine = total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
         try:
             total += sum(child.cpu_times()[:2])
         except psutil.Error:
             pass
-    return total
+    return total, mine
 
 
 def _config(args, records: list[str], workers: int | None):
@@ -210,6 +214,12 @@ def serial_profile(config, source, samples: int = 64) -> dict:
             "collate_ms": round(1000 * collate / len(out), 3)}
 
 
+def warmup_batches(warmup: int, workers: int) -> int:
+    """Batches taken before timing: ``warmup``, and at least two from every worker process
+    (each makes whole batches; the first ones wait for its start-up)."""
+    return max(warmup, 2 * workers)
+
+
 def measure_once(args, records: list[str], workers: int) -> dict:
     """One measurement in this (pinned) process: see the module docstring."""
     from jaxdet import builders
@@ -223,14 +233,15 @@ def measure_once(args, records: list[str], workers: int) -> dict:
         loader = builders.build_train_loader(config, source)
         try:
             t0 = time.perf_counter()
-            for _ in range(args.warmup):
+            for _ in range(warmup_batches(args.warmup, workers)):
                 batch = next(loader)
             startup = time.perf_counter() - t0
-            cpu0, t0 = _cpu_seconds(), time.perf_counter()
+            (cpu0, main0), t0 = _cpu_seconds(), time.perf_counter()
             for _ in range(args.batches):
                 batch = next(loader)
             seconds = time.perf_counter() - t0
-            cpu = _cpu_seconds() - cpu0
+            cpu1, main1 = _cpu_seconds()
+            cpu, main_cpu = cpu1 - cpu0, main1 - main0
         finally:
             loader.close()
     arrays = {k: v for k, v in batch.items() if hasattr(v, "nbytes")}
@@ -246,6 +257,9 @@ def measure_once(args, records: list[str], workers: int) -> dict:
         "normalize_ms_per_batch": round(1000 * normalize, 2),
         "images_per_core_second": round(n / cpu, 1) if cpu > 0 else None,
         "cpu_seconds": round(cpu, 2),
+        # the main process's share: with worker processes, what caps one loader's rate
+        "main_process_ms_per_image": round(1000 * main_cpu / n, 3),
+        "warmup_batches": warmup_batches(args.warmup, workers),
         "warmup_seconds": round(startup, 2),
         "peak_rss_mb": round(memory.peak_main / 2**20, 1),
         "worker_peak_rss_mb": sorted(round(v / 2**20, 1) for v in memory.peak_children.values()),
@@ -386,6 +400,8 @@ def main(argv: list[str] | None = None) -> dict:
             "images_per_second_median": statistics.median(m["images_per_second"] for m in runs),
             "images_per_core_second_median": statistics.median(
                 m["images_per_core_second"] for m in runs),
+            "main_process_ms_per_image_median": statistics.median(
+                m["main_process_ms_per_image"] for m in runs),
             "peak_rss_mb": max(m["peak_rss_mb"] for m in runs),
             "worker_peak_rss_mb": max(max(m["worker_peak_rss_mb"], default=0) for m in runs),
         }

@@ -18,7 +18,8 @@ compiles (normalization of the uint8 images inside it), on the same state:
   asynchronously, so the loader prepares the next batch while the device computes;
 * ``fixed``: every step gets one batch of that loader, put on the device once.
 
-``--rounds`` rounds of ``--steps`` timed steps each (after ``--warmup``), the two by turns; the
+``--rounds`` rounds of ``--steps`` timed steps each (after ``--warmup``), by turns (fixed, then
+a loader for each ``--workers`` value, e.g. ``--workers 0 12``: threads, then 12 processes); the
 ``ratio`` of a round is fixed time / loader time (1.0: the loader costs the step nothing; on a
 CPU the loader's threads share the cores with XLA's, so a ratio below 1 is that share). Data
 as in ``benchmarks/input_pipeline.py``: ``--tfrecord``/``--records``, ``--coco``/``--images``,
@@ -53,8 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--label-map")
     parser.add_argument("--num-classes", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="data.worker_count (default: the config's)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[None],
+                        help="data.worker_count values, each timed against the fixed batch "
+                             "(default: the config's)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
@@ -64,23 +66,29 @@ def main(argv: list[str] | None = None) -> dict:
 
     import jax
 
-    from input_pipeline import _config, _prepare_records
+    from input_pipeline import _config, _prepare_records, warmup_batches
     from jaxdet import builders
+    from jaxdet.data.loader import resolve_worker_count
     from jaxdet.train.step import init_train_state
 
     with tempfile.TemporaryDirectory() as tmp:
         records = _prepare_records(args, Path(tmp))
-        config = _config(args, records, args.workers)
+        configs = {w: _config(args, records, w) for w in args.workers}
+        config = configs[args.workers[0]]
         task = builders.build_task(config)
         tx, schedule = builders.build_optimizer(config.train)
         source = builders.build_source(config.data.train, num_classes=config.model.num_classes,
                                        field="data.train")
-        loader = builders.build_train_loader(config, source,
-                                             layout=builders.train_batch_layout(config, task))
+        loaders = {w: builders.build_train_loader(c, source,
+                                                  layout=builders.train_batch_layout(c, task))
+                   for w, c in configs.items()}
         step = builders.build_train_step(config, task, tx, schedule, raw_pixels=True)
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
                                  loss_scale=builders.build_loss_scale(config))
-        fixed = jax.device_put(next(loader))
+        for w, loader in loaders.items():  # every worker process started before timing
+            for _ in range(warmup_batches(0, resolve_worker_count(configs[w].data.worker_count))):
+                next(loader)
+        fixed = jax.device_put(next(loaders[args.workers[0]]))
         t0 = time.perf_counter()
         state, metrics = step(state, fixed)
         jax.block_until_ready(metrics)
@@ -98,32 +106,39 @@ def main(argv: list[str] | None = None) -> dict:
             jax.block_until_ready(metrics)
             return (time.perf_counter() - t0) / args.steps
 
-        rounds = []
+        rounds: dict = {w: [] for w in args.workers}
         try:
             for _ in range(args.rounds):
-                with_loader = run(lambda: jax.device_put(next(loader)))
                 with_fixed = run(lambda: fixed)
-                rounds.append({"loader_step_s": round(with_loader, 4),
-                               "fixed_step_s": round(with_fixed, 4),
-                               "ratio": round(with_fixed / with_loader, 3)})
+                for w, loader in loaders.items():
+                    with_loader = run(lambda loader=loader: jax.device_put(next(loader)))
+                    rounds[w].append({"loader_step_s": round(with_loader, 4),
+                                      "fixed_step_s": round(with_fixed, 4),
+                                      "ratio": round(with_fixed / with_loader, 3)})
         finally:
-            loader.close()
+            for loader in loaders.values():
+                loader.close()
     from inference_throughput import machine_info
+
+    def summary(runs: list[dict]) -> dict:
+        return {
+            "rounds": runs,
+            "ratio_median": statistics.median(r["ratio"] for r in runs),
+            "loader_images_per_second_median": round(args.batch_size / statistics.median(
+                r["loader_step_s"] for r in runs), 1),
+            "fixed_images_per_second_median": round(args.batch_size / statistics.median(
+                r["fixed_step_s"] for r in runs), 1),
+        }
 
     result = {
         "benchmark": "loader_vs_step",
         "config": args.pipeline_config or args.config,
         "batch_size": args.batch_size,
         "precision": config.precision,
-        "worker_count": config.data.worker_count,
         "image_dtype": str(fixed["images"].dtype),
         "compile_s": round(compile_s, 1),
-        "rounds": rounds,
-        "ratio_median": statistics.median(r["ratio"] for r in rounds),
-        "loader_images_per_second_median": round(args.batch_size / statistics.median(
-            r["loader_step_s"] for r in rounds), 1),
-        "fixed_images_per_second_median": round(args.batch_size / statistics.median(
-            r["fixed_step_s"] for r in rounds), 1),
+        "by_workers": {str(resolve_worker_count(c.data.worker_count)): summary(rounds[w])
+                       for w, c in configs.items()},
         "machine": machine_info(),
         "date": time.strftime("%Y-%m-%d"),
     }

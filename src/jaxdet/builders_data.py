@@ -20,7 +20,7 @@ from jaxdet.data import augment, augment_color, augment_crop, resize
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.keypoints import KeypointSpec
-from jaxdet.data.loader import make_train_loader
+from jaxdet.data.loader import make_train_loader, resolve_worker_count
 from jaxdet.data.normalize import PixelNormalizer, transfer_layout
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
@@ -329,7 +329,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
         batch_size=config.train.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
-        worker_count=config.data.worker_count,
+        worker_count=resolve_worker_count(config.data.worker_count),
         shard_index=shard_index,
         shard_count=shard_count,
         gather=gather_ints if shard_count == jax.process_count() > 1 else None,
@@ -349,6 +349,6 @@ def build_eval_loader(config: S.Config, source, *, weights_format: str | None = 
         transforms_of(config, training=False, normalize=False),
         batch_size=config.eval.batch_size,
         max_boxes=config.data.max_number_of_boxes,
-        worker_count=config.data.worker_count,
+        worker_count=resolve_worker_count(config.data.worker_count, training=False),
         decode=decode_mode(config, weights_format),
     )

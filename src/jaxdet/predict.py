@@ -62,6 +62,7 @@ from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.keypoints import resolve_layout
+from jaxdet.data.loader import resolve_worker_count
 from jaxdet.data.records import Record, make_record
 from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
@@ -423,7 +424,8 @@ def predict_images(
     source = _FileSource(tuple(str(item.path) for item in images))
     loader = make_eval_loader(
         source, builders.transforms_of(config, training=False, normalize=False),
-        batch_size=batch_size, max_boxes=1, worker_count=config.data.worker_count,
+        batch_size=batch_size, max_boxes=1,
+        worker_count=resolve_worker_count(config.data.worker_count, training=False),
         decode=builders.decode_mode(config, runs.weights_format(checkpoint, checkpoint_format)))
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -93,18 +93,24 @@ def test_state_mismatch_is_refused(source):
         other.set_state(state)
 
 
-def test_two_workers_give_the_same_batches(source):
-    kwargs = dict(batch_size=4, max_boxes=5, seed=7)
-    serial = make_train_loader(source, TRAIN_OPS, worker_count=0, **kwargs)
-    expected = _take(serial, 3)
-    parallel = make_train_loader(source, TRAIN_OPS, worker_count=2, **kwargs)
+def _serial_and_two_workers(source, ops, batches: int, **kwargs):
+    """(the in-process loader, its batches; the 2-process loader, its batches) after
+    ``batches`` batches each; both loaders' states are checked equal."""
+    serial = make_train_loader(source, ops, worker_count=0, **kwargs)
+    expected = _take(serial, batches)
+    parallel = make_train_loader(source, ops, worker_count=2, **kwargs)
     try:
-        got = _take(parallel, 3)
+        got = _take(parallel, batches)
         state = parallel.get_state()
     finally:
         parallel.close()
     _assert_same(got, expected)
     assert state == serial.get_state()
+    return serial, parallel, got
+
+
+def test_two_workers_give_the_same_batches(source):
+    _serial_and_two_workers(source, TRAIN_OPS, 3, batch_size=4, max_boxes=5, seed=7)
 
 
 @pytest.fixture
@@ -115,6 +121,16 @@ def corrupt_source(shapes_dir, tmp_path):
     broken = data["images"][2]["file_name"]
     (images / broken).write_bytes(b"\xff\xd8\xff\xe0 truncated")
     return CocoSource(shapes_dir / "annotations.json", images), broken, data["images"][2]["id"]
+
+
+def test_worker_processes_skip_corrupt_images_as_threads_do(corrupt_source):
+    """Chunks that hold a skipped sample (from then on chunks and batches are out of step)
+    give the batches, skip count and resume position of the in-process loader."""
+    source, _, broken_id = corrupt_source
+    serial, parallel, got = _serial_and_two_workers(
+        source, [FixedShapeResizer(16, 16)], 7, batch_size=3, max_boxes=5, seed=4)
+    assert broken_id not in np.concatenate([b["image_id"] for b in got])
+    assert parallel.skips["corrupt_image"] == serial.skips["corrupt_image"] == 1
 
 
 def test_train_skips_corrupt_images(corrupt_source, caplog):

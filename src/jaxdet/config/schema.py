@@ -206,6 +206,12 @@ class DataConfig(Strict):
     float32's bytes; an image resized or colour-jittered on the host is rounded to whole
     levels once) or ``float32`` (the exact values; eval and predict always use these).
 
+    ``worker_count``: who prepares the training batches: ``0``, threads of the training
+    process (one per core; decoding and resampling release Python's lock); ``N``, N worker
+    processes, each making whole batches; ``auto`` (the default), threads on a machine with at
+    most 4 usable cores, else one process per core but two, at most 16. Evaluation passes use
+    threads unless a number is given. The data are the same for every value.
+
     ``type``: ``images`` for the detectors (implied); the 3D U-Net reads ``volumes``."""
 
     type: Literal["images"] = "images"
@@ -216,12 +222,24 @@ class DataConfig(Strict):
     mean: tuple[float, float, float] = (123.675, 116.28, 103.53)
     std: tuple[float, float, float] = (58.395, 57.12, 57.375)
     max_number_of_boxes: int = Field(100, ge=1)
-    worker_count: int = Field(0, ge=0)
+    worker_count: int | Literal["auto"] = "auto"
     # masks: 100 boxes x (1024 / 4)^2 = 6.6 MB per image as uint8 (105 MB at stride 1)
     load_masks: bool = later_field(False)
     mask_stride: int = later_field(4, ge=1)
     jpeg_decode: Literal["auto", "accurate", "tf"] = later_field("auto")
     train_image_dtype: Literal["uint8", "float32"] = later_field("uint8")
+
+    @field_validator("worker_count", mode="before")
+    @classmethod
+    def _worker_count(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise ValueError(f"allowed: auto, 0 (threads) or a number of worker processes; "
+                         f"got {value!r}")
 
 
 # the data section: images for the detectors, volumes for the 3D U-Net (``type`` follows

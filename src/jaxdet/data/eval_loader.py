@@ -13,7 +13,6 @@ import logging
 import math
 from collections.abc import Iterator
 
-import grain
 import numpy as np
 
 from jaxdet.data.geometry import Sample
@@ -22,8 +21,7 @@ from jaxdet.data.loader import (
     _collate,
     _describe,
     _image_dir,
-    _maybe_mp,
-    _read_options,
+    _sample_stream,
     _stats,
 )
 from jaxdet.data.records import SkipCounter
@@ -88,9 +86,8 @@ class EvalLoader:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         index, count = self._shard
-        ds = grain.MapDataset.range(index, self._padded, count).map(self._map)
-        ds = ds.to_iter_dataset(_read_options(self.batch_size, self._worker_count))
-        ds = _maybe_mp(ds, self.batch_size, self._worker_count)
+        ds = _sample_stream(self._map, first=index, stop=self._padded, step=count,
+                            batch_size=self.batch_size, worker_count=self._worker_count)
         ds = ds.batch(self.batch_size, drop_remainder=False, batch_fn=_collate)
         it = iter(ds)
         skipped: list[int] = []

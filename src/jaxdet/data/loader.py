@@ -45,9 +45,10 @@ image; a mask file that cannot be read skips the sample as an unreadable image d
 
 Determinism: the training stream is a function of (source, transforms, seed) only. Sample k of
 the stream is record ``perm_epoch[k mod n]`` augmented with an RNG seeded by
-(seed, epoch, record index); workers only prefetch single samples (their round-robin
-interleave is the stream order) and batching happens in the main process, so the worker count
-never changes the data. The iterator state is the index of the next sample of the stream.
+(seed, epoch, record index); worker processes make runs of consecutive samples (their
+round-robin interleave is the stream order, ``data.chunks``) and batching happens in the main
+process, so the worker count never changes the data. The iterator state is the index of the
+next sample of the stream.
 
 Several processes (``shard_count`` n > 1, one per JAX process) read one stream together: global
 batch i is stream samples ``[i*B, (i+1)*B)`` and process p reads and decodes only its rows
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -71,6 +71,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from jaxdet.data.chunks import ordered_samples, whole_chunk
 from jaxdet.data.geometry import Sample
 from jaxdet.data.keypoints import KEYPOINT_KEYS
 from jaxdet.data.masks import MASK_KEYS
@@ -207,19 +208,24 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
             "(FixedShapeResizer, or KeepAspectRatioResizer with pad_to_max_dimension) or "
             "RandomScaleCropAndPadToSquare after every other shape-changing transform"
         )
+    whole = whole_chunk(samples)  # made by one worker as this batch: no copy
+
+    def stacked(key: str) -> np.ndarray:
+        return whole[key] if whole is not None else np.stack([s[key] for s in samples])
+
     batch = {
-        "images": np.stack([s["image"] for s in samples]),
-        "boxes": np.stack([s["boxes"] for s in samples]),
-        "classes": np.stack([s["classes"] for s in samples]),
-        "valid": np.stack([s["valid"] for s in samples]),
-        "ignore": np.stack([s["ignore"] for s in samples]),
+        "images": stacked("image"),
+        "boxes": stacked("boxes"),
+        "classes": stacked("classes"),
+        "valid": stacked("valid"),
+        "ignore": stacked("ignore"),
         "image_id": np.array([s["image_id"] for s in samples], np.int64),
-        "image_info": np.stack([s["image_info"] for s in samples]).astype(np.float32),
+        "image_info": stacked("image_info").astype(np.float32, copy=False),
         "mask": np.array([s["mask"] for s in samples], bool),
     }
     for key in KEYPOINT_KEYS + MASK_KEYS:
         if key in samples[0]:
-            batch[key] = np.stack([s[key] for s in samples])
+            batch[key] = stacked(key)
     batch["_stream_index"] = np.array([s.get("_stream_index", -1) for s in samples], np.int64)
     batch["_num_truncated"] = int(sum(s["num_truncated"] for s in samples))
     batch["_skips"] = [s[_SKIP + "_info"] for s in samples if _SKIP + "_info" in s]
@@ -276,31 +282,34 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _read_options(batch_size: int, worker_count: int) -> grain.ReadOptions:
-    """Threads that map samples: JPEG decoding and resampling release the GIL, so in one
-    process (``worker_count`` 0) one thread per usable core (at least 4) works in parallel;
-    each worker process runs 2."""
-    threads = 2 if worker_count else max(4, _usable_cores())
-    return grain.ReadOptions(num_threads=threads,
-                             prefetch_buffer_size=max(8, 2 * batch_size, 2 * threads))
+MAX_AUTO_WORKERS = 16
 
 
-def _ensure_absl_flags_parsed() -> None:
-    """grain's multiprocess prefetch reads absl flags (e.g. when jax's profiler is loaded);
-    outside an ``absl.app`` program nobody parsed them, so take their defaults."""
-    from absl import flags
+def resolve_worker_count(worker_count: int | str, *, training: bool = True,
+                         cores: int | None = None) -> int:
+    """``data.worker_count`` as a number: an int as given; ``"auto"``, for training, 0
+    (threads) on at most 4 usable cores (there threads beat processes, which pay for moving
+    images between processes), else ``cores - 2`` processes (the main process and XLA keep
+    two), at most ``MAX_AUTO_WORKERS``; for evaluation 0 (a pass is short next to the seconds
+    worker processes take to start)."""
+    if worker_count != "auto":
+        return int(worker_count)
+    cores = _usable_cores() if cores is None else cores
+    if not training or cores <= 4:
+        return 0
+    return min(MAX_AUTO_WORKERS, cores - 2)
 
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
 
-
-def _maybe_mp(ds: grain.IterDataset, batch_size: int, worker_count: int) -> grain.IterDataset:
-    if worker_count == 0:
-        return ds
-    buffer = max(2, math.ceil(2 * batch_size / worker_count))
-    _ensure_absl_flags_parsed()
-    return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count,
-                                                       per_worker_buffer_size=buffer))
+def _sample_stream(sample_map: Callable[[int], Sample], *, first: int, stop: int = sys.maxsize,
+                   step: int = 1, batch_size: int, worker_count: int) -> grain.IterDataset:
+    """The samples of positions ``range(first, stop, step)`` in order (``data.chunks``): in
+    this process (``worker_count`` 0) by one thread per usable core, at least 4 (JPEG
+    decoding and resampling release the GIL); else by ``worker_count`` processes, a batch's
+    worth of positions per hand-over."""
+    threads = max(4, _usable_cores())
+    return ordered_samples(sample_map, first=first, stop=stop, step=step,
+                           worker_count=worker_count, threads=threads,
+                           prefetch=max(8, 2 * batch_size, 2 * threads), chunk_size=batch_size)
 
 
 class TrainIterator(Iterator[dict[str, np.ndarray]]):
@@ -345,10 +354,8 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
 
     def _start(self) -> None:
         start = self._rows.position(self._next_index)
-        ds = grain.MapDataset.range(start, sys.maxsize).map(_ShardedTrainMap(self._rows,
-                                                                            self._map))
-        ds = ds.to_iter_dataset(_read_options(self._batch_size, self._worker_count))
-        ds = _maybe_mp(ds, self._batch_size, self._worker_count)
+        ds = _sample_stream(_ShardedTrainMap(self._rows, self._map), first=start,
+                            batch_size=self._batch_size, worker_count=self._worker_count)
         self._tally.start(self._next_index)
         ds = ds.filter(_DropSkipped(self.skips, self._map.num_records, self._name,
                                     _image_dir(self._source), self._tally))
@@ -501,4 +508,5 @@ def make_train_loader(
 
 
 __all__ = ["BATCH_KEYS", "DECODE_MODES", "IMAGE_DTYPES", "SHARDED_STATE_FORMAT", "STATE_FORMAT",
-           "TrainIterator", "build_sample", "finish_image", "make_train_loader"]
+           "TrainIterator", "build_sample", "finish_image", "make_train_loader",
+           "resolve_worker_count"]
