@@ -84,7 +84,8 @@ def test_auto_worker_count_for_training(cores, expected):
     assert resolve_worker_count("auto", cores=cores) == expected
 
 
-def test_auto_evaluates_in_threads_and_numbers_are_kept():
+def test_auto_uses_threads_for_evaluation_and_cpu_steps_and_keeps_numbers():
     assert resolve_worker_count("auto", training=False, cores=64) == 0
+    assert resolve_worker_count("auto", accelerator=False, cores=64) == 0
     assert resolve_worker_count(3, cores=2) == 3
     assert resolve_worker_count(0, cores=64) == 0

@@ -208,9 +208,10 @@ class DataConfig(Strict):
 
     ``worker_count``: who prepares the training batches: ``0``, threads of the training
     process (one per core; decoding and resampling release Python's lock); ``N``, N worker
-    processes, each making whole batches; ``auto`` (the default), threads on a machine with at
-    most 4 usable cores, else one process per core but two, at most 16. Evaluation passes use
-    threads unless a number is given. The data are the same for every value.
+    processes, each making whole batches; ``auto`` (the default): when training on a GPU or
+    TPU with more than 4 usable cores, one process per core but two, at most 16; else threads
+    (and evaluation passes use threads unless a number is given). The data are the same for
+    every value.
 
     ``type``: ``images`` for the detectors (implied); the 3D U-Net reads ``volumes``."""
 

@@ -286,16 +286,17 @@ MAX_AUTO_WORKERS = 16
 
 
 def resolve_worker_count(worker_count: int | str, *, training: bool = True,
-                         cores: int | None = None) -> int:
-    """``data.worker_count`` as a number: an int as given; ``"auto"``, for training, 0
-    (threads) on at most 4 usable cores (there threads beat processes, which pay for moving
-    images between processes), else ``cores - 2`` processes (the main process and XLA keep
-    two), at most ``MAX_AUTO_WORKERS``; for evaluation 0 (a pass is short next to the seconds
-    worker processes take to start)."""
+                         accelerator: bool = True, cores: int | None = None) -> int:
+    """``data.worker_count`` as a number: an int as given; ``"auto"``: ``cores - 2`` worker
+    processes (the main process and the runtime keep two), at most ``MAX_AUTO_WORKERS``, when
+    training for an ``accelerator`` on more than 4 usable cores; else 0, threads: on few cores
+    threads are faster (processes pay for moving images between processes), a CPU-only step
+    is slower than threads can feed, and an evaluation pass is short next to the seconds
+    worker processes take to start."""
     if worker_count != "auto":
         return int(worker_count)
     cores = _usable_cores() if cores is None else cores
-    if not training or cores <= 4:
+    if not (training and accelerator) or cores <= 4:
         return 0
     return min(MAX_AUTO_WORKERS, cores - 2)
 
