@@ -39,7 +39,7 @@ demo: install
 ## Install the test extras and run the whole suite.
 test: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 ## TF SavedModel / TFLite export needs TensorFlow (~600 MB): its own venv (with the ONNX
 ## extras too: every runtime in one place), never in make test.

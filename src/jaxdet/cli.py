@@ -251,7 +251,11 @@ def _trained_line(result, workdir) -> str:
     rate = (f"; {result.images_per_second:.1f} img/s after a "
             f"{result.compile_seconds:.0f} s compile" if result.images_per_second > 0 else "")
     first = result.step - result.steps_run + 1
-    return f"trained {result.steps_run} steps ({first}-{result.step}){rate}"
+    line = f"trained {result.steps_run} steps ({first}-{result.step}){rate}"
+    if result.stopped_by:
+        line = (f"stopped by {result.stopped_by} after step {result.step}, checkpointed in "
+                f"{workdir}/checkpoints ({line}); the same command resumes from it")
+    return line
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -344,6 +348,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  generated data and checkpoints under {workdir}/")
     t0 = time.perf_counter()
     result = runs.train(config, workdir)
+    if result.stopped_by:
+        print(_trained_line(result, workdir).replace("the same command", "the same demo command"))
+        return 0
     out_dir = workdir / "eval" / f"step_{result.step}"
     metrics = json.loads((out_dir / "metrics.json").read_text())
     minutes = (time.perf_counter() - t0) / 60

@@ -40,6 +40,7 @@ from jaxdet.tasks.base import Task
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
+from jaxdet.train.preemption import StopSignals
 from jaxdet.train.step import abstract_train_state, init_train_state
 
 log = logging.getLogger("jaxdet")
@@ -287,24 +288,27 @@ def train(
         hooks.append(PeriodicHook(run_eval, every=config.train.eval_every))
 
     try:
-        return train_loop(
-            step_fn=builders.build_train_step(config, task, tx, schedule,
-                                              state_sharding=shardings,
-                                              batch_sharding=batch_shardings, raw_pixels=True),
-            state=state,
-            batches=batches,
-            place_batch=lambda batch: place_batch(batch, batch_shardings),
-            start_step=start,
-            num_steps=config.train.num_steps,
-            checkpointer=checkpointer,
-            checkpoint_metadata=lambda: {"fingerprint": fingerprint, "data": batches.get_state()},
-            logger=logger,
-            log_every=config.train.log_every,
-            batch_size=config.train.batch_size,
-            hooks=hooks,
-            stop_after=stop_after,
-            progress=progress,
-        )
+        with StopSignals() as stop:  # SIGTERM / SIGINT: checkpoint this step, then return
+            return train_loop(
+                step_fn=builders.build_train_step(config, task, tx, schedule,
+                                                  state_sharding=shardings,
+                                                  batch_sharding=batch_shardings, raw_pixels=True),
+                state=state,
+                batches=batches,
+                place_batch=lambda batch: place_batch(batch, batch_shardings),
+                start_step=start,
+                num_steps=config.train.num_steps,
+                checkpointer=checkpointer,
+                checkpoint_metadata=lambda: {"fingerprint": fingerprint,
+                                             "data": batches.get_state()},
+                logger=logger,
+                log_every=config.train.log_every,
+                batch_size=config.train.batch_size,
+                hooks=hooks,
+                stop_after=stop_after,
+                progress=progress,
+                stop=stop,
+            )
     finally:
         logger.close()
         checkpointer.close()

@@ -48,6 +48,8 @@ def test_drop_connect_is_live_and_keyed_by_step():
     assert float(np.abs(np.asarray(same[0]) - np.asarray(no_drop)).max()) > 0.01 * scale
 
 
+@pytest.mark.exhaustive  # 110 s: kill-and-resume is checked on the tiny SSD by default, and
+# drop-connect's per-step keys (what makes EfficientDet's resume exact) by the test above
 def test_killed_run_resumes_exactly_and_evaluates_with_ema(tmp_path):
     """A run killed after its step-2 checkpoint (the uninterrupted run's workdir without its
     step-4 checkpoint: two runs instead of three) resumes to the uninterrupted parameters."""

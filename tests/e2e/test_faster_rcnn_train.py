@@ -55,6 +55,8 @@ def test_faster_rcnn_trains_its_loss_down_and_evaluates(tmp_path):
     assert "AP" in json.loads((tmp_path / "ev" / "metrics.json").read_text())
 
 
+@pytest.mark.exhaustive  # 32 s; the C4 run above is the family's end-to-end run; FPN predicts
+# through the same path in the export and mesh tests
 def test_faster_rcnn_fpn_trains_its_loss_down_and_predicts(tmp_path):
     """The FPN variant (faster_rcnn_fpn_shapes_demo, shrunk): the loss goes down, the periodic
     eval scores COCO metrics, and ``jaxdet predict`` writes detections."""

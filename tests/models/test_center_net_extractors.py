@@ -89,8 +89,9 @@ def test_parameter_counts_equal_tf(name):
         assert TF_RESNET_V2_WITH_POST_BN[name] == (trainable + 2 * 2048, total + 4 * 2048)
 
 
-@pytest.mark.parametrize("name,size", [("hourglass_104", 128), ("resnet_v2_50", 64),
-                                       ("mobilenet_v2_fpn", 64)])
+@pytest.mark.parametrize("name,size", [
+    pytest.param("hourglass_104", 128, marks=pytest.mark.exhaustive),  # 16 s: counted abstractly
+    ("resnet_v2_50", 64), ("mobilenet_v2_fpn", 64)])
 def test_forward_on_a_small_image(name, size, build_fast):
     """A concrete (jitted) forward of backbone + neck in eval mode with random weights: one
     finite stride-4 map. 128 is the smallest input Hourglass-104's five halvings after the

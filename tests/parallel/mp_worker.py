@@ -5,7 +5,8 @@
 
 Runs ``jaxdet train`` through the CLI's own path (flags -> jax.distributed -> runs.train) on the
 shapes config with the ``--set`` overrides (``--stop-after K``: first a run stopped after step
-K, then a second ``runs.train`` that resumes from the checkpoint); writes
+K, then a second ``runs.train`` that resumes from the checkpoint; ``--until-signal``: first a
+run that a signal stops, then the resumed one); writes
 ``DIR/params_<I>.npz`` (this process's copy of the final parameters) and prints one JSON line:
 process index/count, device counts, steps.
 """
@@ -25,6 +26,8 @@ def main() -> int:
     p.add_argument("--coordinator-address", required=True)
     p.add_argument("--workdir", required=True)
     p.add_argument("--stop-after", type=int, default=None)
+    p.add_argument("--until-signal", action="store_true",
+                   help="first a run that a SIGTERM / SIGINT stops, then the resumed run")
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args()
@@ -57,6 +60,10 @@ def main() -> int:
         # older), then a fresh start that resumes from the checkpoint every process wrote
         killed_at = runs.train(config, args.workdir, stop_after=args.stop_after,
                                evaluate=False, progress=progress).step
+    stopped = None
+    if args.until_signal:
+        first = runs.train(config, args.workdir, evaluate=False, progress=progress)
+        stopped = {"stopped_by": first.stopped_by, "stopped_at": first.step}
     result = runs.train(config, args.workdir, evaluate=False, progress=progress)
     params = jax.tree_util.tree_flatten_with_path(result.state["params"])[0]
     np.savez(os.path.join(args.workdir, f"params_{args.process_id}.npz"),
@@ -65,7 +72,7 @@ def main() -> int:
                       "process_count": jax.process_count(),
                       "local_devices": jax.local_device_count(),
                       "devices": jax.device_count(), "step": result.step,
-                      "killed_at": killed_at,
+                      "killed_at": killed_at, "stopped": stopped,
                       "compile_seconds": round(result.compile_seconds, 1)}), flush=True)
     return 0
 

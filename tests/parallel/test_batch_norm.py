@@ -241,7 +241,8 @@ def global_single(tiny_overrides):
     return _one_step(config, None)
 
 
-@pytest.mark.parametrize("mesh_shape", [(8, 1), (2, 4)])
+# data x spatial (2, 4) under -m exhaustive: the mesh tests check that layout for the whole step
+@pytest.mark.parametrize("mesh_shape", [(8, 1), pytest.param((2, 4), marks=pytest.mark.exhaustive)])
 def test_global_statistics_on_a_mesh_equal_one_device(tiny_overrides, global_single, mesh_shape):
     before, single, single_metrics = global_single
     config = load_config("shapes_demo", tiny_overrides + MESH_OVERRIDES + [

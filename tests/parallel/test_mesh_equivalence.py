@@ -115,10 +115,17 @@ def reference(request) -> _Reference:
     return _REFERENCES[request.param]
 
 
-# the train step on (4, 2) (data and spatial, like (2, 4)) under -m exhaustive: a compile each
-@pytest.mark.parametrize("shape", [
-    pytest.param(s, marks=pytest.mark.exhaustive) if s == (4, 2) else s for s in MESHES],
-    ids=lambda s: f"mesh{s[0]}x{s[1]}")
+def _train_meshes() -> list:
+    """(model, mesh) pairs; under -m exhaustive (a compile each): (4, 2), data and spatial like
+    (2, 4), and RetinaNet's data-only and spatial-only meshes, which SSD's check for the same
+    shardings (RetinaNet's head is checked on (2, 4))."""
+    slow = {("retinanet", (8, 1)), ("retinanet", (1, 8))}
+    return [pytest.param(m, s, id=f"{m}-mesh{s[0]}x{s[1]}",
+                         marks=[pytest.mark.exhaustive] if s == (4, 2) or (m, s) in slow else [])
+            for m in sorted(MODELS) for s in MESHES]
+
+
+@pytest.mark.parametrize(("reference", "shape"), _train_meshes(), indirect=["reference"])
 def test_train_step_on_mesh_equals_single_device(reference: _Reference, shape) -> None:
     mesh = make_mesh(*shape)
     shardings = state_sharding(mesh, reference.state0)

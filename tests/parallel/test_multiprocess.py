@@ -113,3 +113,58 @@ def test_two_processes_train_like_one(tiny_overrides, tmp_path):
 
 def test_gather_ints_single_process():
     assert gather_ints(2**40 + 5) == [2**40 + 5]
+
+
+@pytest.mark.exhaustive
+def test_a_signal_to_one_process_stops_both_at_one_step(tiny_overrides, tmp_path):
+    """SIGTERM to process 1 alone: both processes finish the same step, write one checkpoint
+    together and return; resumed, they end with the parameters of an uninterrupted
+    two-process run."""
+    import signal
+    import time
+
+    overrides = [*tiny_overrides, *SAME, "parallel.data=-1", "train.num_steps=300",
+                 "train.checkpoint_every=100"]
+    workdir = tmp_path / "two"
+    builders.build_source(load_config("shapes_demo", overrides).data.train, workdir)
+    port = _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen(
+        [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", "2",
+         "--coordinator-address", f"localhost:{port}", "--workdir", str(workdir),
+         "--until-signal", *[f"--set={o}" for o in overrides]],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        log = workdir / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while not (log.is_file() and len(log.read_text().splitlines()) >= 3):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (_out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-4000:]
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    stops = [r["stopped"] for r in reports]
+    assert stops[1]["stopped_by"] == "SIGTERM"
+    assert stops[0]["stopped_by"] == "a signal to another process"
+    at = stops[0]["stopped_at"]
+    assert stops[1]["stopped_at"] == at and 3 <= at < 300
+    assert all(r["step"] == 300 for r in reports)
+    with Checkpointer(workdir / "checkpoints") as ckpt:  # (the step-`at` one kept 3 newer)
+        assert ckpt.all_steps()[-1] == 300
+    params = [_params(workdir / f"params_{i}.npz") for i in range(2)]
+    # an uninterrupted two-process run (one process would differ after 300 steps by rounding)
+    builders.build_source(load_config("shapes_demo", overrides).data.train, tmp_path / "plain")
+    _launch(tmp_path / "plain", overrides)
+    want = _params(tmp_path / "plain" / "params_0.npz")
+    assert params[0].keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_array_equal(params[0][name], params[1][name], err_msg=name)
+        np.testing.assert_array_equal(params[0][name], value, err_msg=name)

@@ -17,6 +17,7 @@ come out in position order, the same stream as one process makes.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -113,8 +114,15 @@ def ordered_samples(sample_map: Callable[[int], Sample], *, first: int = 0,
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=1))
     _ensure_absl_flags_parsed()
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count,
-                                                     per_worker_buffer_size=1))
+                                                     per_worker_buffer_size=1),
+                        worker_init_fn=_ignore_interrupts)
     return grain.experimental.FlatMapIterDataset(ds, _Unpack(chunk_size))
+
+
+def _ignore_interrupts(worker_index: int, worker_count: int) -> None:
+    """In a worker: Ctrl-C reaches the terminal's whole process group; the training process
+    handles it (finishes its step, checkpoints) and closes the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _ensure_absl_flags_parsed() -> None:

@@ -50,10 +50,9 @@ class Checkpointer:
         self.every_steps = int(every_steps)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
-            save_decision_policy=policies.AnySavePolicy([
-                policies.FixedIntervalPolicy(self.every_steps),
-                policies.PreemptionCheckpointingPolicy(),
-            ]),
+            # preemption: the training loop's own signal handling (``train.preemption``)
+            # forces a save at the step every process agreed on
+            save_decision_policy=policies.FixedIntervalPolicy(self.every_steps),
             create=True,
             cleanup_tmp_directories=True,
             enable_async_checkpointing=async_save,

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.metrics_log import MetricsLogger
+from jaxdet.train.preemption import StopSignals
 
 TrainState = dict
 
@@ -57,7 +58,9 @@ class PeriodicHook:
 class LoopResult:
     """What a ``train_loop`` call did. ``images_per_second`` is the training rate after the
     compile (evaluation and checkpoint writing not counted; 0 when fewer than two steps ran);
-    ``steps_run`` the steps this call trained (0: the run was already complete)."""
+    ``steps_run`` the steps this call trained (0: the run was already complete);
+    ``stopped_by`` the signal that stopped it early after a checkpoint of ``step`` (None: it
+    ran to its end)."""
 
     state: TrainState
     step: int
@@ -65,6 +68,7 @@ class LoopResult:
     images_per_second: float
     compile_seconds: float
     steps_run: int = 0
+    stopped_by: str | None = None
 
 
 # Steps are dispatched asynchronously; the loop waits for step n - 2 before going on after
@@ -116,6 +120,7 @@ def train_loop(
     stop_after: int | None = None,
     progress: bool = True,
     place_batch: Callable[[dict], dict] | None = None,
+    stop: StopSignals | None = None,
 ) -> LoopResult:
     """Run steps ``start_step+1 .. num_steps`` (1-based, ``state['step']`` counts them).
 
@@ -125,6 +130,10 @@ def train_loop(
     ``skipped_steps``: the steps of this call whose update was skipped so far.
     ``stop_after`` ends the loop early after that step without the end-of-run actions — it
     stands for a run killed mid-way (tests use it to prove resumption is exact).
+    ``stop`` (an active :class:`StopSignals`): after each step, if a stop was asked for, the
+    step is checkpointed and the loop returns with ``stopped_by`` set, skipping the hooks and
+    the end-of-run actions. If the batch cannot be read once a stop was asked for (the signal
+    also ended the loader's worker processes), the last step is checkpointed instead.
     """
     step = start_step
     last_saved = checkpointer.latest_step()
@@ -137,8 +146,15 @@ def train_loop(
     in_flight: collections.deque = collections.deque()  # losses of the steps not yet awaited
     bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
                disable=not progress, dynamic_ncols=True, bar_format=BAR_FORMAT)
+    stopped_by = None
     while step < num_steps:
-        batch = next(batches)
+        try:
+            batch = next(batches)
+        except Exception:
+            if stop is None or stop.requested is None:
+                raise
+            stopped_by = stop.requested  # checkpointed below, at the last finished step
+            break
         if place_batch is not None:
             batch = place_batch(batch)
         t0 = time.perf_counter()
@@ -173,23 +189,31 @@ def train_loop(
             logger.log(step, scalars, prefix="train")
             bar.set_postfix(postfix)
         bar.update(1)
-        checkpoint_due = step % checkpointer.every_steps == 0 or step == num_steps
+        stopping = stop is not None and stop.stop_now(step)
+        checkpoint_due = stopping or step % checkpointer.every_steps == 0 or step == num_steps
         if checkpoint_due or any(_hook_due(hook, step) for hook in hooks):
             jax.block_until_ready(metrics["loss"])  # the step's own time is training time
         t_pause = time.perf_counter()
         if checkpoint_due:
             _check_finite(step, jax.device_get(metrics), last_saved)
-            if checkpointer.save(step, state, checkpoint_metadata(), force=step == num_steps):
+            if checkpointer.save(step, state, checkpoint_metadata(),
+                                 force=stopping or step == num_steps):
                 last_saved = step
+        if stopping:
+            stopped_by = stop.requested
+            break
         for hook in hooks:
             hook.after_step(step, state)
         paused += time.perf_counter() - t_pause
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
+    if stopped_by is not None and last_saved != step and step > start_step:
+        if checkpointer.save(step, state, checkpoint_metadata(), force=True):
+            last_saved = step
     checkpointer.wait()
-    if stop_after is None or step >= num_steps:
+    if stopped_by is None and (stop_after is None or step >= num_steps):
         for hook in hooks:
             hook.at_end(step, state)
     return LoopResult(state, step, jax.device_get(metrics), rate, compile_seconds,
-                      steps_run=step - start_step)
+                      steps_run=step - start_step, stopped_by=stopped_by)
