@@ -10,6 +10,7 @@ Workdir layout::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -42,6 +43,7 @@ from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
 from jaxdet.train.step import abstract_train_state, init_train_state
+from jaxdet.train.workdir_lock import WorkdirBusy, hold_workdir  # noqa: F401  (re-exported)
 
 log = logging.getLogger("jaxdet")
 
@@ -205,11 +207,22 @@ def train(
     progress: bool = True,
     evaluate: bool = True,
 ) -> LoopResult:
-    """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one."""
+    """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
+
+    Holds the workdir's training lock throughout (process 0 of a multi-process run):
+    :class:`WorkdirBusy` if another run holds it, before anything in the workdir changes."""
     builders.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
     weights.check_init_checkpoint(config)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    lock = hold_workdir(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        return _train(config, workdir, stop_after=stop_after, progress=progress,
+                      evaluate=evaluate)
+
+
+def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: bool,
+           evaluate: bool) -> LoopResult:
     if jax.default_backend() == "cpu":
         cpu_allocator.hint()
     task = builders.build_task(config)
