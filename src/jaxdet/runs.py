@@ -20,6 +20,7 @@ from pathlib import Path
 import jax
 
 from jaxdet import builders, cpu_allocator, tasks, weights
+from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
 from jaxdet.eval.runner import (
@@ -247,8 +248,10 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
 
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
+    changes: dict = {}
     if start is not None:
         _check_fingerprint(checkpointer, start, fingerprint, workdir)
+        changes = check_resume(workdir, config.model_dump(mode="json"))  # before any data
     complete = start is not None and start >= config.train.num_steps
     final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
     if complete:
@@ -277,6 +280,10 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         if not complete:
             log.info("resumed from step %d", start)
     if jax.process_index() == 0:
+        if changes:
+            kept = keep_previous(workdir)
+            log.warning("resuming %s with a changed config: %s (the previous one is kept as "
+                        "%s)", workdir, describe(changes), kept.name if kept else "-")
         (workdir / "config.yaml").write_text(dump_config(config))
 
     from jaxdet.plots import try_plot_training_curves  # matplotlib loads only when drawing

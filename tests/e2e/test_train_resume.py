@@ -89,6 +89,27 @@ def test_killed_run_resumes_to_the_same_parameters(tiny_config, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
 
 
+def test_resuming_with_changed_training_fields_warns_and_keeps_the_old_config(
+        tiny_config, tmp_path, caplog):
+    runs.train(tiny_config, tmp_path, progress=False, evaluate=False)
+    first = (tmp_path / "config.yaml").read_text()
+    longer = tiny_config.model_copy(update={"train": tiny_config.train.model_copy(
+        update={"num_steps": 7, "batch_size": 2})})
+    with caplog.at_level("WARNING", logger="jaxdet"):
+        result = runs.train(longer, tmp_path, progress=False, evaluate=False)
+    assert result.step == 7
+    assert "train.batch_size 4 -> 2, train.num_steps 6 -> 7" in caplog.text
+    assert (tmp_path / "config.yaml.1").read_text() == first
+    # other training data: refused before the generated data is touched
+    data = tmp_path / "data" / "train" / "annotations.json"
+    stamp = data.stat().st_mtime_ns
+    more = longer.model_copy(update={"data": longer.data.model_copy(update={
+        "train": longer.data.train.model_copy(update={"num_images": 30})})})
+    with pytest.raises(ValueError, match="data.train.num_images 24 -> 30"):
+        runs.train(more, tmp_path, progress=False, evaluate=False)
+    assert data.stat().st_mtime_ns == stamp
+
+
 def test_refuses_a_workdir_from_another_config(tiny_config, tmp_path):
     runs.train(tiny_config, tmp_path, progress=False, evaluate=False)
     other = tiny_config.model_copy(
