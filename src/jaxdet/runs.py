@@ -40,6 +40,7 @@ from jaxdet.parallel.sharding import (
 )
 from jaxdet.tasks.base import Task
 from jaxdet.train.checkpoint import Checkpointer
+from jaxdet.train.checkpoint_integrity import damage
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
@@ -228,7 +229,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         cpu_allocator.hint()
     task = builders.build_task(config)
     checkpointer = _checkpointer(config, workdir)
-    start = checkpointer.latest_step()
+    start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint
     variable_names = _variable_names(
         config, task, workdir, tf_checkpoint=init.path if init and start is None else None)
@@ -417,12 +418,18 @@ def restore_for_inference(
     checkpointer = _checkpointer(config, workdir)
     try:
         if step is None:
-            step = checkpointer.latest_step()
+            step = checkpointer.latest_intact_step()
             if step is None:
-                raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}: train first")
+                raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}: train first"
+                                        if not checkpointer.all_steps() else
+                                        f"every checkpoint in {workdir / 'checkpoints'} is "
+                                        "damaged (see the warnings above)")
         elif int(step) not in checkpointer.all_steps():
             raise FileNotFoundError(f"no checkpoint for step {step} in {workdir / 'checkpoints'}"
                                     f" (available: {checkpointer.all_steps()})")
+        elif (why := damage(checkpointer.step_dir(step))) is not None:
+            raise FileNotFoundError(f"the checkpoint of step {step} in {workdir / 'checkpoints'}"
+                                    f" is damaged: {why}")
         step = int(step)
         _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
         params, batch_stats = task.abstract_variables()

@@ -245,9 +245,9 @@ def _workdir_variables(workdir: Path) -> dict[str, np.ndarray]:
 
     checkpointer = Checkpointer(workdir / "checkpoints")
     try:
-        step = checkpointer.latest_step()
+        step = checkpointer.latest_intact_step()
         if step is None:
-            raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}")
+            raise FileNotFoundError(f"no intact checkpoint in {workdir / 'checkpoints'}")
         state = checkpointer.restore_raw(step)
     finally:
         checkpointer.close()

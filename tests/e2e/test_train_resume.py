@@ -1,6 +1,7 @@
 """End to end on generated data: one compile per run, exact resumption, eval files."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -108,6 +109,26 @@ def test_resuming_with_changed_training_fields_warns_and_keeps_the_old_config(
     with pytest.raises(ValueError, match="data.train.num_images 24 -> 30"):
         runs.train(more, tmp_path, progress=False, evaluate=False)
     assert data.stat().st_mtime_ns == stamp
+
+
+def test_a_damaged_latest_checkpoint_is_set_aside_and_retrained(tiny_config, tmp_path, caplog):
+    """Step 6's largest file truncated: eval-side readers use step 3; the next train run moves
+    step 6 to damaged_checkpoints/, resumes from 3 and ends with the uninterrupted parameters."""
+    full = runs.train(tiny_config, tmp_path / "full", progress=False, evaluate=False)
+    shutil.copytree(tmp_path / "full", tmp_path / "hurt")
+    files = [p for p in (tmp_path / "hurt" / "checkpoints" / "6").rglob("*") if p.is_file()]
+    victim = max(files, key=lambda p: p.stat().st_size)
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size - 100)
+    with caplog.at_level("WARNING", logger="jaxdet"):
+        _, _, step = runs.restore_for_inference(tiny_config, tmp_path / "hurt")
+        assert step == 3
+        resumed = runs.train(tiny_config, tmp_path / "hurt", progress=False, evaluate=False)
+    assert f"{victim.name} is " in caplog.text and "when written" in caplog.text
+    assert resumed.step == 6 and resumed.steps_run == 3
+    assert (tmp_path / "hurt" / "damaged_checkpoints" / "6").is_dir()
+    for a, b in zip(_leaves(full.state["params"]), _leaves(resumed.state["params"]), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_refuses_a_workdir_from_another_config(tiny_config, tmp_path):

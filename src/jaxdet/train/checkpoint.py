@@ -4,11 +4,16 @@ Each step directory holds two items: ``state`` (any pytree of arrays, saved shar
 asynchronously) and ``metadata`` (a JSON dict: config fingerprint, data-iterator state,
 ...). Orbax writes a step into a temporary directory and renames it when complete, so a
 run killed mid-save never leaves a half-written checkpoint as the latest one; leftover
-temporary directories are removed when the next ``Checkpointer`` opens the directory.
+temporary directories are removed when the next ``Checkpointer`` opens the directory. Once a
+step is complete, process 0 records its files' sizes and checksums in it
+(``train.checkpoint_integrity``); :meth:`Checkpointer.latest_intact_step` skips a step damaged
+since.
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,10 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
+from jaxdet.train.checkpoint_integrity import damage, seal
+
 _STATE, _METADATA = "state", "metadata"
+log = logging.getLogger("jaxdet")
 
 
 def _with_default_sharding(abstract_state: Any) -> Any:
@@ -59,6 +67,7 @@ class Checkpointer:
         )
         # handlers named up front (not only item names), so a fresh manager can read a
         # step's metadata before restoring anything (``restore_parts``)
+        self._unsealed: list[int] = []
         self._manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={_STATE: ocp.StandardCheckpointHandler(),
@@ -75,11 +84,57 @@ class Checkpointer:
         step = int(step)
         if step in self._manager.all_steps():
             return False
+        self._seal_written()
         args = ocp.args.Composite(**{
             _STATE: ocp.args.StandardSave(state),
             _METADATA: ocp.args.JsonSave(dict(metadata or {})),
         })
-        return bool(self._manager.save(step, args=args, force=force))
+        saved = bool(self._manager.save(step, args=args, force=force))
+        if saved:
+            self._unsealed.append(step)
+        return saved
+
+    def step_dir(self, step: int) -> Path:
+        return self.directory / str(int(step))
+
+    def _seal_written(self) -> None:
+        """Checksum the steps this instance saved, once orbax has finished them (process 0;
+        the others' parts are in the same folders)."""
+        if not self._unsealed:
+            return
+        self._manager.wait_until_finished()
+        if jax.process_index() == 0:
+            for step in self._unsealed:
+                if self.step_dir(step).is_dir():  # (not already rotated out by ``keep``)
+                    seal(self.step_dir(step))
+        self._unsealed.clear()
+
+    def latest_intact_step(self, *, set_aside: bool = False) -> int | None:
+        """The newest step whose files are as written (None: no intact checkpoint). Each
+        damaged newer step is named in one warning; with ``set_aside`` (the training run, which
+        owns the workdir) it is moved to ``damaged_checkpoints/`` beside this directory, kept,
+        so that its step can be written again."""
+        found, moved = None, False
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            why = damage(self.step_dir(step))
+            if why is None:
+                found = int(step)
+                break
+            where = ""
+            if set_aside and jax.process_index() == 0:
+                target = self.directory.parent / "damaged_checkpoints" / str(step)
+                n = 1
+                while target.exists():
+                    n += 1
+                    target = target.with_name(f"{step}_{n}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(self.step_dir(step)), str(target))
+                where, moved = f"; moved to {target} (kept)", True
+            log.warning("checkpoint step %d in %s is damaged: %s%s; using an older one",
+                        step, self.directory, why, where)
+        if moved:
+            self._manager.reload()
+        return found
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -146,11 +201,13 @@ class Checkpointer:
         return jax.tree.map(lambda x: jax.device_get(x), restored[_STATE])
 
     def wait(self) -> None:
-        """Block until background saves have finished."""
+        """Block until background saves have finished (and checksum them)."""
         self._manager.wait_until_finished()
+        self._seal_written()
 
     def close(self) -> None:
         self._manager.wait_until_finished()
+        self._seal_written()
         self._manager.close()
 
     def __enter__(self) -> Checkpointer:
