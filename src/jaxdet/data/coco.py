@@ -198,6 +198,7 @@ class CocoSource:
 
         ids, paths, heights, widths = [], [], [], []
         seen: set[int] = set()
+        duplicated = _duplicate_image_ids(data["images"])  # every entry of such an id dropped
         # positions in data["images"] / data["annotations"] dropped here (for ground_truth())
         self._dropped_images: list[int] = []
         self._dropped_annotations: list[int] = []
@@ -213,8 +214,11 @@ class CocoSource:
                 self.skips.add("malformed_image_entry", file, f"image {entry!r:.80}")
                 self._dropped_images.append(position)
                 continue
-            if image_id in seen:
-                self.skips.add("duplicate_image_id", file, f"image id {image_id}")
+            if image_id in duplicated:
+                self.skips.add("duplicate_image_id", file, f"image id {image_id}",
+                               f"{', '.join(duplicated[image_id])} have this id: all of them "
+                               "and their annotations are left out (which boxes belong to "
+                               "which file is unknown)")
                 self._dropped_images.append(position)
                 continue
             path = os.path.join(self.image_dir, file_name)
@@ -253,6 +257,7 @@ class CocoSource:
                 f"{file}: no annotation has a 'segmentation' (an instance mask), but instance "
                 "masks were asked for (data.load_masks); use a file with masks or set "
                 "data.load_masks false")
+        ann_ids_seen: set[int] = set()
         for position, ann in enumerate(annotations):
             ann_id = ann.get("id", f"#{position}") if isinstance(ann, dict) else f"#{position}"
             where = f"annotation id {ann_id}"
@@ -265,9 +270,18 @@ class CocoSource:
                 self.skips.add("malformed_annotation", file, where)
                 continue
             if row is None:
-                self.skips.add("annotation_for_unknown_image", file, where,
-                               f"image id {ann['image_id']}")
+                if int(ann["image_id"]) in duplicated:
+                    self.skips.add("annotation_of_duplicate_image_id", file, where,
+                                   f"image id {ann['image_id']}")
+                else:
+                    self.skips.add("annotation_for_unknown_image", file, where,
+                                   f"image id {ann['image_id']}")
                 continue
+            if isinstance(ann_id, int):
+                if ann_id in ann_ids_seen:  # kept: the box itself is fine, the file is not
+                    self.skips.add("duplicate_annotation_id", file, where,
+                                   "another annotation has this id; both boxes are kept")
+                ann_ids_seen.add(ann_id)
             image_where = f"image id {ann['image_id']}, {where}"
             if category not in cat_index:
                 self.skips.add("unknown_category", file, image_where, f"category id {category}")
@@ -473,6 +487,18 @@ class CocoSource:
             f"CocoSource({Path(self.annotation_file).name!r}, {len(self)} images, "
             f"{len(self._boxes)} boxes, {self.num_classes} classes)"
         )
+
+
+def _duplicate_image_ids(images: list) -> dict[int, list[str]]:
+    """``{image id: its entries' file names}`` for the ids that several image entries have."""
+    names: dict[int, list[str]] = {}
+    for entry in images:
+        try:
+            image_id = int(entry["id"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        names.setdefault(image_id, []).append(str(entry.get("file_name")))
+    return {i: n for i, n in names.items() if len(n) > 1}
 
 
 def _load_json(path: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet.data.annotated_size import check_annotated_size
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.data.geometry import Sample
 from jaxdet.data.ground_truth import pad_ground_truth
@@ -127,6 +128,7 @@ class _Pipeline:
                 record = dict(record, masks=load_record_masks(record))
         except CorruptImageError as e:
             return {_SKIP: e.reason, "path": e.path, "index": int(index), "record": record}
+        check_annotated_size(record, image.shape[:2])
         sample = self.finish(build_sample(record, image, self.image_dtype), rng, mask=True)
         if sample["num_truncated"]:
             sample[_TRUNCATED] = (record["image_path"], int(index), int(record["image_id"]),
