@@ -8,8 +8,10 @@ Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD AP
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -453,14 +455,74 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _quiet_background_errors()
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_disk_full_line(err) or err}", file=sys.stderr)
         return 1
+    except OSError as err:  # disk full, read-only, a file where a folder should be, ...
+        print(f"error: {_os_error_line(err)}", file=sys.stderr)
+        return 1
+
+
+def _quiet_background_errors() -> None:
+    """A failure in a background thread (orbax's checkpoint writers, its event loops) also
+    reaches the main thread, which reports it in one line: the threads' own tracebacks, the
+    event loops' follow-up errors and the libraries' logged tracebacks go to the debug log
+    instead of the terminal."""
+    import threading
+
+    def thread_hook(args) -> None:
+        logging.getLogger("jaxdet").debug("in thread %s", getattr(args.thread, "name", "?"),
+                                          exc_info=(args.exc_type, args.exc_value,
+                                                    args.exc_traceback))
+
+    def unraisable_hook(args) -> None:
+        logging.getLogger("jaxdet").debug("unraisable in %r: %s", args.object, args.exc_value)
+
+    def main_thread_only(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and (record.threadName != "MainThread"
+                                                or record.exc_info):
+            logging.getLogger("jaxdet").debug("in thread %s: %s", record.threadName,
+                                              record.getMessage())
+            return False
+        return True
+
+    threading.excepthook = thread_hook
+    sys.unraisablehook = unraisable_hook
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    for name in ("absl", "orbax"):
+        logging.getLogger(name).addFilter(main_thread_only)
+
+
+def _disk_full_line(err: Exception) -> str | None:
+    """orbax's report of a full disk (TensorStore's RESOURCE_EXHAUSTED) in one line."""
+    text = str(err)
+    if "RESOURCE_EXHAUSTED" not in text and "No space left" not in text:
+        return None
+    match = re.search(r'"([^"]*?)/(\d+)\.orbax-checkpoint-tmp', text)
+    where = f" writing checkpoint step {match[2]} in {match[1]}" if match else ""
+    return (f"the disk is full{where}; the checkpoints written before are complete and kept "
+            "(the one being written is not used): free space and run the same command to "
+            "resume")
+
+
+def _os_error_line(err: OSError) -> str:
+    """A file-system failure in one line, with what survives it where that is known."""
+    where = f": {err.filename}" if err.filename else ""
+    line = f"{err.strerror or err}{where}"
+    if err.errno == errno.ENOSPC:
+        line += ("; nothing written so far is lost (a checkpoint being written when the disk "
+                 "filled is not used): free space and run the same command again")
+    elif err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        line += "; choose a folder this process may write (--workdir / --out)"
+    elif err.errno in (errno.EEXIST, errno.ENOTDIR):
+        line += "; a file stands where a folder is needed"
+    return line
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from typing import Any
 import yaml
 
 # fields that only say how a run is carried out, not what it computes
-IGNORED = ("data.worker_count", "train.log_every", "train.checkpoint_every", "train.keep",
-           "train.eval_every", "eval.num_visualizations", "name", "description")
+IGNORED = ("data.worker_count", "train.log_every", "train.checkpoint_every",
+           "train.eval_every", "train.keep_checkpoints", "eval.num_visualizations", "name",
+           "description")
 
 
 class DataChanged(ValueError):

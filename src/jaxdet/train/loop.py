@@ -147,67 +147,70 @@ def train_loop(
     bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
                disable=not progress, dynamic_ncols=True, bar_format=BAR_FORMAT)
     stopped_by = None
-    while step < num_steps:
-        try:
-            batch = next(batches)
-        except Exception:
-            if stop is None or stop.requested is None:
-                raise
-            stopped_by = stop.requested  # checkpointed below, at the last finished step
-            break
-        if place_batch is not None:
-            batch = place_batch(batch)
-        t0 = time.perf_counter()
-        state, metrics = step_fn(state, batch)
-        step += 1
-        in_flight.append(metrics["loss"])
-        if len(in_flight) > MAX_STEPS_IN_FLIGHT:
-            jax.block_until_ready(in_flight.popleft())
-        if "skipped" in metrics:  # summed on device: no host sync per step
-            skipped = metrics["skipped"] if skipped is None else skipped + metrics["skipped"]
-        if step == start_step + 1:  # the first call compiles; time it apart from throughput
-            jax.block_until_ready(metrics["loss"])
-            compile_seconds = time.perf_counter() - t0
-            window_start, window_images, paused = time.perf_counter(), 0, 0.0
-        else:
-            window_images += batch_size
-        if step % log_every == 0 or step == num_steps:
-            metrics = jax.device_get(metrics)
-            _check_finite(step, metrics, last_saved)
-            elapsed = time.perf_counter() - window_start - paused
-            rate = window_images / elapsed if window_images and elapsed > 0 else rate
-            scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
-            scalars["images_per_second"] = rate
-            postfix = {"loss": f"{scalars['loss']:.4f}", "lr": f"{scalars['learning_rate']:.2e}"}
-            if rate > 0:
-                postfix["img/s"] = f"{rate:.1f}"
-                postfix["eta"] = _eta((num_steps - step) * batch_size / rate)
-            if skipped is not None:
-                scalars["skipped_steps"] = float(jax.device_get(skipped))
-                if scalars["skipped_steps"]:
-                    postfix["skipped"] = int(scalars["skipped_steps"])
-            logger.log(step, scalars, prefix="train")
-            bar.set_postfix(postfix)
-        bar.update(1)
-        stopping = stop is not None and stop.stop_now(step)
-        checkpoint_due = stopping or step % checkpointer.every_steps == 0 or step == num_steps
-        if checkpoint_due or any(_hook_due(hook, step) for hook in hooks):
-            jax.block_until_ready(metrics["loss"])  # the step's own time is training time
-        t_pause = time.perf_counter()
-        if checkpoint_due:
-            _check_finite(step, jax.device_get(metrics), last_saved)
-            if checkpointer.save(step, state, checkpoint_metadata(),
-                                 force=stopping or step == num_steps):
-                last_saved = step
-        if stopping:
-            stopped_by = stop.requested
-            break
-        for hook in hooks:
-            hook.after_step(step, state)
-        paused += time.perf_counter() - t_pause
-        if stop_after is not None and step >= stop_after:
-            break
-    bar.close()
+    try:  # the bar ends its line whatever happens: an error gets a line of its own
+        while step < num_steps:
+            try:
+                batch = next(batches)
+            except Exception:
+                if stop is None or stop.requested is None:
+                    raise
+                stopped_by = stop.requested  # checkpointed below, at the last finished step
+                break
+            if place_batch is not None:
+                batch = place_batch(batch)
+            t0 = time.perf_counter()
+            state, metrics = step_fn(state, batch)
+            step += 1
+            in_flight.append(metrics["loss"])
+            if len(in_flight) > MAX_STEPS_IN_FLIGHT:
+                jax.block_until_ready(in_flight.popleft())
+            if "skipped" in metrics:  # summed on device: no host sync per step
+                skipped = metrics["skipped"] if skipped is None else skipped + metrics["skipped"]
+            if step == start_step + 1:  # the first call compiles; time it apart from throughput
+                jax.block_until_ready(metrics["loss"])
+                compile_seconds = time.perf_counter() - t0
+                window_start, window_images, paused = time.perf_counter(), 0, 0.0
+            else:
+                window_images += batch_size
+            if step % log_every == 0 or step == num_steps:
+                metrics = jax.device_get(metrics)
+                _check_finite(step, metrics, last_saved)
+                elapsed = time.perf_counter() - window_start - paused
+                rate = window_images / elapsed if window_images and elapsed > 0 else rate
+                scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
+                scalars["images_per_second"] = rate
+                postfix = {"loss": f"{scalars['loss']:.4f}",
+                           "lr": f"{scalars['learning_rate']:.2e}"}
+                if rate > 0:
+                    postfix["img/s"] = f"{rate:.1f}"
+                    postfix["eta"] = _eta((num_steps - step) * batch_size / rate)
+                if skipped is not None:
+                    scalars["skipped_steps"] = float(jax.device_get(skipped))
+                    if scalars["skipped_steps"]:
+                        postfix["skipped"] = int(scalars["skipped_steps"])
+                logger.log(step, scalars, prefix="train")
+                bar.set_postfix(postfix)
+            bar.update(1)
+            stopping = stop is not None and stop.stop_now(step)
+            checkpoint_due = stopping or step % checkpointer.every_steps == 0 or step == num_steps
+            if checkpoint_due or any(_hook_due(hook, step) for hook in hooks):
+                jax.block_until_ready(metrics["loss"])  # the step's own time is training time
+            t_pause = time.perf_counter()
+            if checkpoint_due:
+                _check_finite(step, jax.device_get(metrics), last_saved)
+                if checkpointer.save(step, state, checkpoint_metadata(),
+                                     force=stopping or step == num_steps):
+                    last_saved = step
+            if stopping:
+                stopped_by = stop.requested
+                break
+            for hook in hooks:
+                hook.after_step(step, state)
+            paused += time.perf_counter() - t_pause
+            if stop_after is not None and step >= stop_after:
+                break
+    finally:
+        bar.close()
     if stopped_by is not None and last_saved != step and step > start_step:
         if checkpointer.save(step, state, checkpoint_metadata(), force=True):
             last_saved = step
