@@ -53,6 +53,8 @@ def damage(step_dir: str | Path) -> str | None:
     """What is wrong with a sealed step (the first damaged file and how), or None when every
     file is as written (or the step is not sealed)."""
     step_dir = Path(step_dir)
+    if not step_dir.is_dir():  # e.g. set aside by process 0 while another process looked
+        return "its folder is gone"
     try:
         record = json.loads((step_dir / CHECKSUMS).read_text())
     except FileNotFoundError:
