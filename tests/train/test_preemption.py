@@ -169,7 +169,7 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(dump_config(tiny_config))
     train = [sys.executable, "-m", "jaxdet.cli", "train", "--config", str(config_file),
-             "--no-eval", "--set", "train.log_every=1", "--set", "train.num_steps=200",
+             "--no-eval", "--set", "train.log_every=1", "--set", "train.num_steps=60",
              "--set", "train.checkpoint_every=100"]
     stopped = tmp_path / "stopped"
     proc = subprocess.Popen([*train, "--workdir", str(stopped)], stdout=subprocess.PIPE,
@@ -187,20 +187,20 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
     line = out.strip().splitlines()[-1]
     assert line.startswith(f"stopped by {name} after step "), out
     step = int(line.split("after step ")[1].split(",")[0])
-    assert 3 <= step < 200
+    assert 3 <= step < 60
     assert sorted(int(p.name) for p in (stopped / "checkpoints").iterdir()
                   if p.name.isdigit()) == [step]
     assert "Traceback" not in err
     done = subprocess.run([*train, "--workdir", str(stopped)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"trained {200 - step} steps ({step + 1}-200)" in done.stdout
+    assert f"trained {60 - step} steps ({step + 1}-60)" in done.stdout
     full = subprocess.run([*train, "--workdir", str(tmp_path / "full")], capture_output=True,
                           text=True, timeout=300)
     assert full.returncode == 0, full.stderr[-3000:]
     rows = {r["step"]: r for r in map(json.loads, log.read_text().splitlines())}
     want = {r["step"]: r for r in map(json.loads, (tmp_path / "full" / "metrics.jsonl")
                                       .read_text().splitlines())}
-    assert sorted(rows) == sorted(want) == list(range(1, 201))
+    assert sorted(rows) == sorted(want) == list(range(1, 61))
     for s in rows:  # the same data and the same numbers, step for step
         assert rows[s]["metrics"]["train/loss"] == want[s]["metrics"]["train/loss"], s
