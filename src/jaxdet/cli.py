@@ -496,7 +496,9 @@ def _quiet_background_errors() -> None:
     sys.unraisablehook = unraisable_hook
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     for name in ("absl", "orbax"):
-        logging.getLogger(name).addFilter(main_thread_only)
+        logger = logging.getLogger(name)
+        if not any(getattr(f, "__name__", "") == "main_thread_only" for f in logger.filters):
+            logger.addFilter(main_thread_only)  # once, however often main() runs in a process
 
 
 def _disk_full_line(err: Exception) -> str | None:

@@ -20,14 +20,11 @@ collectives of the step two back) and looks at the flag after each of them. Wher
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
 import threading
 from types import FrameType
-
-log = logging.getLogger("jaxdet")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _STOP_KEY = "jaxdet/stop/asked/"
