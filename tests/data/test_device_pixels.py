@@ -147,3 +147,16 @@ def test_normalization_in_the_networks_dtype_is_the_float32_result_cast():
         cast = jax.jit(lambda i, n, d=dtype: full(i, n).astype(d))(images, info)
         assert half.dtype == dtype
         np.testing.assert_array_equal(np.asarray(half), np.asarray(cast))
+
+
+def test_batches_reach_the_cpu_device_without_a_copy(source):
+    """The loader's image batches start on a 64-byte boundary, so on the CPU backend
+    ``jax.device_put`` uses their memory as it is (a copy cost 0.7 ms per 640x640 batch of 8)."""
+    loader = make_train_loader(source, [FixedShapeResizer(40, 40)], batch_size=3, max_boxes=8,
+                               seed=0, image_dtype="uint8")
+    for _ in range(2):
+        images = next(loader)["images"]
+        assert images.ctypes.data % 64 == 0 and images.flags.c_contiguous
+        on_device = jax.device_put(images)
+        assert on_device.unsafe_buffer_pointer() == images.ctypes.data
+        np.testing.assert_array_equal(np.asarray(on_device), images)

@@ -74,25 +74,30 @@ def test_the_mask_loss_trains_the_mask_head_only_through_positives(monkeypatch):
     task = builders.build_task(_config())
     p_max = task.params.first_stage_max_proposals
 
+    traced = {}  # the batch being traced: the proposals are its boxes
+
     def gt_proposals(objectness, encodings, image_info, *, train):
-        boxes = jnp.pad(batch["boxes"], ((0, 0), (0, p_max - MAX_BOXES), (0, 0)))
-        valid = jnp.pad(batch["valid"], ((0, 0), (0, p_max - MAX_BOXES)))
+        boxes = jnp.pad(traced["boxes"], ((0, 0), (0, p_max - MAX_BOXES), (0, 0)))
+        valid = jnp.pad(traced["valid"], ((0, 0), (0, p_max - MAX_BOXES)))
         return {"boxes": boxes, "scores": valid.astype(jnp.float32), "valid": valid}
 
     monkeypatch.setattr(task, "_proposals", gt_proposals)
     params, stats = task.initial_variables()
 
     def mask_part(p, b):
+        traced.update(b)
         parts = task.loss(p, stats, b, jax.random.key(0))[1][0]
         return parts["second_stage_mask_loss"], parts["num_sampled_positives"]
 
+    # jitted (one compile for both batches): eagerly, the two passes took half a minute
+    value_and_grad = jax.jit(jax.value_and_grad(mask_part, has_aux=True))
     batch = {k: jnp.asarray(v) for k, v in _batch(task, [2, 1]).items()}
-    (value, positives), grads = jax.value_and_grad(mask_part, has_aux=True)(params, batch)
+    (value, positives), grads = value_and_grad(params, batch)
     assert float(positives) == 3.0  # every box: the 2 slots per image hold them all
     assert 4 * 0.6 < float(value) < 4 * 0.8
     assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads["mask_head"]))
     batch = {k: jnp.asarray(v) for k, v in _batch(task, [0, 0]).items()}
-    (value, _), grads = jax.value_and_grad(mask_part, has_aux=True)(params, batch)
+    (value, _), grads = value_and_grad(params, batch)
     assert float(value) == 0.0
     assert all(float(jnp.abs(g).max()) == 0 for g in jax.tree.leaves(grads["mask_head"]))
 

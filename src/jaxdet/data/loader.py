@@ -200,6 +200,17 @@ class _DropSkipped:
         return False
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
+    """An uninitialized array whose data start on an ``alignment``-byte boundary: on the CPU
+    backend ``jax.device_put`` then uses its memory as it is instead of copying it (0.7 ms per
+    640x640 batch of 8)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
 def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
     shapes = {s["image"].shape for s in samples}
     if len(shapes) > 1:
@@ -213,8 +224,11 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
     def stacked(key: str) -> np.ndarray:
         return whole[key] if whole is not None else np.stack([s[key] for s in samples])
 
+    images = whole["image"] if whole is not None else np.stack(
+        [s["image"] for s in samples],
+        out=aligned_empty((len(samples), *samples[0]["image"].shape), samples[0]["image"].dtype))
     batch = {
-        "images": stacked("image"),
+        "images": images,
         "boxes": stacked("boxes"),
         "classes": stacked("classes"),
         "valid": stacked("valid"),

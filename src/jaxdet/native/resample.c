@@ -88,6 +88,17 @@ static void store_row(const float *values, int64_t out_w, int channels, uint8_t 
       store(dst + j * col_stride + c * elem, type, values[j * channels + c]);
 }
 
+/* top + (bottom - top) * w for each of n values, rounded and clamped to uint8 into dst
+ * (contiguous): the vertical pass and the store in one loop. */
+static void mix_store_u8(const float *restrict top, const float *restrict bottom, float w,
+                         int64_t n, uint8_t *restrict dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    float v = rintf(top[k] + (bottom[k] - top[k]) * w);
+    v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
+    dst[k] = (uint8_t)v;
+  }
+}
+
 int jaxdet_resample_lerp(const uint8_t *src, int src_type, int64_t src_row_stride,
                          int64_t src_col_stride, int channels,
                          const int32_t *y0, const int32_t *y1, const float *wy, int64_t out_h,
@@ -114,6 +125,10 @@ int jaxdet_resample_lerp(const uint8_t *src, int src_type, int64_t src_row_strid
       got[k] = rows[slot];
     }
     const float w = wy[i], *top = got[0], *bottom = got[1];
+    if (dst_type == JD_U8 && dst_col_stride == channels) {
+      mix_store_u8(top, bottom, w, width, dst + i * dst_row_stride);
+      continue;
+    }
     for (int64_t k = 0; k < width; ++k) mixed[k] = top[k] + (bottom[k] - top[k]) * w;
     store_row(mixed, out_w, channels, dst + i * dst_row_stride, dst_type, dst_col_stride);
   }
