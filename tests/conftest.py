@@ -15,7 +15,12 @@ import pytest  # noqa: E402
 from jaxdet.config.loader import load_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# Every compilation is cached, the op-by-op ones of eager code too (17 ms each; an eager
+# Faster R-CNN train step compiles ~1,450): a warm run then reads them back. The variable is for
+# the `jaxdet` processes the end-to-end tests start.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
 # Eight CPU devices, as XLA_FLAGS=--xla_force_host_platform_device_count=8 would give; a
 # computation not placed on a mesh still runs on the first one.
 NUM_EMULATED_DEVICES = 8

@@ -72,15 +72,26 @@ RUNNER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
+class _Workdirs:
+    """name -> (config, workdir) of a toy model trained on its first request, once per test
+    process (each training compiles a train step: only the models a worker's tests use)."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory, self._made = tmp_path_factory, {}
+
+    def __getitem__(self, name: str):
+        if name not in self._made:
+            base, extra = MODELS[name]
+            config = load_config(base, [*TINY, *extra])
+            workdir = self._factory.mktemp(name)
+            runs.train(config, workdir, progress=False, evaluate=False)
+            self._made[name] = (config, workdir)
+        return self._made[name]
+
+
+@pytest.fixture(scope="session")
 def workdirs(tmp_path_factory):
-    out = {}
-    for name, (base, extra) in MODELS.items():
-        config = load_config(base, [*TINY, *extra])
-        workdir = tmp_path_factory.mktemp(name)
-        runs.train(config, workdir, progress=False, evaluate=False)
-        out[name] = (config, workdir)
-    return out
+    return _Workdirs(tmp_path_factory)
 
 
 def _images(shape, seed=0) -> np.ndarray:

@@ -52,6 +52,11 @@ def test_summary_matches_the_published_table(name):
     assert abs(params - paper_params) <= max(0.01 * paper_params,
                                              _half_last_digit(paper_params)), params
     assert abs(macs - paper_macs) <= 0.05 * paper_macs, macs
+    # the head's outputs line up with the anchors (as the shipped-config test checks for the
+    # configs whose summaries run only under -m exhaustive)
+    outputs, anchors = summary["outputs"], summary["anchors"]["total"]
+    assert outputs["class_logits"] == [1, anchors, summary["num_class_outputs"]]
+    assert outputs["box_encodings"] == [1, anchors, 4]
     if name == "d0":
         assert params == 3_880_067
         assert summary["parameters"]["components"] == {
