@@ -221,14 +221,15 @@ def _collate(samples: Sequence[Sample]) -> dict[str, Any]:
         )
     whole = whole_chunk(samples)  # made by one worker as this batch: no copy
 
-    def stacked(key: str) -> np.ndarray:
-        return whole[key] if whole is not None else np.stack([s[key] for s in samples])
+    def stacked(key: str, aligned: bool = False) -> np.ndarray:
+        if whole is not None:
+            return whole[key]
+        parts = [s[key] for s in samples]
+        out = aligned_empty((len(parts), *parts[0].shape), parts[0].dtype) if aligned else None
+        return np.stack(parts, out=out)
 
-    images = whole["image"] if whole is not None else np.stack(
-        [s["image"] for s in samples],
-        out=aligned_empty((len(samples), *samples[0]["image"].shape), samples[0]["image"].dtype))
     batch = {
-        "images": images,
+        "images": stacked("image", aligned=True),
         "boxes": stacked("boxes"),
         "classes": stacked("classes"),
         "valid": stacked("valid"),

@@ -30,11 +30,15 @@ static inline float load(const uint8_t *p, int type) {
   return type == JD_U8 ? (float)*p : *(const float *)p;
 }
 
+/* A float32 value rounded to the nearest integer (ties to even), clamped to [0, 255]. */
+static inline uint8_t round_u8(float v) {
+  v = rintf(v);
+  return (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+}
+
 static inline void store(uint8_t *p, int type, float v) {
   if (type == JD_U8) {
-    v = rintf(v);
-    v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-    *p = (uint8_t)v;
+    *p = round_u8(v);
   } else {
     *(float *)p = v;
   }
@@ -72,11 +76,7 @@ static void store_row(const float *values, int64_t out_w, int channels, uint8_t 
   if (col_stride == (int64_t)channels * elem) {
     const int64_t n = out_w * channels;
     if (type == JD_U8) {
-      for (int64_t k = 0; k < n; ++k) {
-        float v = rintf(values[k]);
-        v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-        dst[k] = (uint8_t)v;
-      }
+      for (int64_t k = 0; k < n; ++k) dst[k] = round_u8(values[k]);
     } else {
       float *out = (float *)dst;
       for (int64_t k = 0; k < n; ++k) out[k] = values[k];
@@ -92,11 +92,7 @@ static void store_row(const float *values, int64_t out_w, int channels, uint8_t 
  * (contiguous): the vertical pass and the store in one loop. */
 static void mix_store_u8(const float *restrict top, const float *restrict bottom, float w,
                          int64_t n, uint8_t *restrict dst) {
-  for (int64_t k = 0; k < n; ++k) {
-    float v = rintf(top[k] + (bottom[k] - top[k]) * w);
-    v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-    dst[k] = (uint8_t)v;
-  }
+  for (int64_t k = 0; k < n; ++k) dst[k] = round_u8(top[k] + (bottom[k] - top[k]) * w);
 }
 
 int jaxdet_resample_lerp(const uint8_t *src, int src_type, int64_t src_row_stride,
