@@ -39,6 +39,7 @@ demo: install
 ## Install the test extras and run the whole suite.
 test: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 ## TF SavedModel / TFLite export needs TensorFlow (~600 MB): its own venv (with the ONNX
@@ -81,6 +82,7 @@ bench: install
 
 lint: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf runs .pytest_cache

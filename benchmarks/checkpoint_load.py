@@ -15,10 +15,10 @@ import json
 import time
 from pathlib import Path
 
-from jaxdet import builders
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import load_tf_detection_checkpoint
+from jaxdet.tasks.ssd import build as ssd_build
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_pipeline_config(args.pipeline_config, [
         "data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"])
-    model = builders.build_model(config)
+    model = ssd_build.build_model(config)
     times = {"open_s": [], "read_all_s": [], "load_into_model_s": []}
     for _ in range(args.repeat):
         t0 = time.perf_counter()

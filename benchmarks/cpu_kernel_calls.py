@@ -18,8 +18,9 @@ import json
 import jax
 import numpy as np
 
-from jaxdet import builders, cpu_kernels
+from jaxdet import cpu_kernels, tasks
 from jaxdet.config.loader import load_config
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 ISSUE_22 = ("ssd_mobilenet_v2_320:8", "efficientdet_d0:2", "retinanet_resnet50_fpn_640:2")
@@ -30,13 +31,13 @@ def step_text(name: str, batch_size: int) -> str:
     from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
 
     config = load_config(name, ["precision=fp32", f"train.batch_size={batch_size}"])
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     batch = synthetic_batch(np.random.default_rng(0), batch_size, task.input_size, 16,
                             task.num_classes, task.batch_layout())
     state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                             loss_scale=builders.build_loss_scale(config))
-    return builders.build_train_step(config, task, tx, schedule).lower(state, batch).as_text()
+                             loss_scale=train_build.build_loss_scale(config))
+    return train_build.build_train_step(config, task, tx, schedule).lower(state, batch).as_text()
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -26,10 +26,11 @@ import time
 import jax
 import numpy as np
 
-from jaxdet import builders, cpu_kernels
+from jaxdet import cpu_kernels, tasks
 from jaxdet.config.loader import load_config
 from jaxdet.core import portable
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
                          f"or {cpu_kernels.OPT_OUT}=0)")
     config = load_config(args.config, ["precision=fp32", f"train.batch_size={args.batch_size}",
                                        *args.overrides])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     runs = (_predict_runs(config, task, args) if args.predict
             else _train_runs(config, task, args))
     for _ in range(args.rounds):
@@ -98,7 +99,7 @@ def _predict_runs(config, task, args) -> dict:
         size=(args.batch_size, height, width, 3)), jax.numpy.float32)
     info = jax.numpy.asarray([[height, width, height, width]] * args.batch_size,
                              jax.numpy.float32)
-    options = builders.predict_compiler_options(config)
+    options = train_build.predict_compiler_options(config)
     runs = {}
     for name, (compiled, seconds) in _compiled_both_ways(
             lambda: jax.jit(portable.fresh_trace(task.predict), compiler_options=options).lower(
@@ -115,16 +116,16 @@ def _predict_runs(config, task, args) -> dict:
 def _train_runs(config, task, args) -> dict:
     from train_throughput import synthetic_batch  # noqa: PLC0415 (sibling script)
 
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     batch = jax.device_put(synthetic_batch(np.random.default_rng(0), args.batch_size,
                                            task.input_size, args.max_boxes, task.num_classes,
                                            task.batch_layout()))
     host_state = jax.tree.map(np.asarray, init_train_state(
         task, tx, ema=config.train.ema_decay is not None,
-        loss_scale=builders.build_loss_scale(config)))
+        loss_scale=train_build.build_loss_scale(config)))
     runs = {}
     for name, (compiled, seconds) in _compiled_both_ways(
-            lambda: builders.build_train_step(config, task, tx, schedule).lower(
+            lambda: train_build.build_train_step(config, task, tx, schedule).lower(
                 jax.tree.map(jax.numpy.asarray, host_state), batch)).items():
         # each version steps its own copy of the state (the step donates it)
         held = {"state": jax.tree.map(jax.numpy.asarray, host_state)}

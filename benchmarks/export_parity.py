@@ -39,8 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference_throughput import machine_info
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.data import build as data_build
 from jaxdet.export.exporter import FORMATS, export_serving_function
 from jaxdet.export.runtimes import (
     differences,
@@ -113,7 +114,7 @@ def recalibrate_batch_norm(name: str, overrides: list[str], params, stats, x):
     BatchNorm normalizing what it sees, the network is well conditioned."""
     config = load_config(name, [*overrides, "model.backbone.batch_norm.decay=1e-9",
                                 "model.backbone.batch_norm.frozen=false"])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     _, new_stats = jax.jit(lambda p, s, x: task.apply(p, s, x, train=True))(params, stats, x)
     return new_stats
 
@@ -193,10 +194,10 @@ def _within(d: dict, floor: dict, total: int, factor: float = 3.0) -> bool:
 def check_config(name: str, formats: list[str], batch: int, overrides: list[str],
                  tmp: Path) -> dict:
     config = load_config(name, overrides)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     params, stats = task.initial_variables()
     params = scale_residual_branches(redraw_kernels(params))
-    size = builders.input_size(config.data)
+    size = data_build.input_size(config.data)
     ids = list(range(1, config.model.num_classes + 1))
     images = np.random.default_rng(0).integers(0, 256, (batch, *size, 3)).astype(np.uint8)
     x, info = preprocess_images(config, images)

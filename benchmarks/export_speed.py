@@ -34,8 +34,9 @@ import jax
 import numpy as np
 
 from inference_throughput import machine_info, summarize, timed_calls
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.data import build as data_build
 from jaxdet.export.exporter import export_onnx, export_stablehlo
 from jaxdet.export.serving import serving_function
 from jaxdet.export.tf_formats import tflite_bytes, write_saved_model
@@ -82,12 +83,12 @@ def bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[
 def _bench_config(name: str, batch_sizes: list[int], iters: int, overrides: list[str],
                   tmp: Path) -> dict:
     config = load_config(name, overrides)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     params, stats = task.initial_variables()
     ids = list(range(1, config.model.num_classes + 1))
     fn = serving_function(task, config, params, stats, class_ids=ids,
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels)
-    size = builders.input_size(config.data)
+    size = data_build.input_size(config.data)
     t0 = time.perf_counter()
     payload = export_stablehlo(fn, size).serialize()
     export_s = time.perf_counter() - t0

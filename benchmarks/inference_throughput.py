@@ -24,9 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
+from jaxdet.data import build as data_build
+from jaxdet.train import build as train_build
 
 
 def timed_calls(fn: Callable[[], object], iters: int) -> list[float]:
@@ -46,7 +48,7 @@ class OurPredictor:
     """
 
     def __init__(self, config, batch_size: int, seed: int = 0):
-        self.task = builders.build_task(config)
+        self.task = tasks.build_task(config)
         self.params, self.batch_stats = self.task.initial_variables()
         height, width = self.task.input_size
         rng = np.random.default_rng(seed)
@@ -57,7 +59,7 @@ class OurPredictor:
             jnp.asarray([[height, width, height, width]], jnp.float32), (batch_size, 1)
         )
         self.predict = jax.jit(self.task.predict,
-                               compiler_options=builders.predict_compiler_options(config))
+                               compiler_options=train_build.predict_compiler_options(config))
         t0 = time.perf_counter()
         self()
         self.compile_s = time.perf_counter() - t0
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config": args.config,
         "overrides": args.overrides,
         "precision": config.precision,
-        "input_size": list(builders.input_size(config.data)),
+        "input_size": list(data_build.input_size(config.data)),
         "results": results,
         **machine_info(),
     }

@@ -8,7 +8,7 @@
         --workers 0 1 2 --peer tf --rounds 3
     python benchmarks/input_pipeline.py --config shapes_demo          # generated data
 
-What is timed is ``builders.build_train_loader`` as ``jaxdet train`` builds it (the config's
+What is timed is ``data.build.build_train_loader`` as ``jaxdet train`` builds it (the config's
 augmentations and resizer, uint8 images, its JPEG decode mode), ``--batches`` batches after
 ``--warmup`` (at least two per worker process, so every worker has started), for each
 ``data.worker_count`` in ``--workers``, each in a fresh process pinned to ``--cores`` CPUs (all
@@ -152,9 +152,9 @@ def _device_normalizer(config):
     data that are not images."""
     import jax
 
-    from jaxdet import builders
+    from jaxdet import tasks
 
-    normalizer = builders.build_normalizer(config)
+    normalizer = tasks.build_normalizer(config)
     if normalizer is None:
         return None
     fn = jax.jit(normalizer)
@@ -171,7 +171,8 @@ def serial_profile(config, source, samples: int = 64) -> dict:
     plus the batch assembly in the main process (``collate``, per image)."""
     import numpy as np
 
-    from jaxdet import builders
+    from jaxdet import tasks
+    from jaxdet.data import build as data_build
     from jaxdet.data import decode, loader, resample, sample_pipeline
 
     spent = {"decode": 0.0, "resample": 0.0}
@@ -190,9 +191,9 @@ def serial_profile(config, source, samples: int = 64) -> dict:
     resample.resample = timed("resample", resample.resample)
     try:
         pipeline = sample_pipeline._Pipeline(
-            source, tuple(builders.transforms_of(config, training=True, normalize=False)),
+            source, tuple(tasks.transforms_of(config, training=True, normalize=False)),
             config.data.max_number_of_boxes, config.data.train_image_dtype,
-            builders.decode_mode(config))
+            data_build.decode_mode(config))
         for i in range(8):  # warm-up
             pipeline.process(i % len(source), np.random.default_rng(i))
         spent.update(decode=0.0, resample=0.0)
@@ -222,16 +223,16 @@ def warmup_batches(warmup: int, workers: int) -> int:
 
 def measure_once(args, records: list[str], workers: int) -> dict:
     """One measurement in this (pinned) process: see the module docstring."""
-    from jaxdet import builders
+    from jaxdet.data import build as data_build
 
     config = _config(args, records, workers)
-    source = builders.build_source(config.data.train, num_classes=config.model.num_classes,
+    source = data_build.build_source(config.data.train, num_classes=config.model.num_classes,
                                    field="data.train")
     # first, while no other thread of this process runs
     profile = serial_profile(config, source) if workers == 0 else None
     normalize = _device_normalizer(config)
     with _Memory() as memory:
-        loader = builders.build_train_loader(config, source)
+        loader = data_build.build_train_loader(config, source)
         try:
             t0 = time.perf_counter()
             for _ in range(warmup_batches(args.warmup, workers)):
@@ -280,7 +281,7 @@ def measure_once(args, records: list[str], workers: int) -> dict:
         "bytes_per_batch": nbytes,
         "float32_bytes_per_batch": as_float,
         "batch_shapes": {k: list(v.shape) for k, v in arrays.items()},
-        "jpeg_decode": builders.decode_mode(config),
+        "jpeg_decode": data_build.decode_mode(config),
         "serial_profile": profile,
     }
 

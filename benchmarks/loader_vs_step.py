@@ -9,10 +9,10 @@ against the same step fed one fixed batch; prints one JSON object.
         --records 2000 --label-map ../shared/data/tfod/label_maps/pet_label_map.pbtxt \\
         --num-classes 37                                            # on a GPU host
 
-Both sides run ``builders.build_train_step(..., raw_pixels=True)``, the step ``jaxdet train``
+Both sides run ``train.build.build_train_step(..., normalizer=...)``, the step ``jaxdet train``
 compiles (normalization of the uint8 images inside it), on the same state:
 
-* ``loader``: each step takes the next batch of ``builders.build_train_loader`` (the config's
+* ``loader``: each step takes the next batch of ``data.build.build_train_loader`` (the config's
   augmentations and resizer; ``data.worker_count`` as configured, ``--workers`` to change it)
   and puts it on the device, as the training loop does; JAX dispatches the step
   asynchronously, so the loader prepares the next batch while the device computes;
@@ -67,24 +67,27 @@ def main(argv: list[str] | None = None) -> dict:
     import jax
 
     from input_pipeline import _config, _prepare_records, warmup_batches
-    from jaxdet import builders
+    from jaxdet import tasks
+    from jaxdet.data import build as data_build
     from jaxdet.data.loader import resolve_worker_count
+    from jaxdet.train import build as train_build
     from jaxdet.train.step import init_train_state
 
     with tempfile.TemporaryDirectory() as tmp:
         records = _prepare_records(args, Path(tmp))
         configs = {w: _config(args, records, w) for w in args.workers}
         config = configs[args.workers[0]]
-        task = builders.build_task(config)
-        tx, schedule = builders.build_optimizer(config.train)
-        source = builders.build_source(config.data.train, num_classes=config.model.num_classes,
+        task = tasks.build_task(config)
+        tx, schedule = train_build.build_optimizer(config.train)
+        source = data_build.build_source(config.data.train, num_classes=config.model.num_classes,
                                        field="data.train")
-        loaders = {w: builders.build_train_loader(c, source,
-                                                  layout=builders.train_batch_layout(c, task))
+        loaders = {w: data_build.build_train_loader(c, source,
+                                                  layout=data_build.train_batch_layout(c, task))
                    for w, c in configs.items()}
-        step = builders.build_train_step(config, task, tx, schedule, raw_pixels=True)
+        step = train_build.build_train_step(config, task, tx, schedule,
+                                            normalizer=tasks.build_normalizer(config))
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                                 loss_scale=builders.build_loss_scale(config))
+                                 loss_scale=train_build.build_loss_scale(config))
         for w, loader in loaders.items():  # every worker process started before timing
             for _ in range(warmup_batches(0, resolve_worker_count(configs[w].data.worker_count))):
                 next(loader)

@@ -44,9 +44,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 _WRAPPERS = ("ThunkExecutor", "SlinkyThreadPool", "ThreadpoolListener")
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.batch_size:
         overrides.append(f"train.batch_size={args.batch_size}")
     config = load_config(args.config, overrides)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     batch_size = config.train.batch_size
     rng = np.random.default_rng(0)
     if args.predict:
@@ -286,15 +287,15 @@ def main(argv: list[str] | None = None) -> dict:
         images = jnp.asarray(rng.normal(size=(batch_size, h, w, 3)), jnp.float32)
         info = jnp.tile(jnp.asarray([[h, w, h, w]], jnp.float32), (batch_size, 1))
         predict = jax.jit(task.predict,
-                          compiler_options=builders.predict_compiler_options(config))
+                          compiler_options=train_build.predict_compiler_options(config))
         busy, wall, hlo = profile(predict,
                                   (params, batch_stats, images, info), args.steps,
                                   carry=False)
     else:
-        tx, schedule = builders.build_optimizer(config.train)
-        step = builders.build_train_step(config, task, tx, schedule)
+        tx, schedule = train_build.build_optimizer(config.train)
+        step = train_build.build_train_step(config, task, tx, schedule)
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                                 loss_scale=builders.build_loss_scale(config))
+                                 loss_scale=train_build.build_loss_scale(config))
         batch = jax.device_put(synthetic_batch(rng, batch_size, task.input_size,
                                                args.max_boxes, task.num_classes,
                                                task.batch_layout()))

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     import jax
 
-    from jaxdet import builders
+    from jaxdet import tasks
     from jaxdet.config.loader import load_config
     from jaxdet.train.step import abstract_train_batch
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"data.max_number_of_boxes={args.max_boxes}",
                 f"train.remat=[{', '.join(targets)}]",
             ])
-            task = builders.build_task(config)
+            task = tasks.build_task(config)
             params, stats = jax.eval_shape(task.initial_variables)
             batch = abstract_train_batch(task, args.batch_size)
 

@@ -39,10 +39,11 @@ def main(argv: list[str] | None = None) -> dict:
     _configure_devices(argv)
     import jax
 
-    from jaxdet import builders
+    from jaxdet import tasks
     from jaxdet.config.loader import load_config
     from jaxdet.parallel.mesh import check_batch_layout, make_mesh
     from jaxdet.parallel.sharding import batch_sharding, state_sharding
+    from jaxdet.train import build as train_build
     from jaxdet.train.step import abstract_train_batch, abstract_train_state
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -63,9 +64,9 @@ def main(argv: list[str] | None = None) -> dict:
             f"train.batch_size={args.batch_size}",
             f"data.max_number_of_boxes={args.max_boxes}",
         ])
-        task = builders.build_task(config)
-        tx, schedule = builders.build_optimizer(config.train)
-        loss_scale = builders.build_loss_scale(config)
+        task = tasks.build_task(config)
+        tx, schedule = train_build.build_optimizer(config.train)
+        loss_scale = train_build.build_loss_scale(config)
         abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
                                         loss_scale=loss_scale)
         b = args.batch_size
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
             mesh = make_mesh(1, spatial)
             check_batch_layout(mesh, batch_size=b, image_size=(size, size),
                                max_stride=task.max_stride())
-            step = builders.build_train_step(
+            step = train_build.build_train_step(
                 config, task, tx, schedule,
                 state_sharding=state_sharding(mesh, abstract),
                 batch_sharding=batch_sharding(mesh, task.batch_layout()))

@@ -21,16 +21,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from inference_throughput import machine_info  # noqa: E402
-from jaxdet import builders  # noqa: E402
 from jaxdet.config.loader import load_config  # noqa: E402
 from jaxdet.convert_dataset import source_to_tfrecord  # noqa: E402
+from jaxdet.data import build as data_build  # noqa: E402
 from jaxdet.data.coco import CocoSource  # noqa: E402
 from jaxdet.data.shapes import generate_shapes  # noqa: E402
 from jaxdet.data.tfrecord_source import TfRecordSource  # noqa: E402
 
 
 def _loader_rate(config, source, batches: int) -> float:
-    loader = builders.build_train_loader(config, source)
+    loader = data_build.build_train_loader(config, source)
     try:
         next(loader)  # warm-up (and grain start-up)
         t0 = time.perf_counter()

@@ -27,10 +27,11 @@ import time
 import jax
 import numpy as np
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.cpu_allocator import reexec_with_fast_allocator
-from jaxdet.summary import flops_of
+from jaxdet.models.inspect import flops_of
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 
@@ -105,11 +106,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.batch_size:
         overrides.append(f"train.batch_size={args.batch_size}")
     config = load_config(args.config, overrides)
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
-    step = builders.build_train_step(config, task, tx, schedule)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
+    step = train_build.build_train_step(config, task, tx, schedule)
     state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                             loss_scale=builders.build_loss_scale(config))
+                             loss_scale=train_build.build_loss_scale(config))
     rng = np.random.default_rng(0)
     max_boxes = args.max_boxes or config.data.max_number_of_boxes
     batch_size = config.train.batch_size

@@ -21,8 +21,9 @@ import time
 import jax
 import numpy as np
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 
@@ -30,9 +31,9 @@ def time_lowering(name: str, overrides: list[str], lowering: str, steps: int) ->
     config = load_config(name, [*overrides, f"model.conv_lowering={lowering}",
                                 "parallel.data=1"])
     task = tasks.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
-    step = builders.build_train_step(config, task, tx, schedule)
+    step = train_build.build_train_step(config, task, tx, schedule)
     rng = np.random.default_rng(0)
     m = config.model
     shape = (config.train.batch_size, *m.patch_size)

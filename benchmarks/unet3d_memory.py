@@ -56,16 +56,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import jax.numpy as jnp
     from flax import nnx
 
-    from jaxdet import builders
     from jaxdet.config.schema import TrainConfig
     from jaxdet.parallel.mesh import MeshLayoutError, make_mesh
     from jaxdet.tasks.unet3d import UNet3D, UNet3DTask
     from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
+    from jaxdet.train import build as train_build
 
     train = TrainConfig.model_validate({
         "batch_size": 1, "optimizer": {"name": "momentum", "momentum": 0.9},
         "learning_rate": {"name": "constant", "learning_rate": 0.8}})
-    tx, schedule = builders.build_optimizer(train)
+    tx, schedule = train_build.build_optimizer(train)
     rows = []
     for size in args.sizes:
         for precision in args.precision:

@@ -51,8 +51,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inference_throughput import OurPredictor, machine_info, timed_calls  # noqa: E402
-from jaxdet import builders  # noqa: E402
+from jaxdet import tasks
 from jaxdet.config.loader import load_config  # noqa: E402
+from jaxdet.data import build as data_build  # noqa: E402
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state  # noqa: E402
 from train_throughput import synthetic_batch  # noqa: E402
 
@@ -64,11 +66,11 @@ class OurTrainer:
     """One jitted train step of a config on fixed synthetic batches (see train_throughput)."""
 
     def __init__(self, config, batches: list[dict]):
-        task = builders.build_task(config)
-        tx, schedule = builders.build_optimizer(config.train)
-        self.step = builders.build_train_step(config, task, tx, schedule)
+        task = tasks.build_task(config)
+        tx, schedule = train_build.build_optimizer(config.train)
+        self.step = train_build.build_train_step(config, task, tx, schedule)
         self.state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                                      loss_scale=builders.build_loss_scale(config))
+                                      loss_scale=train_build.build_loss_scale(config))
         self.batches = [jax.device_put(b) for b in batches]
         self.calls = 0
         t0 = time.perf_counter()
@@ -216,11 +218,11 @@ def main(argv: list[str] | None = None) -> dict:
     config = load_config(args.config, overrides)
     peer = args.peer or ("fasterrcnn_resnet50_fpn" if config.model.type == "faster_rcnn"
                          else "retinanet_resnet50_fpn")
-    size = builders.input_size(config.data)
+    size = data_build.input_size(config.data)
     rng = np.random.default_rng(0)
     n = max([args.train_batch_size, *args.infer_batch_sizes, 1])
     max_boxes = config.data.max_number_of_boxes
-    layout = builders.build_task(config).batch_layout()
+    layout = tasks.build_task(config).batch_layout()
     batches = [synthetic_batch(rng, n, size, max_boxes, config.model.num_classes, layout)
                for _ in range(2)]
     result = {

@@ -287,17 +287,19 @@ def _check_checkpoint_args(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from jaxdet import tasks
+    from jaxdet import runs, tasks
     from jaxdet.predict import predict_images
 
     config = _config_for_workdir(args)
     _check_checkpoint_args(args)
     predict_files = tasks.family(config).predict_files
     if predict_files is not None:  # another kind of input than images (volumes)
-        summary = predict_files(config, args.workdir, args.inputs, args.out,
-                                checkpoint=args.checkpoint,
-                                checkpoint_format=args.checkpoint_format, step=args.step,
-                                batch_size=args.batch_size)
+        task, state, step = runs.load_for_inference(
+            config, args.workdir, step=args.step, checkpoint=args.checkpoint,
+            checkpoint_format=args.checkpoint_format)
+        out = args.out or Path(args.workdir or ".") / "predict"
+        summary = predict_files(config, task, runs.inference_variables(config, state),
+                                args.inputs, out, step=step, batch_size=args.batch_size)
         print(f"predicted {summary.line()}")
         for path, reason in summary.skipped:
             print(f"  skipped {path}: {reason}")

@@ -115,7 +115,7 @@ def turned_off() -> Iterator[None]:
 def usable() -> bool:
     """Whether code being traced now may call the kernels: on the CPU backend, outside
     :func:`turned_off`, not partitioned over a mesh of more than one device
-    (``jax.sharding.get_abstract_mesh()``, which ``jaxdet.parallel.thin_maps.mesh_scope`` sets
+    (``jax.sharding.get_abstract_mesh()``, which ``jaxdet.models.thin_maps.mesh_scope`` sets
     around a sharded step), not traced for an export (``core.portable.exporting``), and
     available."""
     if (_off.get() or jax.default_backend() != "cpu" or not traced_on_one_device()

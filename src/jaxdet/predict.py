@@ -26,7 +26,7 @@ at 0.5 (as TF's exported Mask R-CNN does), as COCO compressed RLE (``pycocotools
 reads it; ``eval.coco_mask_eval.rle_to_masks`` too); the drawn image shows the masks.
 
 Images take the evaluation path: the eval loader (decode, as TF decodes JPEGs for a TF
-checkpoint: ``builders.decode_mode``; the eval-time resize of ``builders.build_transforms``),
+checkpoint: ``data.build.decode_mode``; the eval-time resize of ``data.build.build_transforms``),
 batches of a fixed size (the last one padded, so predict compiles once), normalization and
 ``task.predict`` under ``jax.jit``, boxes mapped back to the original pixels
 through ``image_info``. Unreadable images are skipped, logged and counted. On one process with
@@ -56,8 +56,9 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxdet import builders, runs
+from jaxdet import runs, tasks
 from jaxdet.config import schema as S
+from jaxdet.data import build as data_build
 from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
@@ -68,8 +69,10 @@ from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
 from jaxdet.eval.coco_mask_eval import masks_to_rle, paste_box_masks
 from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD, make_predict_fn, predict_callable
+from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import check_batch_layout
 from jaxdet.parallel.sharding import mesh_predict, replicated
+from jaxdet.train import build as train_build
 from jaxdet.visualize import draw_detections, resize_masks
 
 log = logging.getLogger("jaxdet")
@@ -179,7 +182,7 @@ def _labels_of(dataset: S.DatasetConfig, workdir: Path) -> tuple[list[int], list
                 list(SHAPE_NAMES[:dataset.num_classes]))
     if isinstance(dataset, S.VocDataConfig) and dataset.class_names:
         return list(range(1, len(dataset.class_names) + 1)), list(dataset.class_names)
-    source = builders.build_source(dataset, workdir)
+    source = data_build.build_source(dataset, workdir)
     return list(source.category_ids), list(source.category_names)
 
 
@@ -261,7 +264,7 @@ def _class_entry(index: int, category_id: int, name: str, layout) -> dict:
 def keypoint_layout(config: S.Config, names: list[str]):
     """The layout of the model's keypoint tasks over the classes ``names`` (None without
     keypoint tasks, or, with a warning, when a task's class is not among ``names``)."""
-    specs = builders.keypoint_specs(config)
+    specs = data_build.keypoint_specs(config)
     if not specs:
         return None
     try:
@@ -280,7 +283,7 @@ def preprocess_images(config: S.Config, images: np.ndarray) -> tuple[np.ndarray,
         sample = {"image": np.asarray(image, np.float32), "boxes": np.zeros((0, 4), np.float32),
                   "classes": np.zeros((0,), np.int32),
                   "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
-        for op in builders.transforms_of(config, training=False):
+        for op in tasks.transforms_of(config, training=False):
             sample = op(sample)
         samples.append(sample)
     return (np.stack([s["image"] for s in samples]),
@@ -334,14 +337,14 @@ def _reason(path: str) -> str:
 def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tuple:
     """``(predict, variables)``: predict jitted over the config's mesh with the variables
     replicated on it, or on one device (see the module docstring)."""
-    options = builders.predict_compiler_options(config)
-    normalizer = builders.build_normalizer(config)
+    options = train_build.predict_compiler_options(config)
+    normalizer = tasks.build_normalizer(config)
     single = make_predict_fn(task, allow_tf32=config.allow_tf32, compiler_options=options,
                              normalizer=normalizer), variables
     if jax.process_count() > 1 or jax.device_count() == 1:
         return single
     try:
-        mesh = builders.build_mesh(config)
+        mesh = parallel_build.build_mesh(config)
         if mesh.size == 1:
             return single
         check_batch_layout(mesh, batch_size=batch_size, image_size=task.input_size,
@@ -423,10 +426,10 @@ def predict_images(
         config, task, runs.inference_variables(config, state), batch_size)
     source = _FileSource(tuple(str(item.path) for item in images))
     loader = make_eval_loader(
-        source, builders.transforms_of(config, training=False, normalize=False),
+        source, tasks.transforms_of(config, training=False, normalize=False),
         batch_size=batch_size, max_boxes=1,
         worker_count=resolve_worker_count(config.data.worker_count, training=False),
-        decode=builders.decode_mode(config, runs.weights_format(checkpoint, checkpoint_format)))
+        decode=data_build.decode_mode(config, runs.weights_format(checkpoint, checkpoint_format)))
     out_dir.mkdir(parents=True, exist_ok=True)
 
     results: list[dict] = []

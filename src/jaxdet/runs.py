@@ -19,15 +19,18 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import builders, cpu_allocator, tasks, weights
+from jaxdet import cpu_allocator, tasks, weights
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
+from jaxdet.data import build as data_build
 from jaxdet.eval.runner import (
     headline_metrics,
     make_predict_fn,
     predict_callable,
 )
+from jaxdet.interop.formats import detect_format
+from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.sharding import (
     batch_sharding,
     local_copy,
@@ -39,6 +42,7 @@ from jaxdet.parallel.sharding import (
     with_shardings,
 )
 from jaxdet.tasks.base import Task
+from jaxdet.train import build as train_build
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.checkpoint_integrity import damage
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
@@ -97,7 +101,7 @@ def _variable_names(config: Config, task: Task, workdir: Path, *,
     saved = workdir / VARIABLE_NAMES_FILE
     if saved.is_file():
         return json.loads(saved.read_text())
-    if tf_checkpoint is None or weights.detect_format(tf_checkpoint) != "tf":
+    if tf_checkpoint is None or detect_format(tf_checkpoint) != "tf":
         return None
     restore = t.init_checkpoint.restore if t.init_checkpoint is not None else "full"
     names = weights.tf_variable_names(task.model, config, tf_checkpoint, restore=restore)
@@ -168,8 +172,8 @@ class EvalContext:
         if config.data.eval is None:
             raise ValueError("data.eval is not set: there is nothing to evaluate on")
         source = _build_source(config, workdir, "eval")
-        options = builders.predict_compiler_options(config)
-        normalizer = builders.build_normalizer(config)
+        options = train_build.predict_compiler_options(config)
+        normalizer = tasks.build_normalizer(config)
         if mesh is None or jax.process_count() > 1 or mesh.size == 1:
             predict = make_predict_fn(task, allow_tf32=config.allow_tf32,
                                       compiler_options=options, normalizer=normalizer)
@@ -189,7 +193,7 @@ class EvalContext:
             self.predict,
             *variables,
             self.source,
-            lambda: builders.build_eval_loader(self.config, self.source,
+            lambda: data_build.build_eval_loader(self.config, self.source,
                                                weights_format=self.weights_format),
             out_dir,
             batch_size=self.config.eval.batch_size,
@@ -213,7 +217,7 @@ def train(
 
     Holds the workdir's training lock throughout (process 0 of a multi-process run):
     :class:`WorkdirBusy` if another run holds it, before anything in the workdir changes."""
-    builders.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
+    data_build.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
     weights.check_init_checkpoint(config)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -227,23 +231,23 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
            evaluate: bool) -> LoopResult:
     if jax.default_backend() == "cpu":
         cpu_allocator.hint()
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     checkpointer = _checkpointer(config, workdir)
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint
     variable_names = _variable_names(
         config, task, workdir, tf_checkpoint=init.path if init and start is None else None)
-    tx, schedule = builders.build_optimizer(config.train, variable_names)
+    tx, schedule = train_build.build_optimizer(config.train, variable_names)
     ema = config.train.ema_decay is not None
     evaluating = evaluate and config.data.eval is not None
-    mesh = builders.build_mesh(config)
-    builders.check_mesh_layout(config, mesh, task,
+    mesh = parallel_build.build_mesh(config)
+    parallel_build.check_mesh_layout(config, mesh, task,
                                splits=("train", "eval") if evaluating else ("train",))
-    loss_scale = builders.build_loss_scale(config)
+    loss_scale = train_build.build_loss_scale(config)
     abstract = abstract_train_state(task, tx, ema=ema, loss_scale=loss_scale)
     shardings = state_sharding(mesh, abstract,
                                shard_optimizer_state=config.parallel.shard_optimizer_state)
-    layout = builders.train_batch_layout(config, task)  # raw pixels, normalized in the step
+    layout = data_build.train_batch_layout(config, task)  # raw pixels, normalized in the step
     batch_shardings = batch_sharding(mesh, layout)
     fingerprint = config_fingerprint(config)
 
@@ -311,9 +315,10 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
     try:
         with StopSignals() as stop:  # SIGTERM / SIGINT: checkpoint this step, then return
             return train_loop(
-                step_fn=builders.build_train_step(config, task, tx, schedule,
+                step_fn=train_build.build_train_step(config, task, tx, schedule,
                                                   state_sharding=shardings,
-                                                  batch_sharding=batch_shardings, raw_pixels=True),
+                                                  batch_sharding=batch_shardings,
+                                                  normalizer=tasks.build_normalizer(config)),
                 state=state,
                 batches=batches,
                 place_batch=lambda batch: place_batch(batch, batch_shardings),
@@ -379,7 +384,7 @@ def evaluate(
     divide over ``parallel.data``. With ``checkpoint`` (a TF OD API checkpoint or another
     workdir, see :func:`load_for_inference`) the workdir is optional; the results then go to
     ``out_dir``, by default ``eval/<checkpoint name>`` beside the checkpoint's folder."""
-    builders.check_data_paths(config, splits=("eval",))
+    data_build.check_data_paths(config, splits=("eval",))
     task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
                                            checkpoint_format=checkpoint_format)
     if workdir is None:  # a zoo model's folder (.../checkpoint/ckpt-0), or a weight file's
@@ -388,8 +393,8 @@ def evaluate(
     workdir = Path(workdir)
     mesh = None
     if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
-        mesh = builders.build_mesh(config)
-        builders.check_mesh_layout(config, mesh, task, splits=("eval",))
+        mesh = parallel_build.build_mesh(config)
+        parallel_build.check_mesh_layout(config, mesh, task, splits=("eval",))
     ctx = EvalContext.build(config, task, workdir, mesh,
                             weights_format=weights_format(checkpoint, checkpoint_format))
     out = Path(out_dir) if out_dir else eval_dir(workdir, step, overwrite=overwrite)
@@ -414,7 +419,7 @@ def restore_for_inference(
       WorkdirMismatch: the checkpoint belongs to another model/input configuration.
     """
     workdir = Path(workdir)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     checkpointer = _checkpointer(config, workdir)
     try:
         if step is None:
@@ -462,13 +467,13 @@ def import_weights(
             raise WorkdirMismatch(f"{workdir} already holds checkpoints "
                                   f"({checkpointer.all_steps()}); import into a new --workdir. "
                                   "Nothing was overwritten.")
-        task = builders.build_task(config)
+        task = tasks.build_task(config)
         report = weights.load_weights(task.model, config, checkpoint, restore=restore,
                                       format=checkpoint_format)
         names = _variable_names(config, task, workdir, tf_checkpoint=checkpoint)
-        tx, _ = builders.build_optimizer(config.train, names)
+        tx, _ = train_build.build_optimizer(config.train, names)
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
-                                 loss_scale=builders.build_loss_scale(config))
+                                 loss_scale=train_build.build_loss_scale(config))
         checkpointer.save(0, state, {"fingerprint": config_fingerprint(config),
                                      "imported_from": str(checkpoint)}, force=True)
         checkpointer.wait()
@@ -485,13 +490,13 @@ def import_weights(
 
 def weights_format(checkpoint: str | Path | None, checkpoint_format: str = "auto") -> str | None:
     """The format of the weights ``--checkpoint`` names (``"tf"``, ``"jaxdet"``, ``"torch"``),
-    None without one: a TF checkpoint's model sees TF's JPEG decode (``builders.decode_mode``)."""
+    None without one: a TF checkpoint's model sees TF's JPEG decode (``data.build.decode_mode``)."""
     if checkpoint is None:
         return None
     if checkpoint_format != "auto":
         return checkpoint_format
     try:
-        return weights.detect_format(checkpoint)
+        return detect_format(checkpoint)
     except FileNotFoundError:
         return None
 
@@ -508,7 +513,7 @@ def load_for_inference(
         if workdir is None:
             raise ValueError("give a workdir or a checkpoint to load")
         return restore_for_inference(config, workdir, step=step)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     report = weights.load_weights(task.model, config, checkpoint, restore="full",
                                   format=checkpoint_format)
     log.info("%s", report.line())

@@ -30,12 +30,17 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.config import schema as S
+from jaxdet.config.loader import ConfigError
 from jaxdet.interop import torch_names
-from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint, resolve_prefix
+from jaxdet.interop import torchvision_retinanet_names as tv
+from jaxdet.interop.effdet_names import effdet_state_dict_map
+from jaxdet.interop.formats import detect_format
+from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
 from jaxdet.interop.tf_import import ImportReport, detector_map, load_tf_checkpoint
 from jaxdet.interop.tfod_names import tf_unapplied, variables_of
-from jaxdet.interop.torch_files import PICKLE_SUFFIXES, read_torch_weights
+from jaxdet.interop.torch_files import read_torch_weights
 from jaxdet.interop.torch_names import variable_at
+from jaxdet.train.checkpoint import Checkpointer
 
 log = logging.getLogger("jaxdet")
 
@@ -52,34 +57,11 @@ def check_init_checkpoint(config: S.Config) -> None:
     placeholder (a zoo pipeline.config's ``fine_tune_checkpoint``), naming what to set."""
     init = config.train.init_checkpoint
     if init is not None and re.search(r"PATH_TO_BE+_CONFIGURED", init.path):
-        from jaxdet.config.loader import ConfigError
-
         raise ConfigError(
             f"train.init_checkpoint.path is still the TF OD API placeholder {init.path!r} (from "
             "train_config.fine_tune_checkpoint); set it to the checkpoint to start from, e.g. "
             "--set train.init_checkpoint.path=/models/ssd_mobilenet_v2/checkpoint/ckpt-0, or "
             "train from scratch with --set train.init_checkpoint=null")
-
-
-def detect_format(path: str | os.PathLike) -> str:
-    """``"jaxdet"`` for a workdir (``checkpoints/`` inside), ``"tf"`` for a TF checkpoint.
-
-    Raises:
-      FileNotFoundError: neither exists at ``path``.
-    """
-    path = Path(path)
-    if (path / "checkpoints").is_dir():
-        return "jaxdet"
-    if path.is_file() and path.suffix in (".safetensors", *PICKLE_SUFFIXES):
-        return "torch"
-    try:
-        resolve_prefix(path)
-    except (FileNotFoundError, CheckpointError):
-        raise FileNotFoundError(
-            f"{path} is neither a jaxdet workdir (no checkpoints/ inside), a TF checkpoint "
-            "(no PREFIX.index, no folder with a 'checkpoint' file) nor a PyTorch weight file "
-            f"(.safetensors, {', '.join(PICKLE_SUFFIXES)})") from None
-    return "tf"
 
 
 def _check_mode(restore: str) -> None:
@@ -165,8 +147,6 @@ def _load_torch(model, path: Path, restore: str) -> ImportReport:
     torchvision RetinaNet (``backbone.body.*``, ``head.classification_head.*``) maps onto the
     whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
     the backbone (``restore: classification``; its classifier keys are left unused)."""
-    from jaxdet.interop import torchvision_retinanet_names as tv
-    from jaxdet.interop.effdet_names import effdet_state_dict_map
 
     state = read_torch_weights(path)
     if tv.is_torchvision_detector(state):
@@ -241,7 +221,6 @@ def _workdir_variables(workdir: Path) -> dict[str, np.ndarray]:
     evaluated with them) of a workdir's latest checkpoint, whatever model it holds."""
     import yaml
 
-    from jaxdet.train.checkpoint import Checkpointer
 
     checkpointer = Checkpointer(workdir / "checkpoints")
     try:
@@ -293,5 +272,5 @@ def log_report(report: ImportReport) -> None:
             log.debug("init weights %s: %s", title, name)
 
 
-__all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint", "detect_format",
+__all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint",
            "load_weights", "log_report", "tf_variable_names"]

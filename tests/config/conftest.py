@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.tasks.center_net import build as center_net_build
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 
@@ -17,8 +17,8 @@ def train_one_step(config, task, batch: dict) -> dict:
     """One step of ``task`` (built from ``config``) on ``batch`` through the generic train
     step, with ``config``'s optimizer; asserts that more than 90% of the parameters moved and
     the loss is finite and positive. Returns the step's metrics."""
-    tx, schedule = builders.build_optimizer(config.train)
-    step = builders.build_train_step(config, task, tx, schedule)
+    tx, schedule = train_build.build_optimizer(config.train)
+    step = train_build.build_train_step(config, task, tx, schedule)
     state = init_train_state(task, tx, ema=False)
     before = jax.tree.leaves(state["params"])
     state, metrics = step(state, {k: jnp.asarray(v) for k, v in batch.items()})

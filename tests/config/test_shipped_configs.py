@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jaxdet.builders import input_size
 from jaxdet.config.loader import CONFIG_DIR, dump_config, load_config, shipped_config_names
 from jaxdet.config.schema import (
     ConvolutionalHeadConfig,
@@ -25,6 +24,7 @@ from jaxdet.config.schema import (
     SSDFeatureMapsConfig,
     WeightSharedHeadConfig,
 )
+from jaxdet.data.build import input_size
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
 

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config.loader import load_config, shipped_config_names
+from jaxdet.data import build as data_build
 from jaxdet.models.ssd import concat_levels
+from jaxdet.tasks.ssd import build as ssd_build
 
 SSD_CONFIGS = [n for n in shipped_config_names() if load_config(n).model.type == "ssd"]
 # D4-D7x (1024-1536 px, ~12-27 s each to trace) run under -m exhaustive; D6 (the BiFPN sum
@@ -25,9 +26,9 @@ SLOW = {"efficientdet_d4", "efficientdet_d5", "efficientdet_d6", "efficientdet_d
                                   else n for n in SSD_CONFIGS])
 def test_shipped_config_builds_and_outputs_match_anchors(name):
     config = load_config(name)
-    model = nnx.eval_shape(lambda: builders.build_model(config))
-    anchors = builders.build_anchors(config, model)
-    h, w = builders.input_size(config.data)
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
+    anchors = ssd_build.build_anchors(config, model)
+    h, w = data_build.input_size(config.data)
     model.eval()
     graphdef, state = nnx.split(model)
     logits, boxes = jax.eval_shape(
@@ -36,6 +37,6 @@ def test_shipped_config_builds_and_outputs_match_anchors(name):
         jax.ShapeDtypeStruct((2, h, w, 3), jnp.float32),
     )
     assert anchors.shape == (boxes.shape[1], 4)
-    assert logits.shape == (2, anchors.shape[0], builders.num_class_outputs(config.model))
+    assert logits.shape == (2, anchors.shape[0], ssd_build.num_class_outputs(config.model))
     assert boxes.shape[-1] == 4
     assert bool((anchors[:, 2:] > anchors[:, :2]).all())  # positive height and width

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from jaxdet.config.loader import ConfigError, load_config
-from jaxdet.config.tfod import (
-    TfodConfigError,
-    conversion_yaml,
-    convert_pipeline_config,
-    load_pipeline_config,
-)
+from jaxdet.config.tfod import conversion_yaml, convert_pipeline_config, load_pipeline_config
+from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.config.tfod_fields import lookup
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
@@ -151,7 +147,7 @@ def test_placeholders_are_kept_for_summary_but_named(tmp_path):
 @needs_shared
 def test_misspelt_placeholder_of_the_d7_config_is_refused_too():
     """TF's own D7 config says PATH_TO_BEE_CONFIGURED for its eval input."""
-    from jaxdet.builders import check_data_paths
+    from jaxdet.data.build import check_data_paths
 
     name = "ssd_efficientdet_d7_1536x1536_coco17_tpu-32.config"
     config = load_pipeline_config(TFOD_CONFIGS / name)

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.compare import differences
 from jaxdet.config.loader import load_config
-from jaxdet.config.tfod import TfodConfigError, convert_pipeline_config, load_pipeline_config
+from jaxdet.config.tfod import convert_pipeline_config, load_pipeline_config
+from jaxdet.config.tfod_common import TfodConfigError
+from jaxdet.data import build as data_build
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS
 from jaxdet.data.label_map import format_label_map
 from jaxdet.tasks.center_net import build as center_net_build
@@ -86,7 +88,7 @@ def test_zoo_center_net_configs_convert_with_what_the_file_says(name):
     assert c.model.type == "center_net" and c.model.num_classes == 90
     assert (c.model.backbone.name, c.model.neck.name) == (backbone, neck)
     assert c.model.feature_level == 2 and c.model.head_depth == 256
-    assert builders.input_size(c.data) == (size, size)
+    assert data_build.input_size(c.data) == (size, size)
     assert c.model.loss.alpha == 2.0 and c.model.loss.beta == 4.0
     assert c.model.loss.size_weight == pytest.approx(0.1)
     assert c.model.min_overlap == pytest.approx(0.7)
@@ -511,7 +513,7 @@ def _train_one_step(name: str, size: int, monkeypatch) -> dict:
     build = center_net_build.build_center_net
     monkeypatch.setattr(center_net_build, "build_center_net",
                         lambda config, seed: _fill(lambda: build(config, seed=seed)))
-    task = builders.build_task(config, seed=0)
+    task = tasks.build_task(config, seed=0)
     return train_one_step(config, task, _batch(task, size))
 
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders, tasks
-from jaxdet.config.tfod import TfodConfigError, load_pipeline_config
+from jaxdet import tasks
+from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.config.tfod_deepmac import DEFAULT_ONLY
 from jaxdet.tasks.center_net import build as center_net_build
 
@@ -118,7 +119,7 @@ def test_both_stacks_predict_masks_and_the_last_one_gives_the_detections_masks(m
     build = center_net_build.build_center_net
     monkeypatch.setattr(center_net_build, "build_center_net",
                         lambda config, seed: nnx.eval_shape(lambda: build(config, seed=seed)))
-    task = builders.build_task(config, seed=0)
+    task = tasks.build_task(config, seed=0)
     params, stats = task.initial_variables()
     images = jax.ShapeDtypeStruct((1, 128, 128, 3), jnp.float32)
     boxes = jax.ShapeDtypeStruct((1, 4, 4), jnp.float32)
@@ -162,7 +163,7 @@ def _train_one_step(name: str, monkeypatch) -> dict:
     build = center_net_build.build_center_net
     monkeypatch.setattr(center_net_build, "build_center_net",
                         lambda config, seed: _fill(lambda: build(config, seed=seed)))
-    task = builders.build_task(config, seed=0)
+    task = tasks.build_task(config, seed=0)
     metrics = train_one_step(config, task, _batch(task))
     assert np.isfinite(float(metrics["mask_loss"])) and float(metrics["mask_loss"]) > 0
     return metrics

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from flax import nnx
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.compare import differences
 from jaxdet.config.loader import load_config
-from jaxdet.config.tfod import TfodConfigError, convert_pipeline_config, load_pipeline_config
+from jaxdet.config.tfod import convert_pipeline_config, load_pipeline_config
+from jaxdet.config.tfod_common import TfodConfigError
+from jaxdet.data import build as data_build
 from jaxdet.tasks.faster_rcnn import build as faster_rcnn_build
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
@@ -90,7 +92,7 @@ def test_zoo_c4_configs_convert_with_what_the_file_says(name):
             m.second_stage_classification_loss_weight) == (2.0, 1.0)
     assert not m.predict_instance_masks
     expected_size = {"640x640": 640, "1024x1024": 1024, "800x1333": 1344}[size]
-    assert builders.input_size(c.data) == (expected_size, expected_size)
+    assert data_build.input_size(c.data) == (expected_size, expected_size)
     assert c.data.mean == (123.68, 116.779, 103.939) and c.data.std == (1.0, 1.0, 1.0)
     assert c.train.optimizer.name == "momentum" and c.train.optimizer.momentum == 0.9
     assert c.train.optimizer.weight_decay == 0.0 and c.train.ema_decay is None
@@ -141,8 +143,8 @@ def test_zoo_c4_configs_build_and_summarize(name, monkeypatch):
     depth, size = C4[name]
     config = _load(name)
     _abstract_build(monkeypatch)
-    task = builders.build_task(config, seed=0)
-    side = builders.input_size(config.data)[0]
+    task = tasks.build_task(config, seed=0)
+    side = data_build.input_size(config.data)[0]
     assert task.input_size == (side, side)
     summary = tasks.family(config).summary(config)
     assert summary["type"] == "faster_rcnn" and summary["input_size"] == [side, side]
@@ -204,7 +206,7 @@ def test_fpn_config_converts_and_its_parameter_count_equals_tf():
     assert a.aspect_ratios == (1.0, 2.0, 0.5) and a.tf_layout
     assert (m.first_stage_max_proposals, m.initial_crop_size, m.crop_method) == (
         300, 14, "matmul")
-    assert builders.input_size(c.data) == (640, 640)
+    assert data_build.input_size(c.data) == (640, 640)
     tf = json.loads(TF_FPN_COUNTS.read_text())
     p = tasks.family(c).summary(c)["parameters"]
     parts = {k: v["trainable"] for k, v in tf["parts"].items()}
@@ -232,7 +234,7 @@ def test_mask_rcnn_zoo_config_converts_and_its_parameter_count_equals_tf():
     assert (m.mask_prediction_num_conv_layers, m.mask_prediction_conv_depth) == (4, 0)
     assert m.second_stage_mask_prediction_loss_weight == 4.0 and m.initial_crop_size == 17
     assert c.data.load_masks and "coco_mask_metrics" in c.eval.metrics_set
-    assert builders.input_size(c.data) == (1024, 1024)
+    assert data_build.input_size(c.data) == (1024, 1024)
     tf = json.loads(TF_MASK_COUNTS.read_text())
     parts = {k: v["trainable"] for k, v in tf["parts"].items()}
     p = tasks.family(c).summary(c)["parameters"]

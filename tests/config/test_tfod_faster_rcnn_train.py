@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 
 from .conftest import train_one_step
@@ -56,7 +56,7 @@ def _batch(task, size: int) -> dict:
 
 def _train_one_step(name: str, size: int) -> dict:
     config = _config(name, size)
-    task = builders.build_task(config, seed=0)
+    task = tasks.build_task(config, seed=0)
     return train_one_step(config, task, _batch(task, size))
 
 

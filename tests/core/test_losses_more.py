@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from jaxdet import builders
 from jaxdet.core import losses
 from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
+from jaxdet.tasks.ssd import build as ssd_build
 
 P = 0.75
 X = math.log(3.0)  # sigmoid(X) = 0.75
@@ -77,6 +77,6 @@ def test_builder_refuses_softmax_without_background(tiny_config):
         "add_background_class": False,
     })
     with pytest.raises(ValueError, match="add_background_class=true"):
-        builders.build_loss_params(model)
+        ssd_build.build_loss_params(model)
     model = model.model_copy(update={"add_background_class": True})
-    assert builders.build_loss_params(model).classification == "softmax"
+    assert ssd_build.build_loss_params(model).classification == "softmax"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.data import augment_crop as crop
+from jaxdet.data import build as data_build
 from jaxdet.data.augment import _rgb_to_hsv
 from jaxdet.data.augment_color import (
     RandomAdjustBrightness,
@@ -102,23 +102,23 @@ def test_op_defaults_and_builder_match_schema(name):
     defaults = {f.name: f.default for f in dataclasses.fields(op_cls) if f.name in
                 TF_DEFAULTS[name]}
     assert defaults == TF_DEFAULTS[name]
-    built = builders.build_augment_op(AUGMENT.validate_python({"name": name}), (64, 64))
+    built = data_build.build_augment_op(AUGMENT.validate_python({"name": name}), (64, 64))
     assert built == op_cls()
 
 
 def test_builder_passes_fields():
     cfg = AUGMENT.validate_python({"name": "random_absolute_pad_image", "max_height_padding": 200,
                                    "max_width_padding": 100, "pad_color": [0, 0, 0]})
-    op = builders.build_augment_op(cfg, (64, 64))
+    op = data_build.build_augment_op(cfg, (64, 64))
     assert op == crop.RandomAbsolutePadImage(200, 100, (0.0, 0.0, 0.0))
 
 
 def test_scale_crop_and_pad_output_size_must_match_resizer():
     cfg = AUGMENT.validate_python({"name": "random_scale_crop_and_pad_to_square",
                                    "output_size": 640})
-    assert builders.build_augment_op(cfg, (640, 640)).output_size == 640
+    assert data_build.build_augment_op(cfg, (640, 640)).output_size == 640
     with pytest.raises(ValueError, match=r"output_size \(640\).*\(512\)"):
-        builders.build_augment_op(cfg, (512, 512))
+        data_build.build_augment_op(cfg, (512, 512))
 
 
 @pytest.mark.parametrize("bad", [
@@ -174,7 +174,7 @@ def test_every_tfod_config_augmentation_is_a_schema_op():
     assert len({name for _, name, _ in steps}) >= 10
     for path, name, fields in steps:
         cfg = AUGMENT.validate_python({"name": name, **fields})
-        op = builders.build_augment_op(cfg, (cfg.output_size,) * 2 if name ==
+        op = data_build.build_augment_op(cfg, (cfg.output_size,) * 2 if name ==
                                        "random_scale_crop_and_pad_to_square" else (64, 64))
         for key, value in fields.items():  # every TF field reaches the op, unchanged
             got = getattr(op, key, getattr(cfg, key))

@@ -452,13 +452,13 @@ def test_voc_with_a_mix_of_bad_records_trains_and_evaluates(tmp_path, caplog):
 
 
 def test_dataset_with_more_classes_than_the_model_is_refused(tmp_path):
-    from jaxdet import builders
     from jaxdet.config.loader import load_config
+    from jaxdet.data import build as data_build
 
     categories = [*CATEGORIES, {"id": 7, "name": "c"}]
     source = CocoSource(_coco(tmp_path, [(1, "x.jpg")], [], categories), tmp_path / "images")
     config = load_config("shapes_demo", ["model.num_classes=2"])
     with pytest.raises(ValueError, match=r"has 3 classes \(a, b, c\) but model.num_classes is 2"):
-        builders.build_train_loader(config, source)
+        data_build.build_train_loader(config, source)
     with pytest.raises(ValueError, match="set --set model.num_classes=3"):
-        builders.build_eval_loader(config, source)
+        data_build.build_eval_loader(config, source)

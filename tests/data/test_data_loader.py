@@ -226,7 +226,7 @@ def test_sharded_eval_covers_every_image_once(source):
 def test_first_batch_is_checked_against_the_task_layout(source):
     """The train step reads the task's batch layout; a loader whose batches do not fit it (here
     5 boxes per image where the task pads to 8) stops at the first batch naming the field."""
-    from jaxdet.tasks.base import BatchField
+    from jaxdet.data.batch_layout import BatchField
 
     layout = {"images": BatchField((32, 32, 3), np.float32, spatial_axis=0),
               "boxes": BatchField((8, 4), np.float32)}

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
+from jaxdet.data import build as data_build
 from jaxdet.data.augment import (
     Normalize,
     RandomHorizontalFlip,
@@ -17,12 +18,12 @@ from jaxdet.data.augment import (
 )
 from jaxdet.data.augment_color import RandomAdjustBrightness
 from jaxdet.data.augment_crop import RandomCropImage, RandomPadImage
+from jaxdet.data.batch_layout import BatchField, check_batch
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.geometry import resize_image_tf
 from jaxdet.data.loader import make_train_loader
 from jaxdet.data.normalize import PixelNormalizer, transfer_layout
 from jaxdet.data.resize import FixedShapeResizer, KeepAspectRatioResizer
-from jaxdet.tasks.base import BatchField, check_batch
 
 MEAN, STD = (123.68, 116.78, 103.94), (58.4, 57.1, 57.4)
 
@@ -120,18 +121,18 @@ def test_transfer_layout():
 
 
 def test_train_loader_batches_fit_the_transfer_layout(tiny_config, tmp_path):
-    task = builders.build_task(tiny_config)
-    layout = builders.train_batch_layout(tiny_config, task)
+    task = tasks.build_task(tiny_config)
+    layout = data_build.train_batch_layout(tiny_config, task)
     assert layout["images"].dtype == np.uint8 and "image_info" in layout
-    source = builders.build_source(tiny_config.data.train, tmp_path)
-    loader = builders.build_train_loader(tiny_config, source, layout=layout)
+    source = data_build.build_source(tiny_config.data.train, tmp_path)
+    loader = data_build.build_train_loader(tiny_config, source, layout=layout)
     try:
         batch = next(loader)  # checked against the layout on the first batch
     finally:
         loader.close()
     check_batch(layout, batch, where="test")
     assert batch["images"].dtype == np.uint8
-    float32 = builders.train_batch_layout(
+    float32 = data_build.train_batch_layout(
         tiny_config.model_copy(update={"data": tiny_config.data.model_copy(
             update={"train_image_dtype": "float32"})}), task)
     assert float32["images"].dtype == np.float32

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.convert_dataset import source_to_coco, source_to_tfrecord
+from jaxdet.data import build as data_build
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, KeypointLayout, KeypointSpec
 from jaxdet.data.label_map import (
@@ -399,9 +399,9 @@ def test_shipped_label_maps_with_and_without_keypoints():
 
 
 def test_keypoint_specs_of_configs():
-    assert builders.keypoint_specs(load_config("shapes_demo")) == ()  # an SSD
-    assert builders.keypoint_specs(load_config("centernet_shapes_demo")) == ()
-    specs = builders.keypoint_specs(load_config("centernet_keypoints_shapes_demo"))
+    assert data_build.keypoint_specs(load_config("shapes_demo")) == ()  # an SSD
+    assert data_build.keypoint_specs(load_config("centernet_shapes_demo")) == ()
+    specs = data_build.keypoint_specs(load_config("centernet_keypoints_shapes_demo"))
     assert [s.class_name for s in specs] == ["square", "triangle"]
     assert specs[1].names == ("top", "next", "last")
     assert specs[1].skeleton == ((0, 1), (1, 2), (2, 0))
@@ -410,18 +410,18 @@ def test_keypoint_specs_of_configs():
 def test_build_source_passes_keypoints(coco_file, tmp_path):
     cfg = S.CocoDataConfig(type="coco", annotation_file=str(coco_file),
                            image_dir=str(coco_file.parent))
-    source = builders.build_source(cfg, keypoints=(PERSON,))
+    source = data_build.build_source(cfg, keypoints=(PERSON,))
     assert source.keypoint_layout.num_keypoints == 3
     voc = S.VocDataConfig(type="voc", annotation_dir=str(tmp_path), image_dir=str(tmp_path))
     with pytest.raises(ConfigError, match=r"data.train: Pascal VOC annotations have no "
                                           r"keypoints.*classes person"):
-        builders.build_source(voc, keypoints=(PERSON,), field="data.train")
+        data_build.build_source(voc, keypoints=(PERSON,), field="data.train")
 
 
 def test_generated_shapes_carry_the_model_keypoints(tmp_path):
     config = load_config("centernet_keypoints_shapes_demo", ["data.train.num_images=4"])
-    source = builders.build_source(config.data.train, tmp_path,
-                                   keypoints=builders.keypoint_specs(config))
+    source = data_build.build_source(config.data.train, tmp_path,
+                                   keypoints=data_build.keypoint_specs(config))
     assert [g.class_name for g in source.keypoint_layout.groups] == ["square", "triangle"]
     assert source.skips.total == 0
     for i in range(len(source)):

@@ -522,14 +522,14 @@ def test_generated_shapes_carry_their_exact_visible_masks(tmp_path):
 
 
 def test_config_switches_masks_on(tmp_path):
-    from jaxdet import builders_data
+    from jaxdet.data import build as data_build
 
     data = S.DataConfig(resizer={"name": "fixed_shape", "height": 64, "width": 96},
                         load_masks=True, mask_stride=8)
-    assert builders_data.build_resizer(data).mask_stride == 8
+    assert data_build.build_resizer(data).mask_stride == 8
     assert S.DataConfig(resizer={"name": "fixed_shape", "height": 8, "width": 8}).mask_stride == 4
     shapes = S.ShapesDataConfig(type="shapes", output_dir=str(tmp_path / "s"), num_images=2,
                                 image_size=(32, 32))
-    source = builders_data.build_source(shapes, masks=True)
+    source = data_build.build_source(shapes, masks=True)
     assert load_record_masks(source[0]).shape[1:] == (32, 32)
-    assert "mask_ref" not in builders_data.build_source(shapes)[0]
+    assert "mask_ref" not in data_build.build_source(shapes)[0]

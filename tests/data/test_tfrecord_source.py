@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet import builders
 from jaxdet.config.loader import ConfigError, load_config
+from jaxdet.data import build as data_build
 from jaxdet.data.decode import CorruptImageError, load_image_bytes, load_record_image
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.label_map import read_label_map
@@ -178,18 +178,18 @@ def test_config_and_builder(tmp_path, label_map):
         f"data.train={{type: tfrecord, input_path: '{path}', label_map_path: '{label_map}'}}",
         "data.eval={type: tfrecord, input_path: [PATH_TO_BE_CONFIGURED/val.record]}"])
     assert config.data.train.input_path == (str(path),)
-    source = builders.build_source(config.data.train, num_classes=3, field="data.train")
+    source = data_build.build_source(config.data.train, num_classes=3, field="data.train")
     assert isinstance(source, TfRecordSource) and source.category_names[2] == "bird"
     with pytest.raises(ConfigError, match=(
             r"data\.eval\.input_path .*PATH_TO_BE_CONFIGURED/val\.record.*"
             r"eval_input_reader\.tf_record_input_reader\.input_path.*--set data\.eval\.input_pat")):
-        builders.build_source(config.data.eval, field="data.eval")
+        data_build.build_source(config.data.eval, field="data.eval")
     bad_map = load_config("shapes_demo", [
         f"data.train={{type: tfrecord, input_path: '{path}', "
         "label_map_path: PATH_TO_BE_CONFIGURED/map.pbtxt}"])
     with pytest.raises(ConfigError, match=r"data\.train\.label_map_path.*train_input_reader\."
                                           r"label_map_path"):
-        builders.build_source(bad_map.data.train, field="data.train")
+        data_build.build_source(bad_map.data.train, field="data.train")
 
 
 def test_load_image_bytes_shares_decode_errors():

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders, runs
+from jaxdet import runs, tasks
 from jaxdet.config.loader import load_config
 
 pytestmark = pytest.mark.xdist_group("efficientdet_d0")
@@ -33,7 +33,7 @@ def _leaves(tree):
 
 def test_drop_connect_is_live_and_keyed_by_step():
     config = load_config("efficientdet_d0_shapes", TINY)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     params, stats = task.initial_variables()
     images = np.random.default_rng(0).normal(size=(2, 64, 64, 3)).astype(np.float32)
     # box encodings: the freshly initialized class logits sit at the prior's bias everywhere

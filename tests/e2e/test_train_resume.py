@@ -9,7 +9,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from jaxdet import builders, runs
+from jaxdet import runs, tasks
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -34,8 +35,8 @@ def _batch_with_boxes(task, batch_size, max_boxes, num_boxes, rng):
 
 
 def test_train_step_compiles_once_for_any_number_of_boxes(tiny_config):
-    task = builders.build_task(tiny_config)
-    tx, schedule = builders.build_optimizer(tiny_config.train)
+    task = tasks.build_task(tiny_config)
+    tx, schedule = train_build.build_optimizer(tiny_config.train)
     step = make_train_step(task, tx, schedule, ema_decay=0.9)
     state = init_train_state(task, tx, ema=True)
     rng = np.random.default_rng(0)
@@ -53,8 +54,8 @@ def test_train_step_compiles_once_for_any_number_of_boxes(tiny_config):
 
 def test_dynamic_ema_decay_warms_up_like_tf(tiny_config):
     """TF's num_updates / tfa's dynamic_decay: update t uses min(decay, (1 + t) / (10 + t))."""
-    task = builders.build_task(tiny_config)
-    tx, schedule = builders.build_optimizer(tiny_config.train)
+    task = tasks.build_task(tiny_config)
+    tx, schedule = train_build.build_optimizer(tiny_config.train)
     step = make_train_step(task, tx, schedule, ema_decay=0.9998, ema_dynamic_decay=True)
     state = init_train_state(task, tx, ema=True)
     rng = np.random.default_rng(0)

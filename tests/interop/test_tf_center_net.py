@@ -38,7 +38,7 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import builders, runs, weights
+from jaxdet import runs, tasks, weights
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.core import center_net as cn
@@ -73,7 +73,7 @@ def _sample(config, image: np.ndarray) -> dict:
     """An RGB image through the config's eval transforms (resizer, normalization)."""
     sample = {"image": image, "boxes": np.zeros((0, 4), np.float32),
               "classes": np.zeros((0,), np.int32)}
-    for op in builders.transforms_of(config, training=False):
+    for op in tasks.transforms_of(config, training=False):
         sample = op(sample)
     return sample
 
@@ -85,7 +85,7 @@ def imported(tmp_path_factory):
     512x384 and 512x96), from one compiled function."""
     prefix = rebuild_data(FIXTURE, tmp_path_factory.mktemp("ckpt") / "ckpt-0")
     config = load_config(FIXTURE / "jaxdet.yaml")
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     report = weights.load_weights(task.model, config, prefix)
     _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
     params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)

@@ -21,12 +21,14 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.data import build as data_build
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import detector_map, load_tf_detection_checkpoint, plan_tf_import
 from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.tasks.faster_rcnn.build import build_faster_rcnn
+from jaxdet.tasks.ssd import build as ssd_build
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -45,13 +47,13 @@ def imported(request, tmp_path_factory):
     fixture = FIXTURES / f"tf_{request.param}"
     prefix = rebuild_data(fixture, tmp_path_factory.mktemp("ckpt") / "ckpt-0")
     config = load_pipeline_config(fixture / "pipeline.config", PLACEHOLDERS)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     report = load_tf_detection_checkpoint(task.model, config, prefix)
     _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
     image = np.asarray(Image.open(fixture / "input.png").convert("RGB"), np.float32)
     sample = {"image": image, "boxes": np.zeros((0, 4), np.float32),
               "classes": np.zeros((0,), np.int32)}
-    for op in builders.build_transforms(config.data, training=False):
+    for op in data_build.build_transforms(config.data, training=False):
         sample = op(sample)
     params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)
     images = jnp.asarray(sample["image"][None])
@@ -92,7 +94,7 @@ def test_raw_outputs_equal_tf(imported):
 
 def test_anchors_equal_tf(imported):
     tf = imported["tf"]
-    anchors = builders.build_anchors(imported["config"], imported["task"].model)
+    anchors = ssd_build.build_anchors(imported["config"], imported["task"].model)
     np.testing.assert_allclose(anchors[tf["anchor_index"]], tf["anchors"], rtol=0, atol=1e-6)
 
 
@@ -127,7 +129,7 @@ def test_preprocessing_equals_tf(imported):
     data = np.load(imported["fixture"] / "resize.npz")
     sample = {"image": data["image"].astype(np.float32), "boxes": np.zeros((0, 4), np.float32),
               "classes": np.zeros((0,), np.int32)}
-    for op in builders.build_transforms(imported["config"].data, training=False):
+    for op in data_build.build_transforms(imported["config"].data, training=False):
         sample = op(sample)
     stride = int(data["stride"])
     np.testing.assert_allclose(sample["image"][::stride, ::stride], data["preprocessed"],
@@ -151,7 +153,7 @@ def test_every_other_zoo_config_maps_onto_its_tf_checkpoint(name, tmp_path):
     fixture = FIXTURES / "tf_names" / f"tf_{name}"
     ckpt = TfCheckpoint(rebuild_data(fixture, tmp_path / "ckpt-0"))
     config = load_pipeline_config(fixture / "pipeline.config", PLACEHOLDERS)
-    build = build_faster_rcnn if config.model.type == "faster_rcnn" else builders.build_model
+    build = build_faster_rcnn if config.model.type == "faster_rcnn" else ssd_build.build_model
     model = nnx.eval_shape(lambda: build(config, seed=0))
     mapping = detector_map(model, config)
     plan = plan_tf_import(model, ckpt, mapping, unapplied=tf_unapplied(model))

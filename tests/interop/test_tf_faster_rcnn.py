@@ -32,7 +32,7 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import builders, weights
+from jaxdet import tasks, weights
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tfod_names import variables_of
 
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.xdist_group("tf_detectors")
 def _sample(config, image: np.ndarray) -> dict:
     sample = {"image": image, "boxes": np.zeros((0, 4), np.float32),
               "classes": np.zeros((0,), np.int32)}
-    for op in builders.transforms_of(config, training=False):  # TF pads raw pixels
+    for op in tasks.transforms_of(config, training=False):  # TF pads raw pixels
         sample = op(sample)
     return sample
 
@@ -59,7 +59,7 @@ def _sample(config, image: np.ndarray) -> dict:
 def imported(tmp_path_factory):
     prefix = rebuild_data(FIXTURE, tmp_path_factory.mktemp("ckpt") / "ckpt-0")
     config = load_pipeline_config(FIXTURE / "pipeline.config", PLACEHOLDERS)
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     report = weights.load_weights(task.model, config, prefix)
     _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
     params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders, runs
+from jaxdet import runs, tasks
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tfod_names import UnmappedModelError
+from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.train import optim
-from jaxdet.weights import detect_format, load_weights, tf_variable_names
+from jaxdet.weights import load_weights, tf_variable_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -42,7 +44,7 @@ def checkpoints(tmp_path_factory):
 
 def _model(overrides=()):
     config = load_pipeline_config(MOBILENET / "pipeline.config", [*SETS, *overrides])
-    return config, builders.build_model(config, seed=0)
+    return config, ssd_build.build_model(config, seed=0)
 
 
 def _flat(module) -> dict[str, np.ndarray]:
@@ -107,7 +109,7 @@ def test_full_refuses_a_class_count_that_does_not_fit(checkpoints):
 
 def test_another_architecture_names_the_missing_tensors(checkpoints):
     config = load_pipeline_config(FPNLITE / "pipeline.config", SETS)
-    model = builders.build_model(config, seed=0)
+    model = ssd_build.build_model(config, seed=0)
     with pytest.raises(CheckpointError) as info:
         load_weights(model, config, checkpoints["detection"], restore="full")
     message = str(info.value)
@@ -120,7 +122,7 @@ def test_a_model_without_tf_names_says_which_part(checkpoints):
     """shapes_demo's ResNet-18 (basic blocks) has no TF OD API counterpart to take names from:
     the error names it before any tensor is read."""
     config = load_config("shapes_demo", ["precision=fp32"])
-    model = nnx.eval_shape(lambda: builders.build_model(config))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
     with pytest.raises(UnmappedModelError, match="TF OD API ResNets are bottleneck ResNets"):
         load_weights(model, config, checkpoints["detection"])
 
@@ -152,7 +154,7 @@ def test_training_starts_from_a_workdir_for_another_class_count(tiny_overrides, 
         runs.train(second, tmp_path / "second", progress=False, evaluate=False)
     assert "restored" in caplog.text and "2 re-initialised, 0 unused" in caplog.text
 
-    task = builders.build_task(second)
+    task = tasks.build_task(second)
     report = load_weights(task.model, second, tmp_path / "first", restore="detection")
     assert sorted(report.reinitialized) == ["head/class_predictor/bias",
                                             "head/class_predictor/kernel"]
@@ -226,7 +228,7 @@ def test_fine_tuning_trains_what_the_tf_names_select_and_resumes_without_the_che
     assert (workdir / runs.VARIABLE_NAMES_FILE).is_file()
     _, state, step = runs.restore_for_inference(config, workdir)
     assert step == 2
-    reference = builders.build_model(config, seed=0)
+    reference = ssd_build.build_model(config, seed=0)
     load_weights(reference, config, source, restore="detection")
     before = _flat(reference)
     moved = set()

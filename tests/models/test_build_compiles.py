@@ -7,7 +7,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "jaxdet"
@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "jaxdet"
 def test_building_a_model_compiles_no_random_draw(config, caplog):
     jax.clear_caches()  # what a fresh `jaxdet train` process sees
     with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
-        builders.build_task(load_config(config))
+        tasks.build_task(load_config(config))
     compiled = [r.getMessage() for r in caplog.records
                 if "Finished XLA compilation" in r.getMessage()]
     random_draws = [m for m in compiled if any(

@@ -13,8 +13,9 @@ import optax
 import pytest
 from flax import nnx
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.models import build as model_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 IDENTITY = "{name: identity}"
@@ -53,12 +54,12 @@ def _config(backbone: str, neck: str, size: int = 256, *extra: str):
 
 
 class _Extractor(nnx.Module):
-    """The config's backbone and neck, as ``builders.build_task`` makes them for CenterNet."""
+    """The config's backbone and neck, as ``tasks.build_task`` makes them for CenterNet."""
 
     def __init__(self, config):
         rngs = nnx.Rngs(0)
-        self.backbone = builders.build_backbone(config.model, dtype=jnp.float32, rngs=rngs)
-        self.neck = builders.build_neck(config.model, dict(self.backbone.out_channels),
+        self.backbone = model_build.build_backbone(config.model, dtype=jnp.float32, rngs=rngs)
+        self.neck = model_build.build_neck(config.model, dict(self.backbone.out_channels),
                                         dtype=jnp.float32, rngs=rngs)
 
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
@@ -144,7 +145,7 @@ def test_center_net_trains_one_step(name):
     through the generic step gives a finite loss and moves (nearly) all weights (64x64 inputs;
     Hourglass-10 is the TF OD API's own smallest hourglass)."""
     backbone, neck, *_ = EXTRACTORS[name]
-    task = builders.build_task(_config(backbone, neck, 64, "model.head_depth=16"))
+    task = tasks.build_task(_config(backbone, neck, 64, "model.head_depth=16"))
     tx = optax.sgd(1e-3)
     step = make_train_step(task, tx, optax.constant_schedule(1e-3))
     state = init_train_state(task, tx, ema=False)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 
 # tf.keras ResNet-v1 (biases in every conv, BN epsilon 1.001e-5) + CenterNet FPN
@@ -32,7 +32,7 @@ def _count(module, kind) -> int:
 @pytest.mark.parametrize("depth", [50, 101])
 def test_parameter_counts_equal_tf(depth):
     config = _config(depth)
-    model = nnx.eval_shape(lambda: builders.build_task(config).model)
+    model = nnx.eval_shape(lambda: tasks.build_task(config).model)
     trainable = _count(model.backbone, nnx.Param) + _count(model.neck, nnx.Param)
     stats = _count(model.backbone, nnx.BatchStat) + _count(model.neck, nnx.BatchStat)
     assert (trainable, trainable + stats) == TF_COUNTS[depth]

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config.loader import load_config
 from jaxdet.interop.effdet_names import effdet_state_dict_map, load_effdet_state_dict
 from jaxdet.interop.torch_names import torch_shape_to_ours
 from jaxdet.models.ssd import concat_levels
+from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights
@@ -41,14 +41,14 @@ def _config(extra=()):
 
 @pytest.fixture(scope="module")
 def detector(build_fast):
-    model = build_fast(lambda: builders.build_model(_config()))
+    model = build_fast(lambda: ssd_build.build_model(_config()))
     assert load_effdet_state_dict(model, torch_deterministic_weights(FIXTURE["shapes"])) == []
     model.eval()
     return model
 
 
 def test_parameters_map_one_to_one_with_effdet():
-    model = nnx.eval_shape(lambda: builders.build_model(_config()))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(_config()))
     mapping = effdet_state_dict_map(model)
     assert set(mapping) == set(FIXTURE["shapes"])
     ours = dict(nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat))))
@@ -122,7 +122,7 @@ def effdet_file(tmp_path_factory) -> Path:
 
 def test_effdet_file_loads_as_the_whole_detector(detector, effdet_file, build_fast):
     config = _config()
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     report = load_weights(model, config, effdet_file)  # format auto: torch
     assert len(report.restored) == len(FIXTURE["shapes"])
     assert report.reinitialized == [] and report.unused == []
@@ -135,7 +135,7 @@ def test_effdet_file_loads_as_the_whole_detector(detector, effdet_file, build_fa
 def test_effdet_file_restores_detection_for_another_class_count(detector, effdet_file,
                                                                  build_fast):
     config = _config(["model.num_classes=3"])
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     fresh = _flat(model)
     report = load_weights(model, config, effdet_file, restore="detection")
     assert sorted(report.reinitialized) == ["head/class_predictor/pointwise/bias",
@@ -148,7 +148,7 @@ def test_effdet_file_restores_detection_for_another_class_count(detector, effdet
 
 def test_effdet_file_restores_the_backbone_alone(detector, effdet_file, build_fast):
     config = _config()
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     fresh = _flat(model)
     report = load_weights(model, config, effdet_file, restore="classification")
     assert all(name.startswith("backbone/") for name in report.restored)

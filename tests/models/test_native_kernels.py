@@ -17,7 +17,7 @@ from jaxdet import cpu_kernels
 from jaxdet.core import portable
 from jaxdet.core.nms import batched_nms, top_k_per_class
 from jaxdet.models import depthwise, winograd
-from jaxdet.parallel.thin_maps import mesh_scope
+from jaxdet.models.thin_maps import mesh_scope
 
 pytestmark = [
     pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU kernels"),

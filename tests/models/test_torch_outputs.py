@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config.loader import load_config
+from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights
@@ -90,7 +90,7 @@ def test_backbone_file_gives_the_torch_features(name, suffix, build_fast, tmp_pa
         state[key] = np.zeros(shape, np.float32)
     path = WRITERS[suffix](tmp_path / f"{name}.{suffix}", state)
 
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     report = load_weights(model, config, path, restore="classification")
     assert len(report.restored) == len(shapes)
     assert report.unused == sorted(classifier) and report.reinitialized == []
@@ -118,7 +118,7 @@ def test_effdet_file_gives_effdets_outputs(variant, build_fast, tmp_path):
     shapes = EFFDET["shapes"][f"tf_efficientdet_d{variant}"]
     path = _write_safetensors(tmp_path / "effdet.safetensors",
                               dict(torch_deterministic_weights(shapes)))
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     report = load_weights(model, config, path)  # format auto (torch), restore full
     assert len(report.restored) == len(shapes) and report.unused == []
     model.eval()

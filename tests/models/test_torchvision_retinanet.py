@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config.loader import load_config
 from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError
@@ -29,6 +28,7 @@ from jaxdet.interop.torchvision_retinanet_names import (
 )
 from jaxdet.models.ssd import concat_levels
 from jaxdet.predict import class_labels
+from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights
@@ -78,7 +78,7 @@ def retinanet_file(weights, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def detector(retinanet_file, build_fast):
     config = _config()
-    model = build_fast(lambda: builders.build_model(config), seed=1)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     report = load_weights(model, config, retinanet_file, format="torch")
     assert len(report.restored) == len(FIXTURE["shapes"])
     assert report.reinitialized == [] and report.unused == []
@@ -92,7 +92,7 @@ def _flat(module) -> dict[str, np.ndarray]:
 
 
 def test_parameters_map_one_to_one_with_torchvision():
-    model = nnx.eval_shape(lambda: builders.build_model(_config()))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(_config()))
     mapping = torchvision_retinanet_state_dict_map(model)
     assert set(mapping) == set(FIXTURE["shapes"])
     ours = dict(nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat))))
@@ -154,13 +154,13 @@ def test_outputs_equal_torchvision(detector):
     close(np.asarray(encodings)[..., [1, 0, 3, 2]], ref["bbox_regression"], "bbox_regression")
 
     # anchors: ours normalized (ymin, xmin, ymax, xmax), torchvision's (x1, y1, x2, y2) pixels
-    anchors = builders.build_anchors(config, detector)
+    anchors = ssd_build.build_anchors(config, detector)
     pixels = anchors.astype(np.float64) * [HEIGHT, WIDTH, HEIGHT, WIDTH]
     np.testing.assert_allclose(pixels[:, [1, 0, 3, 2]], ref["anchors"], rtol=0, atol=1e-3)
 
     # detections as torchvision's postprocess_detections makes them (decode, clip, NMS per
     # class at 0.5) from our outputs, with the box coder the config builds (its clamp too)
-    coder = builders.build_box_coder(config.model)
+    coder = ssd_build.build_box_coder(config.model)
     boxes = jnp.clip(coder.decode(encodings, jnp.asarray(anchors)[None]), 0.0, 1.0)
     post = config.model.post_processing
     det = batched_nms(boxes, jax.nn.sigmoid(logits), score_threshold=FIXTURE["score_thresh"],
@@ -180,7 +180,7 @@ def test_pre_013_names_load_the_same_detector(detector, weights, tmp_path, build
     path = _write(tmp_path / "retinanet_resnet50_fpn_coco.safetensors",
                   {_legacy(k): v for k, v in weights.items()})
     config = _config()
-    model = build_fast(lambda: builders.build_model(config), seed=2)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=2)
     report = load_weights(model, config, path)  # format auto: torch
     assert len(report.restored) == len(FIXTURE["shapes"]) and report.unused == []
     expected, ours = _flat(detector), _flat(model)
@@ -190,7 +190,7 @@ def test_pre_013_names_load_the_same_detector(detector, weights, tmp_path, build
 
 def test_restores_the_backbone_alone(detector, retinanet_file, build_fast):
     config = _config()
-    model = build_fast(lambda: builders.build_model(config), seed=2)
+    model = build_fast(lambda: ssd_build.build_model(config), seed=2)
     fresh = _flat(model)
     report = load_weights(model, config, retinanet_file, restore="classification")
     assert report.unused == [] and report.reinitialized == []
@@ -203,7 +203,7 @@ def test_restores_the_backbone_alone(detector, retinanet_file, build_fast):
 
 def test_restores_detection_for_another_class_count(retinanet_file, build_fast):
     config = _config(["model.num_classes=3"])
-    model = build_fast(lambda: builders.build_model(config))
+    model = build_fast(lambda: ssd_build.build_model(config))
     report = load_weights(model, config, retinanet_file, restore="detection")
     assert sorted(report.reinitialized) == ["head/class_predictor/bias",
                                             "head/class_predictor/kernel"]
@@ -222,7 +222,7 @@ def test_files_and_models_that_do_not_fit_are_named(weights, retinanet_file, tmp
                                                      build_fast):
     # a torchvision RetinaNet file into the TF OD API's RetinaNet (BN in the FPN and head)
     config = load_config("retinanet_resnet50_fpn_640")
-    model = build_fast(lambda: builders.build_model(config))
+    model = build_fast(lambda: ssd_build.build_model(config))
     with pytest.raises(ValueError, match="no counterpart.*retinanet_resnet50_fpn_torchvision"):
         load_weights(model, config, retinanet_file)
     # ... whose ResNet-50 has the same tensors: the backbone alone restores
@@ -230,7 +230,7 @@ def test_files_and_models_that_do_not_fit_are_named(weights, retinanet_file, tmp
     assert len(report.restored) == sum(k.startswith("backbone.body.") for k in weights)
     # a file without the head (a torchvision backbone + FPN) for the whole detector
     config = _config()
-    model = nnx.eval_shape(lambda: builders.build_model(config))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
     path = _write(tmp_path / "no_head.safetensors",
                   {k: v for k, v in weights.items() if not k.startswith("head.")})
     with pytest.raises(CheckpointError, match=r"does not fit this model: 20 of the 301 tensors "
@@ -245,7 +245,7 @@ def test_files_and_models_that_do_not_fit_are_named(weights, retinanet_file, tmp
     config = _config(["model.neck.smooth_top=false"])
     with pytest.raises(CheckpointError, match=r"2 tensors this model has no place for, e\.g\. "
                                               r"backbone\.fpn\.layer_blocks\.2\.0\."):
-        load_weights(nnx.eval_shape(lambda: builders.build_model(config)), config,
+        load_weights(nnx.eval_shape(lambda: ssd_build.build_model(config)), config,
                      retinanet_file)
     # tensors the model has no place for
     path = _write(tmp_path / "extra.safetensors",

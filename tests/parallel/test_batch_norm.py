@@ -12,11 +12,13 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.models.layers import BatchNorm, BatchNormParams, batch_norm, set_batch_norm_groups
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding
+from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 BATCH = 8
@@ -134,7 +136,7 @@ def test_grouped_batch_norm_dtypes_and_bad_batch():
 
 def test_build_model_sets_groups_from_parallel_config(tiny_overrides):
     def groups(*overrides):
-        model = builders.build_model(load_config("shapes_demo", tiny_overrides + list(overrides)))
+        model = ssd_build.build_model(load_config("shapes_demo", tiny_overrides + list(overrides)))
         found = {m.num_groups for _, m in nnx.iter_modules(model) if isinstance(m, BatchNorm)}
         assert found, "the tiny model has BatchNorms"
         return found
@@ -195,8 +197,8 @@ def _batch(size: tuple[int, int]) -> dict:
 
 def _one_step(config, mesh_shape: tuple[int, int] | None):
     """(initial state, state after one train step, metrics), all on the host."""
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     before = jax.device_get(state)
     batch = _batch(task.input_size)

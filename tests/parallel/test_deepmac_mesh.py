@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import (
@@ -22,6 +22,7 @@ from jaxdet.parallel.sharding import (
     place_batch,
     state_sharding,
 )
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 from .conftest import assert_trees_close
@@ -64,8 +65,8 @@ def _batch(task, seed: int = 0) -> dict:
 @pytest.fixture(scope="module")
 def reference():
     config = load_config("centernet_deepmac_shapes_demo", OVERRIDES)
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     state0 = jax.device_get(init_train_state(task, tx, ema=False))
     batch = _batch(task)
     step = make_train_step(task, tx, schedule)

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import (
@@ -24,6 +24,7 @@ from jaxdet.parallel.sharding import (
     place_batch,
     state_sharding,
 )
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 from .conftest import assert_trees_close
@@ -76,8 +77,8 @@ class _Reference:
 
     def __init__(self, name: str):
         base, overrides = MODELS[name]
-        self.task = builders.build_task(load_config(base, [*overrides, *COMMON]))
-        self.tx, self.schedule = builders.build_optimizer(
+        self.task = tasks.build_task(load_config(base, [*overrides, *COMMON]))
+        self.tx, self.schedule = train_build.build_optimizer(
             load_config(base, [*overrides, *COMMON]).train)
         self.state0 = jax.device_get(init_train_state(self.task, self.tx, ema=False))
         self.batch = _batch()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.parallel.mesh import MeshLayoutError, check_batch_layout, make_mesh
 from jaxdet.parallel.sharding import (
@@ -26,6 +26,7 @@ from jaxdet.parallel.sharding import (
     place_batch,
     state_sharding,
 )
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 from .conftest import assert_trees_close
@@ -91,8 +92,8 @@ class _Reference:
 
     def __init__(self, name: str):
         self.config = _config(name)
-        self.task = builders.build_task(self.config)
-        self.tx, self.schedule = builders.build_optimizer(self.config.train)
+        self.task = tasks.build_task(self.config)
+        self.tx, self.schedule = train_build.build_optimizer(self.config.train)
         self.state0 = jax.device_get(init_train_state(self.task, self.tx, ema=False))
         self.batch = _batch()
         self.image_info = np.tile(np.array([[HEIGHT, WIDTH, HEIGHT, WIDTH]], np.float32),
@@ -156,7 +157,7 @@ def test_remat_step_on_spatial_mesh_equals_single_device() -> None:
     reference = _REFERENCES.setdefault("retinanet", _Reference("retinanet"))
     config = load_config(MODELS["retinanet"][0], [
         *MODELS["retinanet"][1], *COMMON, "train.remat=[backbone, neck, head]"])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     mesh = make_mesh(2, 4)
     shardings = state_sharding(mesh, reference.state0)
     step = make_train_step(task, reference.tx, reference.schedule,
@@ -203,7 +204,7 @@ def test_spatial_convolutions_exchange_halos_not_activations() -> None:
     even the thinnest maps stay split; train and predict steps gather those, see
     ``test_thin_maps.py``.)"""
     config = _config("retinanet")
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     params, stats = task.initial_variables()
     graphdef = nnx.graphdef(task.model)
     mesh = make_mesh(2, 4)

@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders, runs
+from jaxdet import runs
 from jaxdet.config.loader import load_config
-from jaxdet.data.loader import SHARDED_STATE_FORMAT
-from jaxdet.parallel.distributed import gather_ints
+from jaxdet.data import build as data_build
+from jaxdet.data.loader import SHARDED_STATE_FORMAT, gather_ints
 from jaxdet.train.checkpoint import Checkpointer
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
@@ -78,7 +78,7 @@ def test_two_processes_train_like_one(tiny_overrides, tmp_path):
     workdir = tmp_path / "two"
     multi = [*overrides, "parallel.data=-1"]  # one device in each process: a 2 x 1 mesh
     # generate the shapes data once, before the processes start (they would race)
-    builders.build_source(load_config("shapes_demo", multi).data.train, workdir)
+    data_build.build_source(load_config("shapes_demo", multi).data.train, workdir)
     reports = _launch(workdir, multi, stop_after=4)
 
     for i, report in enumerate(reports):
@@ -126,7 +126,7 @@ def test_a_signal_to_one_process_stops_both_at_one_step(tiny_overrides, tmp_path
     overrides = [*tiny_overrides, *SAME, "parallel.data=-1", "train.num_steps=300",
                  "train.checkpoint_every=100"]
     workdir = tmp_path / "two"
-    builders.build_source(load_config("shapes_demo", overrides).data.train, workdir)
+    data_build.build_source(load_config("shapes_demo", overrides).data.train, workdir)
     port = _free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
@@ -161,7 +161,7 @@ def test_a_signal_to_one_process_stops_both_at_one_step(tiny_overrides, tmp_path
         assert ckpt.all_steps()[-1] == 300
     params = [_params(workdir / f"params_{i}.npz") for i in range(2)]
     # an uninterrupted two-process run (one process would differ after 300 steps by rounding)
-    builders.build_source(load_config("shapes_demo", overrides).data.train, tmp_path / "plain")
+    data_build.build_source(load_config("shapes_demo", overrides).data.train, tmp_path / "plain")
     _launch(tmp_path / "plain", overrides)
     want = _params(tmp_path / "plain" / "params_0.npz")
     assert params[0].keys() == want.keys()

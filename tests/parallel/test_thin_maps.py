@@ -1,4 +1,4 @@
-"""Thin feature maps on a spatial mesh (``parallel.thin_maps``): maps of fewer than two rows per
+"""Thin feature maps on a spatial mesh (``models.thin_maps``): maps of fewer than two rows per
 spatial shard are kept whole along the height, which is what makes a train step on 64-px images
 over a (data x spatial) mesh equal the one-device step.
 
@@ -17,11 +17,12 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.models.thin_maps import gather_thin_rows, mesh_scope
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding
-from jaxdet.parallel.thin_maps import gather_thin_rows, mesh_scope
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 pytestmark = pytest.mark.xdist_group("mesh")
@@ -74,8 +75,8 @@ def test_train_step_on_64px_images_equals_single_device(tiny_overrides, shape) -
         *tiny_overrides, "train.optimizer.name=momentum",
         "train.learning_rate={name: constant, learning_rate: 0.02}",
     ])
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     rng = np.random.default_rng(0)
     batch = {
         "images": rng.normal(size=(4, 64, 64, 3)).astype(np.float32),

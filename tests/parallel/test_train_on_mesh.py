@@ -10,10 +10,12 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import builders, runs
+from jaxdet import runs, tasks
 from jaxdet.config.loader import load_config
+from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import MeshLayoutError, make_mesh
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 pytestmark = pytest.mark.xdist_group("mesh")
@@ -87,8 +89,8 @@ def test_bad_layout_is_one_clear_error_before_compiling(tiny_overrides, tmp_path
 
 def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
     config = load_config("shapes_demo", [*tiny_overrides, *SGD[:2], "train.batch_size=8"])
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     state0 = jax.device_get(init_train_state(task, tx, ema=False))
     rng = np.random.default_rng(0)
     batch = {
@@ -122,6 +124,6 @@ def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
 
 def test_mesh_uses_all_devices_by_default(tiny_overrides):
     config = load_config("shapes_demo", [o for o in tiny_overrides if o != "parallel.data=1"])
-    assert dict(builders.build_mesh(config).shape) == {"data": 8, "spatial": 1}
+    assert dict(parallel_build.build_mesh(config).shape) == {"data": 8, "spatial": 1}
     config = load_config("shapes_demo", [*tiny_overrides[:-1], "parallel.spatial=2"])
-    assert dict(builders.build_mesh(config).shape) == {"data": 4, "spatial": 2}
+    assert dict(parallel_build.build_mesh(config).shape) == {"data": 4, "spatial": 2}

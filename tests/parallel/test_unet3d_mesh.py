@@ -23,9 +23,9 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from jaxdet import builders
 from jaxdet.config.loader import load_config
 from jaxdet.config.schema import EvalConfig, ParallelConfig, TrainConfig
+from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import (
     MeshLayoutError,
     check_volume_layout,
@@ -35,6 +35,7 @@ from jaxdet.parallel.mesh import (
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding
 from jaxdet.tasks.unet3d import UNet3D, UNet3DTask
 from jaxdet.tasks.unet3d.memory import compiled_step_memory
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 from .conftest import assert_trees_close
@@ -65,7 +66,7 @@ class _Reference:
     def __init__(self, patch: int):
         self.patch = patch
         self.task = _task(patch)
-        self.tx, self.schedule = builders.build_optimizer(_train_config())
+        self.tx, self.schedule = train_build.build_optimizer(_train_config())
         self.state0 = jax.device_get(init_train_state(self.task, self.tx, ema=False))
         rng = np.random.default_rng(0)
         self.batch = {
@@ -246,15 +247,15 @@ def _config(spatial_axes, *, data: int = 1, batch_size: int = BATCH) -> SimpleNa
 
 def test_volume_layout_errors_name_the_field() -> None:
     ok = _config((2, 2, 2))
-    mesh = builders.build_mesh(ok)
+    mesh = parallel_build.build_mesh(ok)
     assert dict(mesh.shape) == {"data": 1, "spatial": 2, "spatial_1": 2, "spatial_2": 2}
-    builders.check_mesh_layout(ok, mesh, _task())
+    parallel_build.check_mesh_layout(ok, mesh, _task())
     # a side that does not divide by its shards
     with pytest.raises(MeshLayoutError, match=r"model.patch_size=\[36, 36, 36\]: the depth 36 "
                                               r"does not divide over 8 shards \(parallel.spatial"
                                               r"=8\); .* multiple of 8 x 4 = 32 \(e.g. 32\)"):
         cfg = _config((8,))
-        builders.check_mesh_layout(cfg, builders.build_mesh(cfg), _task(36))
+        parallel_build.check_mesh_layout(cfg, parallel_build.build_mesh(cfg), _task(36))
     # a side that splits, but a level map that stays split (10 rows, >= 2 per shard) does not
     with pytest.raises(MeshLayoutError, match=r"the height 40 splits over 4 shards \(parallel."
                                               r"spatial_axes=\[2, 4\]\), but its level-2 map "
@@ -264,7 +265,7 @@ def test_volume_layout_errors_name_the_field() -> None:
     with pytest.raises(MeshLayoutError, match=r"train.batch_size=3 does not divide over "
                                               r"parallel.data=2"):
         cfg = _config((2, 2), data=2, batch_size=3)
-        builders.check_mesh_layout(cfg, builders.build_mesh(cfg), _task())
+        parallel_build.check_mesh_layout(cfg, parallel_build.build_mesh(cfg), _task())
 
 
 def test_detectors_refuse_a_width_split() -> None:
@@ -278,16 +279,16 @@ def test_detectors_refuse_a_width_split() -> None:
     with pytest.raises(MeshLayoutError, match=r"parallel.spatial_axes=\[2, 2\] splits the image "
                                               r"width, but detectors split the image height "
                                               r"only; use parallel.spatial_axes=\[4\]"):
-        builders.check_mesh_layout(config, builders.build_mesh(config), task)
+        parallel_build.check_mesh_layout(config, parallel_build.build_mesh(config), task)
     # the first dimension alone is today's (data, spatial) mesh
     config = load_config("shapes_demo", ["data.resizer.height=64", "data.resizer.width=64",
                                          "model.backbone.depth_multiplier=0.25",
                                          "parallel.data=4", "parallel.spatial_axes=[2]",
                                          "train.batch_size=4", "eval.batch_size=4"])
-    mesh = builders.build_mesh(config)
+    mesh = parallel_build.build_mesh(config)
     assert mesh.axis_names == ("data", "spatial") and dict(mesh.shape) == {"data": 4,
                                                                           "spatial": 2}
-    builders.check_mesh_layout(config, mesh, task)
+    parallel_build.check_mesh_layout(config, mesh, task)
 
 
 def test_compiled_step_memory_reads_one_device_share() -> None:
@@ -295,7 +296,7 @@ def test_compiled_step_memory_reads_one_device_share() -> None:
     shards, a device's activations (temp) are a fraction of the one-device step's, and the
     replicated train state (argument, output) is not."""
     task = _task(16)
-    tx, schedule = builders.build_optimizer(_train_config())
+    tx, schedule = train_build.build_optimizer(_train_config())
     one = compiled_step_memory(task, tx, schedule, batch_size=BATCH, mesh=None)
     eight = compiled_step_memory(task, tx, schedule, batch_size=BATCH,
                                  mesh=make_mesh(1, spatial_axes=(8,)))
@@ -323,7 +324,7 @@ def test_tpu_reference_train_step_on_volume_mesh_equals_single_device() -> None:
     model = TPUReferenceUNet3D(1, 3, (2, 4, 8), conv_lowering="native", rngs=nnx.Rngs(0))
     task = UNet3DTask(model=model, input_size=(patch,) * 3, num_classes=3,
                       loss_name="adaptive_dice")
-    tx, schedule = builders.build_optimizer(_train_config())
+    tx, schedule = train_build.build_optimizer(_train_config())
     state0 = jax.device_get(init_train_state(task, tx, ema=False))
     rng = np.random.default_rng(1)
     batch = {"images": rng.normal(size=(BATCH, patch, patch, patch, 1)).astype(np.float32),

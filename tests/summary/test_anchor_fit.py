@@ -10,11 +10,11 @@ import pytest
 from PIL import Image
 
 from jaxdet import cli
-from jaxdet.anchor_fit import anchor_coverage, best_anchor_iou, level_anchor_sizes
 from jaxdet.config.loader import load_config
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.stats import dataset_stats, format_dataset_stats
-from jaxdet.summary import format_summary, model_summary
+from jaxdet.tasks.ssd.anchor_fit import anchor_coverage, best_anchor_iou, level_anchor_sizes
+from jaxdet.tasks.ssd.summary import format_summary, model_summary
 
 
 def test_level_anchor_sizes_of_shapes_demo():

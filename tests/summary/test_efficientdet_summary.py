@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from jaxdet.config.loader import load_config
-from jaxdet.summary import model_summary
+from jaxdet.tasks.ssd.summary import model_summary
 
 # name: (input size, paper params, paper multiply-adds, automl README params)
 PUBLISHED = {

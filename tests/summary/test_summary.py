@@ -1,5 +1,6 @@
-"""``jaxdet.summary``: parameter counts by hand formula, anchors, output shapes, XLA FLOPs
-against analytic convolution multiply-adds, and the ``jaxdet summary`` command."""
+"""The SSD family's summary (``tasks.ssd.summary``): parameter counts by hand formula,
+anchors, output shapes, XLA FLOPs against analytic convolution multiply-adds, and the ``jaxdet
+summary`` command."""
 
 from __future__ import annotations
 
@@ -11,16 +12,11 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxdet import builders, cli
+from jaxdet import cli, tasks
 from jaxdet.config.loader import load_config
-from jaxdet.summary import (
-    FLOPS_METHOD,
-    compiled_flops,
-    flops_of,
-    format_summary,
-    head_branch,
-    model_summary,
-)
+from jaxdet.models.inspect import compiled_flops, flops_of
+from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.summary import FLOPS_METHOD, format_summary, head_branch, model_summary
 
 # shapes_demo (ResNet-18 x0.25 + FPN P3-P5 + weight-shared head, 3 classes, 6 anchors per
 # location) shrunk; a non-square input catches height/width mix-ups.
@@ -97,7 +93,7 @@ def test_counts_equal_the_built_task_variables(config, summary):
     built = {}
 
     def variables():  # build_task traced abstractly: same variables, nothing initialized
-        built["task"] = builders.build_task(config)
+        built["task"] = tasks.build_task(config)
         return built["task"].initial_variables()
 
     params, stats = jax.eval_shape(variables)
@@ -201,7 +197,7 @@ def _recorded_conv_macs(module: nnx.Module, *args) -> int:
 def test_flops_match_analytic_conv_macs(config, summary):
     """Each component's XLA FLOPs are 2 x its conv multiply-adds plus a little elementwise
     work (BN, activations, residual adds, max-pool): within 5%, never below."""
-    model = nnx.eval_shape(lambda: builders.build_model(config))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
     model.eval()
     images = jax.ShapeDtypeStruct((1, H, W, 3), jnp.float32)
     backbone_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.backbone),
@@ -233,7 +229,7 @@ def _full_tap_macs(module: nnx.Module, *args) -> int:
 
 
 def test_multiply_adds_are_full_tap_conv_macs(config, summary):
-    model = nnx.eval_shape(lambda: builders.build_model(config))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
     model.eval()
     images = jax.ShapeDtypeStruct((1, H, W, 3), jnp.float32)
     backbone_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.backbone),

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.core.detection_loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.train.accumulate import split_micro_batches
@@ -50,7 +50,7 @@ def frozen_task(tiny_overrides):
         "model.backbone.batch_norm.frozen=true",
         "model.head.batch_norm.frozen=true",
     ])
-    return builders.build_task(config)
+    return tasks.build_task(config)
 
 
 def test_split_micro_batches_is_strided():

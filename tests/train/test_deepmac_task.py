@@ -13,14 +13,14 @@ import optax
 import pytest
 from flax import nnx
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.config.schema_deepmac import MASK_NETWORK_STAGES
 from jaxdet.core import deepmac as dm
 from jaxdet.core.losses import weighted_sigmoid_loss
 from jaxdet.models.backbones.hourglass import mask_network_spec
+from jaxdet.models.inspect import abstract_call
 from jaxdet.models.layers import BatchNormParams
-from jaxdet.summary import abstract_call
 from jaxdet.tasks.center_net.deepmac import MaskNetwork
 from jaxdet.train.step import init_train_state, make_train_step
 
@@ -48,7 +48,7 @@ def _batch(task, counts, seed=0) -> dict:
 
 
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
-    task = builders.build_task(_config())
+    task = tasks.build_task(_config())
     layout = task.batch_layout()
     assert layout["masks"].shape == (MAX_BOXES, 32, 32) and layout["masks"].dtype == jnp.uint8
     tx = optax.sgd(1e-3)
@@ -73,7 +73,7 @@ def test_the_mask_loss_is_tfs_over_the_allowed_classes():
     """The task's mask_loss equals TF's formula computed here from the mask logits of the
     same weights: per box the mean over its 8x8 pixels, summed over the boxes of classes 1
     and 2 (allowed), divided by their number; the total adds it times task_loss_weight 5."""
-    task = builders.build_task(_config("model.mask_head.allowed_masked_classes=[1, 2]"))
+    task = tasks.build_task(_config("model.mask_head.allowed_masked_classes=[1, 2]"))
     params, stats = task.initial_variables()
     batch = {k: jnp.asarray(v) for k, v in _batch(task, [4, 2], seed=1).items()}
     total, (parts, _) = jax.jit(task.loss)(params, stats, batch)
@@ -110,7 +110,7 @@ def test_the_mask_head_adds_its_parameters_and_fingerprint_but_not_to_box_only_m
 ])
 def test_the_builder_refuses_what_cannot_train(extra, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        builders.build_task(_config(*extra))
+        tasks.build_task(_config(*extra))
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.step import init_train_state, make_train_step
@@ -26,7 +26,7 @@ def _task(size: int = 64, extra: tuple[str, ...] = (), name: str = "faster_rcnn_
         "model.first_stage_max_proposals=16", "model.second_stage_batch_size=8",
         "model.initial_crop_size=6", "model.second_stage_post_processing.max_total_detections=10",
         "model.second_stage_post_processing.max_detections_per_class=10", *extra])
-    return builders.build_task(config)
+    return tasks.build_task(config)
 
 
 def _batch(task, counts, seed=0) -> dict:
@@ -121,12 +121,12 @@ def test_remat_levels_fingerprint_and_refusals():
     from jaxdet import tasks
 
     config = load_config("faster_rcnn_shapes_demo", ["train.remat=[backbone.level5]"])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     blocks = task.model.backbone.blocks_by_level()
     assert all(getattr(b, "remat", False) for b in blocks[5])
     assert not any(getattr(b, "remat", False) for b in blocks[4])
     with pytest.raises(ValueError, match="faster_rcnn can recompute.*not neck"):
-        builders.build_task(load_config("faster_rcnn_shapes_demo", ["train.remat=[neck]"]))
+        tasks.build_task(load_config("faster_rcnn_shapes_demo", ["train.remat=[neck]"]))
     fields = tasks.fingerprint_fields(config)
     assert fields["input_size"] == [128, 128]
     assert fields["model"]["type"] == "faster_rcnn"

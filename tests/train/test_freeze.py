@@ -9,8 +9,9 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, load_config
+from jaxdet.train import build as train_build
 from jaxdet.train import optim
 from jaxdet.train.step import init_train_state, make_train_step
 
@@ -76,9 +77,9 @@ def test_one_step_hard_mining_weighted_sigmoid_frozen_backbone(tiny_overrides,
         "model.hard_example_miner.min_negatives_per_image=2",
         "train.freeze_variables=['^backbone/']",
     ])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     assert task.loss_params.hard_example_miner.num_hard_examples == 16
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     before = jax.tree.map(np.asarray, jax.device_get(state["params"]))
     batch = two_box_batch(task)

@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
+from jaxdet.train import build as train_build
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.step import abstract_train_state, init_train_state
 
@@ -63,11 +64,11 @@ def fp16(tiny_overrides):
         "precision=fp16", "train.ema_decay=0.9", "train.loss_scale.initial_scale=1024",
         "train.loss_scale.growth_interval=2",
     ])
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
-    scale = builders.build_loss_scale(config)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
+    scale = train_build.build_loss_scale(config)
     assert scale == ls.LossScaleParams(1024.0, 2, 2.0, 1.0)
-    step = builders.build_train_step(config, task, tx, schedule)
+    step = train_build.build_train_step(config, task, tx, schedule)
     state = jax.device_get(init_train_state(task, tx, ema=True, loss_scale=scale))
     return task, tx, scale, step, state
 

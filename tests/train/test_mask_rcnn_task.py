@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.train.step import init_train_state, make_train_step
 
@@ -42,7 +42,7 @@ def _batch(task, counts, seed=0) -> dict:
 
 
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
-    task = builders.build_task(_config())
+    task = tasks.build_task(_config())
     layout = task.batch_layout()
     assert layout["masks"].shape == (MAX_BOXES, 32, 32) and layout["masks"].dtype == jnp.uint8
     assert task.params.mask_slots() == 2  # floor(8 * 0.25) sampled positives at most
@@ -71,7 +71,7 @@ def test_the_mask_loss_trains_the_mask_head_only_through_positives(monkeypatch):
     every box is a sampled positive: the mask loss is TF's per-pixel mean over them times its
     weight 4 (a fresh head's logits are ~0: ~log 2 a pixel), its gradient reaches the mask
     head; with no boxes it is 0 and leaves the head untouched."""
-    task = builders.build_task(_config())
+    task = tasks.build_task(_config())
     p_max = task.params.first_stage_max_proposals
 
     traced = {}  # the batch being traced: the proposals are its boxes
@@ -104,13 +104,13 @@ def test_the_mask_loss_trains_the_mask_head_only_through_positives(monkeypatch):
 
 def test_refusals_fingerprint_and_summary():
     with pytest.raises(ValueError, match="predict_instance_masks.*data.load_masks"):
-        builders.build_task(_config("data.load_masks=false"))
+        tasks.build_task(_config("data.load_masks=false"))
     with pytest.raises(ValueError, match="convolve_then_upsample.*multiples"):
-        builders.build_task(_config("model.convolve_then_upsample=true", "model.mask_height=5"))
+        tasks.build_task(_config("model.convolve_then_upsample=true", "model.mask_height=5"))
     # crop 6 -> pool 3 -> conv5 2x2: a 6x6 mask is 3x upsampling
-    task = builders.build_task(_config("model.convolve_then_upsample=true"))
+    task = tasks.build_task(_config("model.convolve_then_upsample=true"))
     assert task.model.mask_head.upsample == (3, 3)
-    auto = builders.build_task(_config("model.mask_prediction_conv_depth=0"))
+    auto = tasks.build_task(_config("model.mask_prediction_conv_depth=0"))
     # conv5 of ResNet-18 x0.25: 128 channels, 3 classes -> 2^round((14 + 3 log2 3) / 5) = 16
     assert auto.model.mask_head.convs[0].out_features == 16
     fields = tasks.fingerprint_fields(_config())["model"]

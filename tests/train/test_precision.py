@@ -6,9 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.eval.runner import make_predict_fn
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 # The same settings as test_loss_scale.py's fp16 step, so the persistent compilation cache
@@ -19,11 +20,11 @@ SETTINGS = ["train.ema_decay=0.9", "train.loss_scale.initial_scale=1024",
 
 def _one_step(overrides: list[str], make_batch):
     config = load_config("shapes_demo", overrides + SETTINGS)
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
-    state = init_train_state(task, tx, ema=True, loss_scale=builders.build_loss_scale(config))
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
+    state = init_train_state(task, tx, ema=True, loss_scale=train_build.build_loss_scale(config))
     before = jax.device_get(state["params"])
-    new, metrics = builders.build_train_step(config, task, tx, schedule)(state, make_batch(task))
+    new, metrics = train_build.build_train_step(config, task, tx, schedule)(state, make_batch(task))
     return before, jax.device_get(new), jax.device_get(metrics)
 
 
@@ -63,11 +64,11 @@ def _matmul_ops(hlo_text: str) -> list[str]:
 @pytest.mark.parametrize("allow_tf32", [True, False])
 def test_tf32_switch_sets_matmul_precision(tiny_overrides, two_box_batch, allow_tf32):
     config = load_config("shapes_demo", tiny_overrides + [f"allow_tf32={allow_tf32}".lower()])
-    task = builders.build_task(config)
-    tx, schedule = builders.build_optimizer(config.train)
+    task = tasks.build_task(config)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = jax.eval_shape(lambda: init_train_state(task, tx, ema=False))
     batch = jax.eval_shape(lambda: two_box_batch(task))
-    step = builders.build_train_step(config, task, tx, schedule)
+    step = train_build.build_train_step(config, task, tx, schedule)
     params, stats = task.abstract_variables()
     predict = make_predict_fn(task, allow_tf32=config.allow_tf32)
     info = jax.ShapeDtypeStruct((4, 4), jnp.float32)

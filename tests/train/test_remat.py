@@ -16,13 +16,14 @@ import optax
 import pytest
 from flax import nnx
 
-from jaxdet import builders
+from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.schema import RematTarget
 from jaxdet.models import remat
 from jaxdet.models.backbones.efficientnet import MBConv
 from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.layers import BatchNormParams
+from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.train.step import init_train_state, make_train_step
 
 LR = 0.1
@@ -63,12 +64,12 @@ def _batch(seed: int = 0) -> dict:
 
 def test_center_net_remat_refuses_what_it_cannot_recompute():
     with pytest.raises(ValueError, match="CenterNet can recompute .*not head"):
-        builders.build_task(_config("center_net", "train.remat=[head]"), seed=0)
+        tasks.build_task(_config("center_net", "train.remat=[head]"), seed=0)
 
 
 def _step(config):
     """``(step, state)``: the jitted SGD train step of ``config`` and a fresh state."""
-    task = builders.build_task(config, seed=0)
+    task = tasks.build_task(config, seed=0)
     tx = optax.sgd(LR)
     return make_train_step(task, tx, optax.constant_schedule(LR)), init_train_state(
         task, tx, ema=False)
@@ -210,7 +211,7 @@ def test_one_checkpoint_per_recomputed_block():
 
 
 def test_blocks_by_level_cover_every_block():
-    model = nnx.eval_shape(lambda: builders.build_model(_config("ssd")))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(_config("ssd")))
     by_level = model.backbone.blocks_by_level()
     assert sorted(by_level) == [2, 3, 4, 5]
     n_blocks = sum(len(stage) for stage in model.backbone.blocks)
@@ -226,7 +227,7 @@ def test_targets_match_the_config_schema():
 def test_unknown_target_is_named_with_the_allowed_values():
     with pytest.raises(ConfigError, match=r"train\.remat.*backbone\.level5"):
         _config("retinanet", "train.remat=[backbone.level9]")
-    model = builders.build_model(_config("retinanet"))
+    model = ssd_build.build_model(_config("retinanet"))
     with pytest.raises(ValueError, match="unknown remat target"):
         remat.set_remat(model, ["tower"])
     model.backbone.blocks_by_level = lambda: {3: [], 4: []}
@@ -239,7 +240,7 @@ def test_forward_is_unchanged_outside_training():
     images = jnp.asarray(_batch()["images"])
     outs = []
     for extra in ((), (EVERYTHING,)):
-        model = builders.build_model(_config("retinanet", *extra))
+        model = ssd_build.build_model(_config("retinanet", *extra))
         model.eval()
         outs.append(jax.jit(lambda m, x: m(x))(model, images))
     for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):

@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxdet import builders, runs, tasks
+from jaxdet import runs, tasks
 from jaxdet.config.loader import load_config
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding
 from jaxdet.tasks.ssd import SSDTask
+from jaxdet.train import build as train_build
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.step import abstract_train_batch, abstract_train_state
 
 
 def test_model_type_picks_the_task_and_its_layout_drives_step_and_sharding(tiny_overrides):
     config = load_config("shapes_demo", [*tiny_overrides, "data.max_number_of_boxes=7"])
-    task = builders.build_task(config)
+    task = tasks.build_task(config)
     assert isinstance(task, SSDTask) and tasks.family(config).build is not None
     assert task.max_stride() == 32
     batch = abstract_train_batch(task, 4)
@@ -38,8 +39,8 @@ def test_restoring_for_inference_builds_no_optimizer(tiny_overrides, tmp_path, m
     config = load_config("shapes_demo", [*tiny_overrides, "train.num_steps=1"])
     runs.train(config, tmp_path, progress=False, evaluate=False)
     # the whole train state, restored as training does (optimizer included)
-    tx, _ = builders.build_optimizer(config.train)
-    full = abstract_train_state(builders.build_task(config), tx,
+    tx, _ = train_build.build_optimizer(config.train)
+    full = abstract_train_state(tasks.build_task(config), tx,
                                 ema=config.train.ema_decay is not None)
     with Checkpointer(tmp_path / "checkpoints") as checkpointer:
         saved, _ = checkpointer.restore(1, full)
@@ -47,7 +48,7 @@ def test_restoring_for_inference_builds_no_optimizer(tiny_overrides, tmp_path, m
     def no_optimizer(*args, **kwargs):
         raise AssertionError("eval / predict built an optimizer")
 
-    monkeypatch.setattr(builders, "build_optimizer", no_optimizer)
+    monkeypatch.setattr(train_build, "build_optimizer", no_optimizer)
     task, state, step = runs.restore_for_inference(config, tmp_path)
     assert step == 1 and "opt_state" not in state
     assert set(state) == {"params", "batch_stats"}  # shapes_demo keeps no moving average

@@ -1,6 +1,6 @@
 """The 3D U-Net family on the task seam: a ``model.type: unet3d`` config builds a tiny
 3-level U-Net (filters 4, 8, 16; 16^3 patches) whose parameters match the closed form, whose
-train step (``builders.build_train_step``) compiles once and learns generated volumes, and
+train step (``train.build.build_train_step``) compiles once and learns generated volumes, and
 whose predict and sliding-window segmentation agree jitted and eager."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, validate
 from jaxdet.core.segmentation import dice_scores
 from jaxdet.data.volumes import GeneratedVolumes, generated_volume
 from jaxdet.tasks.unet3d.model import unet3d_parameter_count
+from jaxdet.train import build as train_build
 from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.step import init_train_state
 
@@ -108,9 +109,9 @@ def test_generated_volumes_are_deterministic():
 
 def test_train_step_compiles_once_and_learns(config):
     task = tasks.build_task(config)  # its own: the step donates the model's initial arrays
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
-    step = builders.build_train_step(config, task, tx, schedule)
+    step = train_build.build_train_step(config, task, tx, schedule)
     batch = _batch()
     losses, dice = [], []
     for _ in range(30):

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import builders, tasks
+from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, validate
 from jaxdet.core.segmentation import adaptive_dice_loss
 from jaxdet.data.volumes import GeneratedVolumes
 from jaxdet.tasks.unet3d.tpu_reference import TPUReferenceUNet3D, tpu_reference_parameter_count
+from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
 PATCH = 16
@@ -121,10 +122,10 @@ def test_adaptive_dice_loss_by_hand():
 
 def test_train_step_compiles_once_learns_and_moves_batch_stats(config):
     task = tasks.build_task(config)  # its own: the step donates the model's initial arrays
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     stats0 = jax.device_get(state["batch_stats"])
-    step = builders.build_train_step(config, task, tx, schedule)
+    step = train_build.build_train_step(config, task, tx, schedule)
     batch = _batch()
     losses = []
     for _ in range(20):

@@ -10,15 +10,17 @@ import sys
 import jax
 import pytest
 
-from jaxdet import builders, xla_cpu
+from jaxdet import xla_cpu
 from jaxdet.config.loader import load_config
+from jaxdet.train import build as train_build
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU options")
 
 
 _CHILD = """
 import json, re, jax, jax.numpy as jnp, numpy as np
-from jaxdet import builders, xla_cpu
+from jaxdet import xla_cpu
+from jaxdet.train import build as train_build
 from jaxdet.config.loader import load_config
 def ynn_convolutions(hlo):
     bodies = dict(re.findall(r"\\n%(\\S+) [^\\n]*\\{\\n(.*?)\\n\\}", hlo, re.S))
@@ -70,6 +72,6 @@ def test_no_option_for_volumes_or_a_users_own_flag(monkeypatch):
 ])
 def test_predict_gets_eigen_convolutions_for_resnet_backbones_only(config, eigen, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    options = builders.predict_compiler_options(load_config(config))
+    options = train_build.predict_compiler_options(load_config(config))
     assert options == ({xla_cpu.YNN_FUSION_OPTION: xla_cpu.YNN_WITHOUT_CONVOLUTIONS}
                        if eigen else None)

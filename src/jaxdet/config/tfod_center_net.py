@@ -1,10 +1,11 @@
 """pipeline.config ``model { center_net {...} }`` -> jaxdet's CenterNet (``model.type:
 center_net``), keypoint tasks included.
 
-Called by ``config/tfod.py`` (which defines :class:`Mapper` and the module's rule: every field
-mapped, listed in ``config/tfod_fields.py``, or a clear error). TF defaults come from the TF OD
-API's ``protos/center_net.proto`` and ``builders/model_builder.py``
-(``_build_center_net_model``, ``keypoint_proto_to_params``).
+Called by ``config/tfod.py`` (the dispatcher, whose docstring states the rule: every field
+mapped, listed in ``config/tfod_fields.py``, or a clear error); :class:`Mapper` and the shared
+helpers come from ``config/tfod_common.py``. TF defaults come from the TF OD API's
+``protos/center_net.proto`` and ``builders/model_builder.py`` (``_build_center_net_model``,
+``keypoint_proto_to_params``).
 
 * Feature extractors (:data:`EXTRACTORS`): the ResNet-v1 FPNs, ResNet-v2s, hourglasses and
   MobileNetV2-FPN, with TF's BatchNorm numbers. Their preprocessing (``channel_means``,
@@ -24,14 +25,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxdet.config.pbtxt import Message
+from jaxdet.config.tfod_common import Mapper, image_resizer
+from jaxdet.config.tfod_deepmac import map_deepmac
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS
 from jaxdet.data.label_map import LabelMapError, keypoint_spec_from_label_map, read_label_map_items
-
-if TYPE_CHECKING:
-    from jaxdet.config.tfod import Mapper
 
 _RESNET_BN = {"decay": 0.99, "epsilon": 1.001e-5}  # tf.keras.applications ResNets
 _HOURGLASS_BN = {"decay": 0.1, "epsilon": 1e-5}  # Keras momentum 0.1, as TF's hourglass has it
@@ -103,9 +103,7 @@ def map_center_net(m: Mapper, cn: Message) -> tuple[dict, dict, dict]:
     if not cn.has("num_classes"):
         raise m.error(cn, None, "num_classes is required")
     backbone, neck, data = _feature_extractor(m, m.sub(cn, "feature_extractor"))
-    from jaxdet.config.tfod import _resizer
-
-    data["resizer"] = _resizer(m, cn)
+    data["resizer"] = image_resizer(m, cn)
     heads: list[Message] = []
     center = _object_center(m, m.sub(cn, "object_center_params"), heads)
     if not cn.has("object_detection_task"):
@@ -125,8 +123,6 @@ def map_center_net(m: Mapper, cn: Message) -> tuple[dict, dict, dict]:
     if infos:
         model["keypoint_tasks"] = [info.task for info in infos]
     if cn.has("deepmac_mask_estimation"):
-        from jaxdet.config.tfod_deepmac import map_deepmac
-
         model["mask_head"] = map_deepmac(m, m.sub(cn, "deepmac_mask_estimation"),
                                          model["num_classes"])
     return model, data, {"l2": 0.0, "keypoint_tasks": infos}

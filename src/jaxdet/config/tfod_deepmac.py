@@ -12,13 +12,11 @@ other mask networks) is accepted only at TF's default, else one line names it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxdet.config.pbtxt import EnumValue, Message
 from jaxdet.config.schema_deepmac import MASK_NETWORK_STAGES
-
-if TYPE_CHECKING:
-    from jaxdet.config.tfod import Mapper
+from jaxdet.config.tfod_common import Mapper
 
 # DeepMACMaskEstimation fields jaxdet supports only at TF's default (the proto's defaults)
 DEFAULT_ONLY: dict[str, Any] = {

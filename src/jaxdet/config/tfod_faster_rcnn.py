@@ -1,9 +1,10 @@
 """pipeline.config ``model { faster_rcnn {...} }`` -> jaxdet's Faster R-CNN, C4 variant
 (``model.type: faster_rcnn``).
 
-Called by ``config/tfod.py`` (which defines :class:`Mapper` and the module's rule: every field
-mapped, listed in ``config/tfod_fields.py``, or a clear error). TF defaults come from the TF OD
-API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.proto``,
+Called by ``config/tfod.py`` (the dispatcher, whose docstring states the rule: every field
+mapped, listed in ``config/tfod_fields.py``, or a clear error); :class:`Mapper` and the shared
+helpers come from ``config/tfod_common.py``. TF defaults come from the TF OD API's
+``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.proto``,
 ``grid_anchor_generator.proto`` and ``builders/model_builder.py``
 (``_build_faster_rcnn_model``, ``_build_faster_rcnn_keras_feature_extractor``).
 
@@ -30,12 +31,17 @@ API's ``protos/faster_rcnn.proto``, ``box_predictor.proto``, ``post_processing.p
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxdet.config.pbtxt import Message
-
-if TYPE_CHECKING:
-    from jaxdet.config.tfod import Mapper
+from jaxdet.config.tfod_common import (
+    Mapper,
+    hyper_activation,
+    hyper_batch_norm,
+    hyper_l2_weight,
+    image_resizer,
+    multiscale_anchors,
+)
 
 # TF feature_extractor.type -> jaxdet backbone name (C4: conv1..conv4 + RPN, conv5 per crop)
 EXTRACTORS = {f"faster_rcnn_resnet{d}_keras": f"resnet{d}" for d in (50, 101, 152)}
@@ -68,8 +74,6 @@ UNSUPPORTED = {
 def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     """``faster_rcnn {...}`` -> (jaxdet model, data fields {resizer, mean, std}, extras
     {l2})."""
-    from jaxdet.config.tfod import _resizer
-
     fe = m.sub(fr, "feature_extractor")
     irv2 = [str(t) for t in fe.all_quietly("type")] == [IRV2_EXTRACTOR]
     backbone, neck, fe_l2 = (_irv2_extractor(m, fe) if irv2 else _feature_extractor(m, fe))
@@ -128,7 +132,7 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
         fr.take("second_stage_mask_prediction_loss_weight")  # TF reads it only with masks
     stride = STRIDE if neck is None else FPN_STRIDE
     mean, std = IRV2_MEAN_STD if irv2 else (list(VGG_MEANS), [1.0, 1.0, 1.0])
-    data = {"resizer": _input_resizer(m, fr, _resizer(m, fr), stride), "mean": mean,
+    data = {"resizer": _input_resizer(m, fr, image_resizer(m, fr), stride), "mean": mean,
             "std": std}
     if rpn_l2 and fc_l2 and not math.isclose(rpn_l2, fc_l2):
         m.warn(f"{fr.path}: first-stage box predictor L2 weight {rpn_l2} != second stage's "
@@ -212,12 +216,10 @@ def _fpn(m: Mapper, fe: Message, backbone: dict,
     """The FPN extractor's conv_hyperparams, fpn levels and pad_to_multiple -> (backbone with
     the hyperparams' activation and BatchNorm when ``override_base_feature_extractor_
     hyperparams``, neck, L2 weight)."""
-    from jaxdet.config.tfod import _activation, _batch_norm, _l2_weight
-
     hyper = m.sub(fe, "conv_hyperparams")
-    activation = _activation(m, hyper)
-    bn = _batch_norm(m, hyper, not trainable) or {"decay": 0.999, "epsilon": 1e-3,
-                                                   "frozen": not trainable}
+    activation = hyper_activation(m, hyper)
+    bn = hyper_batch_norm(m, hyper, not trainable) or {"decay": 0.999, "epsilon": 1e-3,
+                                                       "frozen": not trainable}
     if bool(fe.take("override_base_feature_extractor_hyperparams", False)):
         backbone = {**backbone, "activation": activation, "batch_norm": bn}
     pad = int(fe.take("pad_to_multiple", 32))
@@ -229,7 +231,7 @@ def _fpn(m: Mapper, fe: Message, backbone: dict,
             "max_level": int(levels.take("max_level", 6)),
             "depth": int(levels.take("additional_layer_depth", 256)),
             "activation": activation, "top_down": "smoothed"}  # TF2's Keras FPN
-    return backbone, neck, _l2_weight(m, hyper)
+    return backbone, neck, hyper_l2_weight(m, hyper)
 
 
 def _input_resizer(m: Mapper, fr: Message, resizer: dict, stride: int) -> dict:
@@ -275,9 +277,7 @@ def _grid_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
 
 def _multiscale_anchors(m: Mapper, fr: Message) -> dict[str, Any]:
     """first_stage_anchor_generator { multiscale_anchor_generator } -> jaxdet's multiscale
-    anchors (``config.tfod.multiscale_anchors``)."""
-    from jaxdet.config.tfod import multiscale_anchors
-
+    anchors (``config.tfod_common.multiscale_anchors``)."""
     _, ag = m.choice(fr, "first_stage_anchor_generator", ["multiscale_anchor_generator"])
     return multiscale_anchors(ag)
 
@@ -287,8 +287,6 @@ def _first_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
 
     TF's Keras RPN conv is always followed by ReLU6 (the hyperparams' activation is not
     applied); a batch_norm there would add one, which jaxdet's RPN does not have."""
-    from jaxdet.config.tfod import _l2_weight
-
     hyper = m.sub(fr, "first_stage_box_predictor_conv_hyperparams")
     m.only(hyper, "op", ["CONV"], "CONV")
     if hyper.has("batch_norm") or hyper.has("group_norm") or hyper.has("sync_batch_norm"):
@@ -303,7 +301,7 @@ def _first_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
                                                            512)),
             "first_stage_box_predictor_kernel_size": int(
                 fr.take("first_stage_box_predictor_kernel_size", 3)),
-            "first_stage_box_predictor_stddev": stddev}, _l2_weight(m, hyper)
+            "first_stage_box_predictor_stddev": stddev}, hyper_l2_weight(m, hyper)
 
 
 def _truncated_normal_stddev(m: Mapper, hyper: Message) -> float:
@@ -333,8 +331,6 @@ def _crop(m: Mapper, fr: Message) -> dict[str, int]:
 def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
     """mask_rcnn_box_predictor -> share_box_across_classes (and the L2 weight of its
     fc_hyperparams). Masks and keypoints stop here; dropout is not supported."""
-    from jaxdet.config.tfod import _l2_weight
-
     _, bp = m.choice(fr, "second_stage_box_predictor", ["mask_rcnn_box_predictor"])
     masks = _mask_head(m, bp) if bp.take("predict_instance_masks", False) else {}
     m.only(bp, "predict_keypoints", [False], False)
@@ -355,7 +351,7 @@ def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
             m.warn(f"{init.path}: jaxdet initializes the box predictor Glorot-uniform "
                    "(factor 1.0, uniform, FAN_AVG)")
     return {"share_box_across_classes": bool(bp.take("share_box_across_classes", False)),
-            **masks}, _l2_weight(m, hyper)
+            **masks}, hyper_l2_weight(m, hyper)
 
 
 def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:

@@ -1,18 +1,16 @@
 """pipeline.config ``train_config``, ``*_input_reader`` and ``eval_config`` -> jaxdet fields.
 
-The model section is mapped by ``config/tfod.py``, which also defines :class:`Mapper`. TF
-defaults come from the TF OD API's .proto files (train.proto, optimizer.proto, eval.proto,
-input_reader.proto, preprocessor.proto).
+Called by ``config/tfod.py`` after the model section's family mapper; :class:`Mapper` comes
+from ``config/tfod_common.py``. TF defaults come from the TF OD API's .proto files
+(train.proto, optimizer.proto, eval.proto, input_reader.proto, preprocessor.proto).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxdet.config.pbtxt import EnumValue, Message
-
-if TYPE_CHECKING:
-    from jaxdet.config.tfod import Mapper
+from jaxdet.config.tfod_common import Mapper
 
 # preprocessor step -> its fields that jaxdet maps one to one (same names, same defaults);
 # fields of a step not listed here fall to the explicit table or are errors.

@@ -81,7 +81,7 @@ def fresh_trace(fn: Callable) -> Callable:
 
 def traced_on_one_device() -> bool:
     """Whether the code being traced runs on one device: no mesh of more than one device is in
-    scope (``jax.sharding.get_abstract_mesh()``, which ``parallel.thin_maps.mesh_scope`` sets
+    scope (``jax.sharding.get_abstract_mesh()``, which ``models.thin_maps.mesh_scope`` sets
     around a sharded step). CPU-only rewrites check it: a partitioned step keeps the code that
     GSPMD has been shown to split exactly."""
     mesh = jax.sharding.get_abstract_mesh()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import logging
 
+from jaxdet.data.decode import read_image_bytes
+
 log = logging.getLogger("jaxdet.data")
 
 _warned: set[str] = set()
@@ -23,7 +25,6 @@ _ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height when dis
 def _exif_orientation(record: dict) -> int | None:
     from PIL import Image
 
-    from jaxdet.data.decode import read_image_bytes
 
     try:
         ref = record.get("image_bytes_ref")

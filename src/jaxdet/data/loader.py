@@ -71,6 +71,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from jaxdet.data.batch_layout import BatchLayout, check_batch
 from jaxdet.data.chunks import ordered_samples, whole_chunk
 from jaxdet.data.geometry import Sample
 from jaxdet.data.keypoints import KEYPOINT_KEYS
@@ -86,7 +87,6 @@ from jaxdet.data.sample_pipeline import (  # noqa: F401  (re-exported)
     build_sample,
     finish_image,
 )
-from jaxdet.tasks.base import BatchLayout, check_batch
 
 logger = logging.getLogger("jaxdet.data")
 
@@ -504,7 +504,7 @@ def make_train_loader(
     ``batch_size`` is the global batch. ``shard_index`` / ``shard_count`` (a JAX process's
     index and the process count) make this loader yield only its ``batch_size // shard_count``
     rows of every global batch. ``gather(my_next_index) -> every process's`` collects the
-    positions for ``get_state`` (e.g. ``parallel.distributed.gather_ints``). ``layout`` (the
+    positions for ``get_state`` (e.g. :func:`gather_ints`). ``layout`` (the
     task's ``batch_layout``): the first batch is checked against it (a field the task reads
     missing, or of another shape or dtype, is an error naming it).
     """
@@ -523,6 +523,25 @@ def make_train_loader(
                          layout=layout, image_dtype=image_dtype, decode=decode)
 
 
+def gather_ints(value: int) -> list[int]:
+    """Every process's ``value`` (a non-negative int < 2**62), in process order.
+
+    A collective: every process must call it at the same point. One process: ``[value]``.
+    """
+    import jax  # the only use of jax in this module
+    from jax.experimental import multihost_utils
+
+    value = int(value)
+    if jax.process_count() == 1:
+        return [value]
+    if not 0 <= value < 2**62:
+        raise ValueError(f"gather_ints takes 0 <= value < 2**62, got {value}")
+    # two int32 halves: without jax_enable_x64 an int64 would be cut to int32 on the way
+    halves = np.array([value >> 31, value & (2**31 - 1)], np.int32)
+    gathered = np.asarray(multihost_utils.process_allgather(halves)).reshape(-1, 2)
+    return [(int(hi) << 31) | int(lo) for hi, lo in gathered]
+
+
 __all__ = ["BATCH_KEYS", "DECODE_MODES", "IMAGE_DTYPES", "SHARDED_STATE_FORMAT", "STATE_FORMAT",
-           "TrainIterator", "build_sample", "finish_image", "make_train_loader",
+           "TrainIterator", "build_sample", "finish_image", "gather_ints", "make_train_loader",
            "resolve_worker_count"]

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet.data.augment import scale_and_offset
-from jaxdet.tasks.base import BatchField, BatchLayout
+from jaxdet.data.batch_layout import BatchField, BatchLayout
 
 
 @dataclasses.dataclass(frozen=True)

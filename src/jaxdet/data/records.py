@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from jaxdet.data.decode import CorruptImageError
+from jaxdet.data.masks import coco_rle, load_record_masks
+
 if TYPE_CHECKING:
     from jaxdet.data.keypoints import KeypointLayout
 
@@ -231,8 +234,6 @@ def coco_ground_truth(records, category_names: Sequence[str], description: str,
     Records with instance masks (``masks`` or ``mask_ref``) give their annotations a COCO
     ``segmentation`` (compressed RLE); those of an image whose masks cannot be read get none
     (the loaders skip that image, so it is not scored)."""
-    from jaxdet.data.decode import CorruptImageError
-    from jaxdet.data.masks import coco_rle, load_record_masks
 
     layout = layout or None
     images, annotations = [], []

@@ -19,7 +19,6 @@ from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
 from jaxdet.eval.coco_mask_eval import CocoMaskEvaluator, mask_metrics, paste_box_masks
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
-from jaxdet.tasks.base import Task
 from jaxdet.visualize import draw_detections, image_grid, resize_masks
 
 PyTree = Any
@@ -29,6 +28,9 @@ SAMPLES_SCORE_THRESHOLD = 0.3  # predictions drawn in samples.png ...
 SAMPLES_TOP_K = 5  # ... or the top-k when none reaches the threshold
 SAMPLES_CELL_SIZE = 320
 METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics", "coco_mask_metrics")
+
+# A task (the ``jaxdet.tasks.base.Task`` protocol); eval sits below tasks and names no family.
+Task = Any
 
 
 def predict_callable(task: Task, *, allow_tf32: bool = True,
@@ -57,7 +59,7 @@ def make_predict_fn(task: Task, *, allow_tf32: bool = True,
                     normalizer: Callable | None = None) -> Callable:
     """``predict(params, batch_stats, images, image_info) -> detections``, jitted once
     (``allow_tf32``, ``normalizer``: see :func:`predict_callable`; ``compiler_options`` go to
-    ``jax.jit``, e.g. ``builders.predict_compiler_options(config)``)."""
+    ``jax.jit``, e.g. ``train.build.predict_compiler_options(config)``)."""
     return jax.jit(predict_callable(task, allow_tf32=allow_tf32, normalizer=normalizer),
                    compiler_options=compiler_options)
 

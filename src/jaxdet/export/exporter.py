@@ -40,9 +40,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdet import builders, runs, tasks
+from jaxdet import runs, tasks
 from jaxdet.config import schema as S
 from jaxdet.core.portable import exportable, fresh_trace
+from jaxdet.data import build as data_build
 from jaxdet.export.serving import INPUT_TYPES, serving_function
 from jaxdet.export.tf_formats import INPUT_NAME
 from jaxdet.models.depthwise import reference_convolutions
@@ -106,7 +107,7 @@ def _input_size(config: S.Config, input_size: tuple[int, int] | None) -> tuple[i
         if h < 1 or w < 1:
             raise ExportError(f"--input-size {h} {w}: both must be >= 1")
         return h, w
-    return builders.input_size(config.data)
+    return data_build.input_size(config.data)
 
 
 def _signature(config: S.Config, input_type: str, shape: list, outputs: dict,
@@ -172,7 +173,7 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
         log.warning("%s computes in float32: exporting the %s model in float32 (its outputs "
                     "equal `jaxdet predict --set precision=fp32`)", format, config.precision)
         config = config.model_copy(update={"precision": "fp32"})
-        task = builders.build_task(config)  # the weights are float32 in every precision
+        task = tasks.build_task(config)  # the weights are float32 in every precision
     fn = serving_function(task, config, params, batch_stats, class_ids=ids,
                           pads_raw_pixels=tasks.family(config).pads_raw_pixels,
                           keypoint_layout=layout)

@@ -74,7 +74,7 @@ def _linear_resize_matrix(size: int, new_size: int) -> np.ndarray:
 def preprocess(images: jax.Array, data: S.DataConfig, *, pads_raw_pixels: bool
                ) -> tuple[jax.Array, jax.Array]:
     """Raw RGB images [B, h, w, 3] (0..255) -> (network input f32 [B, H, W, 3], image_info f32
-    [B, 4] = (h, w, content_h, content_w)), as ``builders.build_transforms`` does on the host
+    [B, 4] = (h, w, content_h, content_w)), as ``data.build.build_transforms`` does on the host
     for an eval sample. Sizes are static (``h``, ``w`` fixed at export)."""
     x = images.astype(jnp.float32)
     b, h, w, _ = x.shape

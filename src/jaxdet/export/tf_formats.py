@@ -25,7 +25,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxdet.core.portable import fresh_trace
+from jaxdet.core.portable import exportable, fresh_trace
 from jaxdet.models.depthwise import reference_convolutions
 
 INPUT_NAME = "input_tensor"  # the TF OD API exporter's serving input name
@@ -119,7 +119,6 @@ def write_saved_model(fn: Callable, path: Path, size: tuple[int, int], *,
                       batch_size: int | None, input_type: str) -> None:
     """Writes the SavedModel of ``fn`` to the folder ``path`` (signature ``serving_default``;
     any batch when ``batch_size`` is None)."""
-    from jaxdet.core.portable import exportable
 
     tf, _ = import_tf()
     # XLA runs the module: its own forms, except that NMS stays a loop (no TF lowering of ours)
@@ -134,7 +133,6 @@ def write_saved_model(fn: Callable, path: Path, size: tuple[int, int], *,
 def tflite_bytes(fn: Callable, size: tuple[int, int], *, batch_size: int,
                  input_type: str) -> bytes:
     """The TFLite flatbuffer of ``fn`` for a fixed batch, TFLite builtin ops only."""
-    from jaxdet.core.portable import exportable
 
     tf, _ = import_tf()
     with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,

@@ -39,6 +39,7 @@ from jaxdet.interop.tfod_names import (
     _keras_numbered,
     resnet_layers,
 )
+from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.necks.center_net_fpn import CenterNetFPN
 
@@ -61,8 +62,6 @@ def tf_extractor_name(model: nnx.Module) -> str:
     if kind == "ResNetV2":
         return f"resnet_v2_{backbone.depth}"
     if kind == "Hourglass":
-        from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS
-
         return next((n for n, s in HOURGLASS_SPECS.items() if s == backbone.spec), "hourglass")
     if kind == "MobileNetV2" and isinstance(neck, CenterNetFPN):
         return "mobilenet_v2_fpn"

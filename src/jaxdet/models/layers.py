@@ -32,7 +32,7 @@ from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import depthwise as depthwise_lib
 from jaxdet.models import initializers
 from jaxdet.models.batch_norm_grad import batch_statistics, normalize_with_batch_statistics
-from jaxdet.parallel.thin_maps import gather_thin_rows
+from jaxdet.models.thin_maps import gather_thin_rows
 
 ActivationName = Literal["relu", "relu6", "swish", "none"]
 Padding = Literal["symmetric", "same"]
@@ -318,7 +318,7 @@ def conv(
 def _conv_general_dilated(*args, **kwargs) -> jax.Array:
     """What every ``conv`` layer computes with: ``depthwise.conv_general_dilated`` (CPU rewrites
     of depthwise and 1x1 convolutions, ``lax.conv_general_dilated`` for the rest), its output
-    kept whole along H when thin on a spatial mesh (see ``parallel.thin_maps``)."""
+    kept whole along H when thin on a spatial mesh (see ``models.thin_maps``)."""
     return gather_thin_rows(depthwise_lib.conv_general_dilated(*args, **kwargs))
 
 

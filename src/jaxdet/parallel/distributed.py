@@ -262,29 +262,10 @@ def initialize(
     return True
 
 
-def gather_ints(value: int) -> list[int]:
-    """Every process's ``value`` (a non-negative int < 2**62), in process order.
-
-    A collective: every process must call it at the same point. One process: ``[value]``.
-    """
-    value = int(value)
-    if jax.process_count() == 1:
-        return [value]
-    if not 0 <= value < 2**62:
-        raise ValueError(f"gather_ints takes 0 <= value < 2**62, got {value}")
-    import numpy as np
-    from jax.experimental import multihost_utils
-
-    # two int32 halves: without jax_enable_x64 an int64 would be cut to int32 on the way
-    halves = np.array([value >> 31, value & (2**31 - 1)], np.int32)
-    gathered = np.asarray(multihost_utils.process_allgather(halves)).reshape(-1, 2)
-    return [(int(hi) << 31) | int(lo) for hi, lo in gathered]
-
-
 def is_main_process() -> bool:
     """True on process 0, the one that prints progress and writes logs."""
     return jax.process_index() == 0
 
 
-__all__ = ["DistributedError", "DistributedSpec", "gather_ints", "initialize", "is_main_process",
+__all__ = ["DistributedError", "DistributedSpec", "initialize", "is_main_process",
            "resolve", "wait_for_coordinator"]

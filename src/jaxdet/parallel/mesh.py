@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
-from jaxdet.parallel.thin_maps import MIN_ROWS_PER_SHARD
+from jaxdet.models.thin_maps import MIN_ROWS_PER_SHARD
 
 DATA, SPATIAL = "data", "spatial"
 AXES = (DATA, SPATIAL)

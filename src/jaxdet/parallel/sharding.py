@@ -21,9 +21,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxdet.data.batch_layout import BatchField, BatchLayout
+from jaxdet.models.thin_maps import mesh_scope
 from jaxdet.parallel.mesh import DATA, SPATIAL, SPATIAL_AXES
-from jaxdet.parallel.thin_maps import mesh_scope
-from jaxdet.tasks.base import BatchField, BatchLayout
 
 PyTree = Any
 

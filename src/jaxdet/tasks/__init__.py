@@ -1,8 +1,9 @@
 """Tasks: one folder per meta-architecture, one registry line each (see ``tasks.base``).
 
 ``build_task(config)`` dispatches on ``config.model.type``; ``fingerprint_fields(config)``
-gives what fixes a checkpoint's tensors for that family. Nothing else in jaxdet branches on the
-model type.
+gives what fixes a checkpoint's tensors for that family; ``transforms_of`` and
+``build_normalizer`` build the input pipeline's last steps as the family pads its images.
+Nothing else in jaxdet branches on the model type.
 """
 
 from __future__ import annotations
@@ -12,37 +13,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from jaxdet.config import schema as S
-from jaxdet.tasks.base import BatchField, BatchLayout, Task
-
-
-@dataclass(frozen=True)
-class DataPipeline:
-    """How a family's data reaches the train step (``runs`` calls these; the detectors share
-    :func:`image_pipeline`): ``build_source(config, workdir, split) -> source`` (``split``:
-    "train" / "eval", ``config.data.<split>``); ``build_train_loader(config, source, *,
-    layout) -> loader`` (an infinite iterator of host batches with ``get_state`` /
-    ``set_state``, checked against the task's batch ``layout``); ``describe(source, title)
-    -> str`` (one INFO summary of a dataset)."""
-
-    build_source: Callable[..., Any]
-    build_train_loader: Callable[..., Any]
-    describe: Callable[[Any, str], str]
+from jaxdet.data import build as data_build
+from jaxdet.data.normalize import PixelNormalizer
+from jaxdet.data.stats import dataset_stats, format_dataset_stats
+from jaxdet.tasks.base import DataPipeline, Task
+from jaxdet.tasks.center_net import build as center_net
+from jaxdet.tasks.faster_rcnn import build as faster_rcnn
+from jaxdet.tasks.ssd import build as ssd
+from jaxdet.tasks.ssd import summary as ssd_summary
+from jaxdet.tasks.unet3d import build as unet3d
+from jaxdet.tasks.unet3d.data import volume_pipeline
+from jaxdet.tasks.unet3d.predict import predict_volumes
 
 
 def image_pipeline() -> DataPipeline:
-    """The detectors' images: ``builders.build_source`` / ``build_train_loader`` and
+    """The detectors' images: ``data.build.build_source`` / ``build_train_loader`` and
     ``data.stats``."""
-    from jaxdet import builders
-    from jaxdet.data.stats import dataset_stats, format_dataset_stats
 
     def build_source(config: S.Config, workdir: Any, split: str):
-        return builders.build_source(getattr(config.data, split), workdir,
-                                     num_classes=config.model.num_classes,
-                                     field=f"data.{split}",
-                                     keypoints=builders.keypoint_specs(config),
-                                     masks=builders.load_masks(config))
+        return data_build.build_source(getattr(config.data, split), workdir,
+                                       num_classes=config.model.num_classes,
+                                       field=f"data.{split}",
+                                       keypoints=data_build.keypoint_specs(config),
+                                       masks=data_build.load_masks(config))
 
-    return DataPipeline(build_source, builders.build_train_loader,
+    return DataPipeline(build_source, data_build.build_train_loader,
                         lambda source, title: format_dataset_stats(dataset_stats(source), title))
 
 
@@ -67,15 +62,9 @@ class TaskFamily:
 
 
 def _families() -> dict[str, TaskFamily]:
-    from jaxdet import summary
-    from jaxdet.tasks import ssd
-    from jaxdet.tasks.center_net import build as center_net
-    from jaxdet.tasks.faster_rcnn import build as faster_rcnn
-    from jaxdet.tasks.unet3d import build as unet3d
-
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
-                          summary.model_summary, summary.format_summary),
+                          ssd_summary.model_summary, ssd_summary.format_summary),
         "center_net": TaskFamily(center_net.build_center_net_task,
                                  center_net.center_net_fingerprint_fields,
                                  center_net.center_net_summary,
@@ -86,7 +75,7 @@ def _families() -> dict[str, TaskFamily]:
                                   faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True),
         "unet3d": TaskFamily(unet3d.build_unet3d_task, unet3d.unet3d_fingerprint_fields,
                              unet3d.unet3d_summary, unet3d.format_unet3d_summary,
-                             data=unet3d.volume_pipeline, predict_files=unet3d.predict_volumes),
+                             data=volume_pipeline, predict_files=predict_volumes),
     }
 
 
@@ -109,5 +98,16 @@ def fingerprint_fields(config: S.Config) -> dict[str, Any]:
     return family(config).fingerprint_fields(config)
 
 
-__all__ = ["BatchField", "BatchLayout", "DataPipeline", "Task", "TaskFamily", "build_task",
-           "family", "fingerprint_fields", "image_pipeline"]
+def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
+    """``data.build.build_transforms`` of ``config.data`` as ``config``'s family pads."""
+    return data_build.build_transforms(config.data, training=training, normalize=normalize,
+                                       pads_raw_pixels=family(config).pads_raw_pixels)
+
+
+def build_normalizer(config: S.Config) -> PixelNormalizer | None:
+    """``data.build.pixel_normalizer`` of ``config`` as its family pads (None for volumes)."""
+    return data_build.pixel_normalizer(config, pads_raw_pixels=family(config).pads_raw_pixels)
+
+
+__all__ = ["DataPipeline", "Task", "TaskFamily", "build_normalizer", "build_task", "family",
+           "fingerprint_fields", "image_pipeline", "transforms_of"]

@@ -16,56 +16,12 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
+from jaxdet.data.batch_layout import BatchField, BatchLayout
+from jaxdet.eval.runner import evaluate_and_write
+
 PyTree = Any
-
-
-@dataclass(frozen=True)
-class BatchField:
-    """One field of a train batch, per example: its ``shape`` (without the batch dimension),
-    ``dtype``, and ``spatial_axis``, the axis of ``shape`` split over the mesh's ``spatial``
-    axis (None: not split; the batch dimension always goes over ``data``), or a tuple of axes,
-    one per spatial dimension in order: the first over ``spatial``, the second over
-    ``spatial_1``, the third over ``spatial_2`` (``parallel.mesh.SPATIAL_AXES``; an axis the
-    mesh lacks leaves its dimension whole). E.g. a volume f32[D, H, W, C]: ``(0, 1, 2)``."""
-
-    shape: tuple[int, ...]
-    dtype: Any
-    spatial_axis: int | tuple[int, ...] | None = None
-
-    @property
-    def spatial_axes(self) -> tuple[int, ...]:
-        """``spatial_axis`` as a tuple (empty: not split)."""
-        if self.spatial_axis is None:
-            return ()
-        if isinstance(self.spatial_axis, int):
-            return (self.spatial_axis,)
-        return tuple(self.spatial_axis)
-
-
-BatchLayout = dict[str, BatchField]
-
-
-def abstract_batch(layout: BatchLayout, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of a batch of ``batch_size`` examples with ``layout``."""
-    return {name: jax.ShapeDtypeStruct((batch_size, *f.shape), f.dtype)
-            for name, f in layout.items()}
-
-
-def check_batch(layout: BatchLayout, batch: dict, *, where: str) -> None:
-    """Raise ValueError naming the first field of ``layout`` that ``batch`` lacks or holds with
-    another per-example shape or dtype."""
-    for name, f in layout.items():
-        if name not in batch:
-            raise ValueError(f"{where}: the batch has no {name!r} (the task reads "
-                             f"{', '.join(layout)})")
-        value = np.asarray(batch[name]) if not hasattr(batch[name], "shape") else batch[name]
-        if tuple(value.shape[1:]) != tuple(f.shape) or np.dtype(value.dtype) != np.dtype(f.dtype):
-            raise ValueError(f"{where}: batch field {name!r} is {np.dtype(value.dtype)}"
-                             f"{list(value.shape[1:])} per example; the task expects "
-                             f"{np.dtype(f.dtype)}{list(f.shape)}")
 
 
 def model_graphdefs(model: nnx.Module) -> dict[str, Any]:
@@ -151,10 +107,22 @@ def evaluate_boxes(task: Task, predict: Any, params: PyTree, batch_stats: PyTree
     """The detection evaluators (COCO and / or Pascal VOC box metrics, the sample grid;
     ``eval.runner.evaluate_and_write``, ``options`` as it takes them) for a task whose
     predict returns boxes, scores, classes and num_detections."""
-    from jaxdet.eval.runner import evaluate_and_write
-
     return evaluate_and_write(task, predict, params, batch_stats, source, loader_factory,
                               out_dir, **options)
+
+
+@dataclass(frozen=True)
+class DataPipeline:
+    """How a family's data reaches the train step (``runs`` calls these; the detectors share
+    :func:`image_pipeline`): ``build_source(config, workdir, split) -> source`` (``split``:
+    "train" / "eval", ``config.data.<split>``); ``build_train_loader(config, source, *,
+    layout) -> loader`` (an infinite iterator of host batches with ``get_state`` /
+    ``set_state``, checked against the task's batch ``layout``); ``describe(source, title)
+    -> str`` (one INFO summary of a dataset)."""
+
+    build_source: Callable[..., Any]
+    build_train_loader: Callable[..., Any]
+    describe: Callable[[Any, str], str]
 
 
 class Task(Protocol):
@@ -213,6 +181,5 @@ class Task(Protocol):
         mesh must stay divisible by it)."""
 
 
-__all__ = ["BatchField", "BatchLayout", "ModelTask", "Task", "abstract_batch", "box_batch_layout",
-           "check_batch", "evaluate_boxes",
+__all__ = ["DataPipeline", "ModelTask", "Task", "box_batch_layout", "evaluate_boxes",
            "model_graphdefs", "model_variables", "run_model", "step_key"]

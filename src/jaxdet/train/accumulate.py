@@ -26,7 +26,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdet.tasks.base import Task
+# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
+Task = Any
+
 
 PyTree = Any
 

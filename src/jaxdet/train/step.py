@@ -16,10 +16,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdet.parallel.thin_maps import mesh_scope
-from jaxdet.tasks.base import Task, abstract_batch
+from jaxdet.data.batch_layout import abstract_batch
+from jaxdet.models.thin_maps import mesh_scope
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.accumulate import loss_and_grads
+
+# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
+Task = Any
 
 PyTree = Any
 TrainState = dict

@@ -30,7 +30,7 @@ from jaxdet.core.portable import reduce_window_2d
 from jaxdet.models import remat
 from jaxdet.models.layers import BatchNormParams, conv
 from jaxdet.models.layers import batch_norm as make_batch_norm
-from jaxdet.parallel.thin_maps import gather_thin_rows
+from jaxdet.models.thin_maps import gather_thin_rows
 
 STAGE_BLOCKS_V2: dict[int, tuple[int, int, int, int]] = {
     50: (3, 4, 6, 3),

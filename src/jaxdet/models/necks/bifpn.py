@@ -39,7 +39,7 @@ from jaxdet.models.layers import (
     conv,
     depthwise_conv,
 )
-from jaxdet.parallel.thin_maps import gather_thin_rows
+from jaxdet.models.thin_maps import gather_thin_rows
 
 WeightMethod = Literal["fastattn", "attn", "sum"]
 Pooling = Literal["max", "avg"]

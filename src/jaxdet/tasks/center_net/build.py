@@ -7,11 +7,14 @@ from typing import Any
 import jax
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core.deepmac import mask_input_channels
+from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.data import build as data_build
+from jaxdet.models import build as model_build
 from jaxdet.models import remat
+from jaxdet.models.inspect import abstract_call, module_macs
 from jaxdet.tasks.center_net.deepmac import DeepMACHead, MaskNetwork
 from jaxdet.tasks.center_net.keypoints import KeypointTask
 from jaxdet.tasks.center_net.model import CenterNet
@@ -24,10 +27,10 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     """The network: backbone and neck from the shared builders, CenterNet's heads on the
     ``feature_level`` map; with ``mask_head`` DeepMAC's embedding heads and mask network."""
     m = config.model
-    dtype = builders.COMPUTE_DTYPES[config.precision]
+    dtype = COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
-    backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
-    neck = builders.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
+    backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
+    neck = model_build.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     keypoint_heads = tuple((len(t.keypoints), t.per_keypoint_offset, t.heatmap_bias_init)
                            for t in m.keypoint_tasks)
     mh, embeddings, mask_net = m.mask_head, None, None
@@ -36,7 +39,7 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
         channels = mask_input_channels(mh.pixel_embedding_dim, mh.dim, use_xy=mh.use_xy,
                                        use_instance_embedding=mh.use_instance_embedding)
         mask_net = MaskNetwork(mh.network_type, channels, mh.num_init_channels,
-                               batch_norm=builders.batch_norm_params(mh.batch_norm),
+                               batch_norm=model_build.batch_norm_params(mh.batch_norm),
                                dtype=dtype, rngs=rngs)
     model = CenterNet(backbone, neck, level=m.feature_level,
                       channels=neck.out_channels[m.feature_level], num_classes=m.num_classes,
@@ -44,7 +47,7 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
                       keypoint_tasks=keypoint_heads, embeddings=embeddings,
                       mask_net=mask_net, dtype=dtype, rngs=rngs)
     _set_remat(model, tuple(config.train.remat))
-    builders.apply_batch_norm_statistics(model, config)
+    model_build.apply_batch_norm_statistics(model, config)
     return model
 
 
@@ -114,16 +117,16 @@ def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
     kp_tasks = keypoint_tasks(m)
     masks = mask_head(config)
     return CenterNetTask(
-        model=build_center_net(config, seed=seed), input_size=builders.input_size(config.data),
+        model=build_center_net(config, seed=seed), input_size=data_build.input_size(config.data),
         stride=2**m.feature_level, num_classes=m.num_classes,
         max_boxes=config.data.max_number_of_boxes, max_detections=post.max_detections,
         min_overlap=m.min_overlap, alpha=loss.alpha, beta=loss.beta,
         heatmap_weight=loss.heatmap_weight, size_weight=loss.size_weight,
         offset_weight=loss.offset_weight, peak_kernel=post.peak_kernel,
-        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
+        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed,
         remat_targets=REMAT_TARGETS,
         keypoint_tasks=kp_tasks, num_keypoints=sum(t.num_keypoints for t in kp_tasks),
-        mask_head=masks, mask_shape=builders.mask_shape(config) if masks else None)
+        mask_head=masks, mask_shape=data_build.mask_shape(config) if masks else None)
 
 
 def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
@@ -132,7 +135,7 @@ def center_net_fingerprint_fields(config: S.Config) -> dict[str, Any]:
     dumped = fingerprint_dump(config.model)
     keep = ("type", "num_classes", "backbone", "neck", "feature_level", "head_depth")
     fields = {"model": {k: dumped[k] for k in keep},
-              "input_size": list(builders.input_size(config.data))}
+              "input_size": list(data_build.input_size(config.data))}
     if config.model.keypoint_tasks:
         fields["model"]["keypoint_tasks"] = [
             {"name": t.name, "keypoints": list(t.keypoints),
@@ -149,12 +152,11 @@ def center_net_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dic
     """``jaxdet summary`` for CenterNet: parameters per part, the output maps and, unless
     ``flops`` is False (``--no-flops``: no ``multiply_adds`` entries, which cost a trace of
     the whole network), the multiply-adds of one image (backbone, neck, heads; from the jaxpr,
-    ``jaxdet.macs``). The model is built abstractly: no weights are computed."""
-    from jaxdet.summary import abstract_call, module_macs
+    ``jaxdet.models.inspect``). The model is built abstractly: no weights are computed."""
 
     model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
     stride = 2**config.model.feature_level
-    height, width = builders.input_size(config.data)
+    height, width = data_build.input_size(config.data)
 
     def count(module) -> int:
         return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))
@@ -162,7 +164,7 @@ def center_net_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dic
     h, w = height // stride, width // stride
     c = config.model.num_classes
     model.eval()
-    images = jax.ShapeDtypeStruct((1, height, width, 3), builders.COMPUTE_DTYPES[config.precision])
+    images = jax.ShapeDtypeStruct((1, height, width, 3), COMPUTE_DTYPES[config.precision])
     if flops:
         total_macs = module_macs(model, images)
         backbone_macs = module_macs(model.backbone, images)

@@ -27,9 +27,9 @@ from flax import nnx
 
 from jaxdet.core import center_net as cn
 from jaxdet.core.coordinates import points_to_original_coordinates, to_original_coordinates
+from jaxdet.data.batch_layout import BatchField, BatchLayout
+from jaxdet.eval.runner import KeypointEval
 from jaxdet.tasks.base import (
-    BatchField,
-    BatchLayout,
     ModelTask,
     box_batch_layout,
     evaluate_boxes,
@@ -258,7 +258,6 @@ class CenterNetTask(ModelTask):
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
         """Boxes, scored as the SSD family's are (:func:`tasks.base.evaluate_boxes`), and each
         keypoint task's keypoints by COCO keypoint AP with its OKS sigmas."""
-        from jaxdet.eval.runner import KeypointEval
 
         if self.keypoint_tasks:
             options["keypoint_tasks"] = [KeypointEval(t.name, t.class_name, t.oks_sigmas)

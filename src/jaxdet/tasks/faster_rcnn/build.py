@@ -10,12 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
+from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.data import build as data_build
+from jaxdet.models import build as model_build
 from jaxdet.models import remat
 from jaxdet.tasks.faster_rcnn.fpn_model import FasterRCNNFPN
 from jaxdet.tasks.faster_rcnn.model import (
@@ -51,7 +53,7 @@ def build_anchors(config: S.Config) -> tuple[np.ndarray, np.ndarray | None]:
     with ``clip_anchors_to_image``; else unclipped for training with a mask of the anchors
     inside the image (see ``FasterRCNNModelConfig``) -- the task clips none of them, so
     inference clips them (FasterRCNNTask._proposals)."""
-    size = builders.input_size(config.data)
+    size = data_build.input_size(config.data)
     gen = anchor_generator(config.model)
     anchors = (gen.generate(size) if config.model.neck is not None
                else gen.generate(gen.feature_map_shape(size), size))
@@ -76,9 +78,9 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
     ResNet, the FPN neck (the SSD family's builder), the multi-level RPN and the fully
     connected box classifier (``model.neck``)."""
     m = config.model
-    dtype = builders.COMPUTE_DTYPES[config.precision]
+    dtype = COMPUTE_DTYPES[config.precision]
     rngs = nnx.Rngs(seed)
-    backbone = builders.build_backbone(m, dtype=dtype, rngs=rngs)
+    backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
     rpn = dict(anchors_per_location=anchors_per_location(m),
                rpn_depth=m.first_stage_box_predictor_depth,
                rpn_kernel_size=m.first_stage_box_predictor_kernel_size,
@@ -86,10 +88,10 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
                share_box_across_classes=m.share_box_across_classes,
                maxpool_kernel_size=m.maxpool_kernel_size, maxpool_stride=m.maxpool_stride)
     if m.neck is not None:
-        neck = builders.build_neck(m, backbone.out_channels, dtype=dtype, rngs=rngs)
+        neck = model_build.build_neck(m, backbone.out_channels, dtype=dtype, rngs=rngs)
         model = FasterRCNNFPN(backbone, neck, num_classes=m.num_classes,
                               crop_size=m.initial_crop_size, fc_depth=m.box_classifier_fc_depth,
-                              batch_norm_params=builders.batch_norm_params(m.backbone.batch_norm),
+                              batch_norm_params=model_build.batch_norm_params(m.backbone.batch_norm),
                               dtype=dtype, rngs=rngs, **rpn)
         allowed = FPN_REMAT_TARGETS
     else:
@@ -105,7 +107,7 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
                          f"{', '.join(allowed)}; not {', '.join(unknown)}")
     if targets:
         remat.set_remat(model, targets)
-    builders.apply_batch_norm_statistics(model, config)
+    model_build.apply_batch_norm_statistics(model, config)
     return model
 
 
@@ -173,7 +175,7 @@ def params_of(m: S.FasterRCNNModelConfig) -> FasterRCNNParams:
 def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
     """The network (:func:`build_faster_rcnn`), anchors and the two stages' settings."""
     m = config.model
-    size = builders.input_size(config.data)
+    size = data_build.input_size(config.data)
     if m.predict_instance_masks and not config.data.load_masks:
         raise ValueError("model.predict_instance_masks: true needs data.load_masks: true "
                          "(the mask loss reads the ground-truth instance masks)")
@@ -189,10 +191,10 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
         box_coder=FasterRcnnBoxCoder(scales=tuple(c.scales), max_log_scale=c.max_log_scale),
         input_size=size, num_classes=m.num_classes, params=params_of(m),
         anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
-        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed,
+        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed,
         remat_targets=REMAT_TARGETS if m.neck is None else FPN_REMAT_TARGETS,
         stride=stride,
-        mask_shape=builders.mask_shape(config) if m.predict_instance_masks else None)
+        mask_shape=data_build.mask_shape(config) if m.predict_instance_masks else None)
 
 
 def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
@@ -207,7 +209,7 @@ def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
             "masks_are_class_agnostic", "convolve_then_upsample", "neck",
             "box_classifier_fc_depth")
     return {"model": {k: dumped[k] for k in keep if k in dumped},
-            "input_size": list(builders.input_size(config.data))}
+            "input_size": list(data_build.input_size(config.data))}
 
 
 def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
@@ -219,7 +221,7 @@ def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
         return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))
 
     m = config.model
-    height, width = builders.input_size(config.data)
+    height, width = data_build.input_size(config.data)
     gen = anchor_generator(m)
     k = anchors_per_location(m)
     if m.neck is not None:

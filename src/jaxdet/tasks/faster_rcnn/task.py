@@ -52,14 +52,8 @@ from jaxdet.core.roi_ops import (
     multilevel_matmul_crop_and_resize,
 )
 from jaxdet.core.samplers import batch_balanced_sample
-from jaxdet.tasks.base import (
-    BatchField,
-    BatchLayout,
-    ModelTask,
-    box_batch_layout,
-    evaluate_boxes,
-    model_graphdefs,
-)
+from jaxdet.data.batch_layout import BatchField, BatchLayout
+from jaxdet.tasks.base import ModelTask, box_batch_layout, evaluate_boxes, model_graphdefs
 
 PyTree = Any
 

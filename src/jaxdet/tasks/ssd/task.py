@@ -21,10 +21,10 @@ from jaxdet.core.coordinates import to_original_coordinates
 from jaxdet.core.detection_loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
+from jaxdet.data.batch_layout import BatchLayout
 from jaxdet.models.remat import REMAT_TARGETS
 from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.base import (
-    BatchLayout,
     ModelTask,
     box_batch_layout,
     evaluate_boxes,

@@ -7,12 +7,15 @@ from typing import Any
 import jax
 from flax import nnx
 
-from jaxdet import builders
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
+from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.models.inspect import module_macs
+from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
 from jaxdet.tasks.unet3d.model import UNet3D
 from jaxdet.tasks.unet3d.task import UNet3DTask
 from jaxdet.tasks.unet3d.tpu_reference import TPUReferenceUNet3D
+from jaxdet.train import build as train_build
 
 # The summary's parameter parts, input to output, of both architectures
 SUMMARY_PARTS = ("input_block", "downsample", "bottleneck", "upsample", "encoder", "decoder",
@@ -27,7 +30,7 @@ def build_unet3d(config: S.Config, *, seed: int) -> UNet3D | TPUReferenceUNet3D:
         raise ValueError(f"train.remat={list(config.train.remat)}: the 3D U-Net has no "
                          "recomputable parts yet; leave train.remat empty")
     common = {"negative_slope": m.negative_slope, "epsilon": m.norm_epsilon,
-              "dtype": builders.COMPUTE_DTYPES[config.precision],
+              "dtype": COMPUTE_DTYPES[config.precision],
               "conv_lowering": conv_lowering(m.conv_lowering, config.parallel),
               "rngs": nnx.Rngs(seed)}
     if m.architecture == "tpu_reference":
@@ -73,7 +76,7 @@ def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
         include_background=m.loss.include_background, overlap=m.sliding_window.overlap,
         sigma_scale=m.sliding_window.sigma_scale,
         window_batch_size=m.sliding_window.batch_size,
-        compute_dtype=builders.COMPUTE_DTYPES[config.precision], seed=seed)
+        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed)
 
 
 def unet3d_fingerprint_fields(config: S.Config) -> dict[str, Any]:
@@ -95,13 +98,12 @@ def train_step_memory(config: S.Config) -> dict:
     one device of the default backend, from XLA's compiled program (nothing runs;
     ``tasks.unet3d.memory.compiled_step_memory``): ``{"batch_size", "backend", "total_gib",
     "temp_gib", "argument_gib", "compile_seconds"}``."""
-    from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
 
     task = build_unet3d_task(config, seed=0)
-    tx, schedule = builders.build_optimizer(config.train)
+    tx, schedule = train_build.build_optimizer(config.train)
     found = compiled_step_memory(task, tx, schedule, batch_size=config.train.batch_size,
                                  mesh=None, ema_decay=config.train.ema_decay,
-                                 loss_scale=builders.build_loss_scale(config))
+                                 loss_scale=train_build.build_loss_scale(config))
     return {"batch_size": config.train.batch_size, "backend": jax.default_backend(),
             "total_gib": found["total_bytes"] / GIB, "temp_gib": found["temp_bytes"] / GIB,
             "argument_gib": found["argument_bytes"] / GIB,
@@ -110,11 +112,10 @@ def train_step_memory(config: S.Config) -> dict:
 
 def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     """``jaxdet summary`` for the 3D U-Net: parameters per part, the widths and map sizes of
-    every level, the multiply-adds of one patch (from the jaxpr, ``jaxdet.macs``) and, unless
+    every level, the multiply-adds of one patch (``models.inspect``) and, unless
     ``flops`` is False, the train step's memory at the configured patch size and batch
     (:func:`train_step_memory`: a compile, no run). The model is built abstractly: no
     weights are computed for the counts."""
-    from jaxdet.summary import module_macs
 
     model = nnx.eval_shape(lambda: build_unet3d(config, seed=0))
     m = config.model
@@ -131,7 +132,7 @@ def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     parts = {name: found[name]
              for name in sorted(found, key=lambda n: (order.get(n, len(order)), n))}
     patch = jax.ShapeDtypeStruct((1, *m.patch_size, m.in_channels),
-                                 builders.COMPUTE_DTYPES[config.precision])
+                                 COMPUTE_DTYPES[config.precision])
     # a level's output width: f (mlperf), 2 f (tpu_reference: the second conv doubles it)
     widen = 2 if m.architecture == "tpu_reference" else 1
     levels = [{"level": i, "filters": widen * f, "size": [s // 2**i for s in m.patch_size]}
@@ -170,20 +171,5 @@ def format_unet3d_summary(d: dict) -> str:
         "parallel.spatial splits it)".format(**d["train_step_memory"])]))
 
 
-def volume_pipeline():
-    """The family's ``tasks.DataPipeline`` (``tasks.unet3d.data``; imported when used)."""
-    from jaxdet.tasks.unet3d.data import volume_pipeline as pipeline
-
-    return pipeline()
-
-
-def predict_volumes(*args: Any, **kwargs: Any):
-    """``jaxdet predict`` for volumes (``tasks.unet3d.predict.predict_volumes``)."""
-    from jaxdet.tasks.unet3d.predict import predict_volumes as predict
-
-    return predict(*args, **kwargs)
-
-
 __all__ = ["SUMMARY_PARTS", "build_unet3d", "build_unet3d_task", "format_unet3d_summary",
-           "predict_volumes", "train_step_memory", "unet3d_fingerprint_fields", "unet3d_summary",
-           "volume_pipeline"]
+           "train_step_memory", "unet3d_fingerprint_fields", "unet3d_summary"]

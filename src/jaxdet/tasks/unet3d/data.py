@@ -21,6 +21,7 @@ from jaxdet.data.volume_dataset import VolumeDataset, VolumePatchLoader
 from jaxdet.data.volume_io import read_listing
 from jaxdet.data.volume_transforms import PatchAugment, clip_and_normalize
 from jaxdet.data.volumes import GeneratedVolumes
+from jaxdet.tasks.base import DataPipeline
 
 log = logging.getLogger("jaxdet")
 
@@ -133,8 +134,6 @@ def describe_volumes(source, title: str) -> str:
 
 def volume_pipeline():
     """The :class:`tasks.DataPipeline` of the 3D U-Net."""
-    from jaxdet.tasks import DataPipeline
-
     return DataPipeline(build_volume_source, build_volume_train_loader, describe_volumes)
 
 

@@ -30,7 +30,7 @@ def compiled_step_memory(task: Any, tx: optax.GradientTransformation,
 
     Args:
       task: a ``UNet3DTask`` (any task with a 3-d ``input_size`` works).
-      tx, schedule: the optimizer and its learning-rate schedule (``builders.build_optimizer``).
+      tx, schedule: the optimizer and its learning-rate schedule (``train.build.build_optimizer``).
       batch_size: the global batch of one step (split over the mesh's ``data`` axis).
       mesh: the device mesh (``parallel.mesh.make_mesh``); None: one device, no shardings.
       ema_decay, loss_scale, accumulate_steps: as ``train.step.make_train_step`` takes them.

@@ -31,7 +31,7 @@ ones. Left split, a map with fewer rows than shards miscompiles (jax 0.10.2, XLA
 patch on a 1 x 8 (depth) mesh, whose 4-row bottleneck lies over 8 shards, gets the bottleneck
 convolution's kernel gradient off by 2e-4 relative while the loss is right
 (``tests/parallel/test_unet3d_mesh.py`` keeps the case). Exactly one row per shard was exact
-here, but is where the detectors' 2D miscompile shows (``parallel.thin_maps``), so the same
+here, but is where the detectors' 2D miscompile shows (``models.thin_maps``), so the same
 margin of 2 rows is kept. XLA gathers the input of the stride-2 convolution into the first
 thin level (the last split level's map, still small: for a 128^3 patch on 8 depth shards,
 level 3's 16^3 x 256) rather than that convolution's output.

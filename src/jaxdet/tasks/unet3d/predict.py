@@ -119,21 +119,17 @@ def _output_name(path: Path, used: set[str]) -> str:
     return name + suffix
 
 
-def predict_volumes(config: S.Config, workdir: str | Path | None, inputs: list[str],
-                    out_dir: str | Path | None, *, checkpoint: str | Path | None = None,
-                    checkpoint_format: str = "auto", step: int | None = None,
+def predict_volumes(config: S.Config, task: Any, variables: tuple[Any, Any], inputs: list[str],
+                    out_dir: str | Path, *, step: int | str,
                     batch_size: int | None = None, **_: Any) -> VolumePredictSummary:
-    """Segment every volume of ``inputs`` with a workdir's checkpoint (latest, or ``step``)
-    or ``checkpoint``; see the module docstring. ``batch_size``: sliding windows per network
-    call (default ``model.sliding_window.batch_size``). Detection options (score thresholds)
-    are ignored. Returns the summary; ``out_dir`` defaults to ``WORKDIR/predict``."""
-    from jaxdet.runs import inference_variables, load_for_inference
-
+    """Segment every volume of ``inputs`` with ``task`` (a ``UNet3DTask``) and its inference
+    ``variables`` (params, batch_stats) of checkpoint ``step``, written to ``out_dir``; see
+    the module docstring. ``batch_size``: sliding windows per network call (default
+    ``model.sliding_window.batch_size``). Detection options (score thresholds) are ignored.
+    Returns the summary."""
     paths = collect_volumes(inputs)
-    task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
-                                           checkpoint_format=checkpoint_format)
-    params, batch_stats = inference_variables(config, state)
-    out = Path(out_dir) if out_dir else Path(workdir or ".") / "predict"
+    params, batch_stats = variables
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     segment = jax.jit(lambda volume: jnp.argmax(task.segment_volume(
         params, batch_stats, volume, batch_size=batch_size), axis=-1).astype(jnp.int32))

@@ -38,8 +38,10 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core import segmentation as seg
+from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.data.volume_io import VolumeReadError
-from jaxdet.tasks.base import BatchField, BatchLayout, ModelTask, model_graphdefs, run_model
+from jaxdet.tasks.base import ModelTask, model_graphdefs, run_model
+from jaxdet.tasks.unet3d.pictures import draw_cases
 
 PyTree = Any
 LOSS_NAMES = ("dice_ce", "adaptive_dice")
@@ -227,8 +229,6 @@ class UNet3DTask(ModelTask):
             path.mkdir(parents=True, exist_ok=True)
             (path / "metrics.json").write_text(json.dumps(metrics, indent=1))
             if drawn:
-                from jaxdet.tasks.unet3d.pictures import draw_cases
-
                 draw_cases(drawn, path / "samples.png", class_names=names)
         return metrics
 

@@ -1,7 +1,7 @@
 """Config -> data objects: input size, resizer, augment ops, sources, train and eval loaders.
 
-Part of the builders (``jaxdet.builders`` re-exports every public name here): the one place
-where a config becomes objects. Takes config sections, returns plain objects.
+Takes config sections, returns plain objects. What depends on the model family (whether the
+resizer's padding is normalized with the image) is passed in: ``jaxdet.tasks`` knows it.
 """
 
 from __future__ import annotations
@@ -12,25 +12,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
+from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data import augment, augment_color, augment_crop, resize
+from jaxdet.data.batch_layout import BatchLayout
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.keypoints import KeypointSpec
-from jaxdet.data.loader import make_train_loader, resolve_worker_count
+from jaxdet.data.loader import gather_ints, make_train_loader, resolve_worker_count
 from jaxdet.data.normalize import PixelNormalizer, transfer_layout
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
-from jaxdet.tasks.base import BatchLayout
+from jaxdet.interop.formats import detect_format
 
 log = logging.getLogger("jaxdet")
 
-# config.precision -> the dtype the network computes in
-COMPUTE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
 
 def input_size(data: S.DataConfig) -> tuple[int, int]:
@@ -121,9 +120,9 @@ def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool
                      normalize: bool = True) -> list:
     """Per-sample transforms after decode: [augment ops] + resizer + normalize
     (``pads_raw_pixels``: the padding is normalized like black pixels, see
-    ``augment.Normalize``; a config's family says which: :func:`transforms_of`).
+    ``augment.Normalize``; a config's family says which: ``jaxdet.tasks.transforms_of``).
     ``normalize=False`` stops at the resizer: the loaders do, and the device normalizes
-    (:func:`build_normalizer`)."""
+    (:func:`pixel_normalizer`)."""
     size = input_size(cfg)
     method = cfg.resizer.method
     ops = [build_augment_op(op, size, method) for op in cfg.augment] if training else []
@@ -134,24 +133,15 @@ def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool
     return ops
 
 
-def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
-    """:func:`build_transforms` of ``config.data`` as ``config``'s model family pads."""
-    from jaxdet import tasks
-
-    return build_transforms(config.data, training=training, normalize=normalize,
-                            pads_raw_pixels=tasks.family(config).pads_raw_pixels)
-
-
-def build_normalizer(config: S.Config) -> PixelNormalizer | None:
+def pixel_normalizer(config: S.Config, *, pads_raw_pixels: bool) -> PixelNormalizer | None:
     """The device-side normalization of the images the loaders send (``data.normalize``), in
     the dtype the network computes in (the task casts its input to it: the same values), or
-    None for a family whose data are not images (the 3D U-Net's volumes)."""
+    None for data that are not images (the 3D U-Net's volumes). ``pads_raw_pixels``: as in
+    :func:`build_transforms` (``jaxdet.tasks.build_normalizer`` passes the family's)."""
     if config.data.type != "images":
         return None
-    from jaxdet import tasks
-
     return PixelNormalizer(tuple(config.data.mean), tuple(config.data.std),
-                           zero_padding=not tasks.family(config).pads_raw_pixels,
+                           zero_padding=not pads_raw_pixels,
                            dtype=COMPUTE_DTYPES[config.precision])
 
 
@@ -160,7 +150,7 @@ def train_batch_layout(config: S.Config, task) -> BatchLayout:
     ``images`` of ``data.train_image_dtype`` and ``image_info`` (normalized on the device),
     or the task's own layout for data that are not images."""
     layout = task.batch_layout()
-    if build_normalizer(config) is None:
+    if config.data.type != "images":
         return layout
     return transfer_layout(layout, config.data.train_image_dtype)
 
@@ -176,8 +166,6 @@ def decode_mode(config: S.Config, weights_format: str | None = None) -> str:
         init = config.train.init_checkpoint
         weights_format = init.format
         if weights_format == "auto":
-            from jaxdet.weights import detect_format
-
             try:
                 weights_format = detect_format(init.path)
             except FileNotFoundError:
@@ -311,21 +299,19 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
                        shard_index: int | None = None, shard_count: int | None = None,
                        layout=None):
     """Infinite, deterministic, resumable training batches (see ``data.loader``): images of
-    ``data.train_image_dtype``, not normalized (the train step does: ``build_train_step(...,
-    raw_pixels=True)``); ``layout``: :func:`train_batch_layout`, which the first batch is
-    checked against.
+    ``data.train_image_dtype``, not normalized (the train step does:
+    ``train.build.build_train_step(..., normalizer=...)``); ``layout``:
+    :func:`train_batch_layout`, which the first batch is checked against.
 
     ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
     (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
     """
     check_class_count(config, source)
-    from jaxdet.parallel.distributed import gather_ints
-
     shard_index = jax.process_index() if shard_index is None else shard_index
     shard_count = jax.process_count() if shard_count is None else shard_count
     return make_train_loader(
         source,
-        transforms_of(config, training=True, normalize=False),
+        build_transforms(config.data, training=True, normalize=False),
         batch_size=config.train.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
@@ -342,12 +328,12 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
 
 def build_eval_loader(config: S.Config, source, *, weights_format: str | None = None):
     """One ordered pass, last batch padded and masked; float32 images, not normalized (the
-    predict function normalizes: :func:`build_normalizer`). ``weights_format``: where the
+    predict function normalizes: :func:`pixel_normalizer`). ``weights_format``: where the
     weights come from, for :func:`decode_mode`."""
     check_class_count(config, source)
     return make_eval_loader(
         source,
-        transforms_of(config, training=False, normalize=False),
+        build_transforms(config.data, training=False, normalize=False),
         batch_size=config.eval.batch_size,
         max_boxes=config.data.max_number_of_boxes,
         worker_count=resolve_worker_count(config.data.worker_count, training=False),

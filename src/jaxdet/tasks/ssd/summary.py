@@ -15,44 +15,33 @@ channel pair), so small feature maps cost less than ``2 * h * w * k * k * cin * 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
-from jaxdet import builders
-from jaxdet.anchor_fit import level_anchor_sizes
 from jaxdet.config.schema import Config
-from jaxdet.macs import count_macs
+from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.data import build as data_build
+from jaxdet.data.stats import dataset_stats
+from jaxdet.models.inspect import (
+    abstract_call,
+    compiled_flops,
+    count_parameters,
+    leaf_paths,
+    module_macs,
+)
+from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.anchor_fit import (
+    anchor_coverage,
+    boxes_at_input,
+    coverage_advice,
+    level_anchor_sizes,
+)
 
 FLOPS_METHOD = "XLA cost analysis, batch 1, eval mode"
 HEAD_BRANCHES = ("box", "class", "shared")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _key_name(key: Any) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
-
-
-def _leaf_paths(state: Any) -> list[tuple[tuple[str, ...], int]]:
-    """``(path, size)`` of every array leaf of an nnx state (abstract or concrete)."""
-    pure = nnx.to_pure_dict(state)
-    flat, _ = jax.tree_util.tree_flatten_with_path(pure)
-    return [(tuple(_key_name(k) for k in path), math.prod(leaf.shape)) for path, leaf in flat]
-
-
-def _count(module: nnx.Module | None, kind: type) -> int:
-    if module is None:
-        return 0
-    return sum(size for _, size in _leaf_paths(nnx.state(module, kind)))
 
 
 def head_branch(path: tuple[str, ...], shared_tower: bool = False) -> str:
@@ -73,44 +62,6 @@ def head_branch(path: tuple[str, ...], shared_tower: bool = False) -> str:
     return "shared"
 
 
-def flops_of(cost: Any) -> float | None:
-    """FLOPs from ``Compiled.cost_analysis()``: a dict, a list of dicts (one per
-    computation/device in some jax versions) or ``None``."""
-    if cost is None:
-        return None
-    if isinstance(cost, Mapping):
-        cost = [cost]
-    values = [float(c["flops"]) for c in cost if c and "flops" in c]
-    return sum(values) if values else None
-
-
-def _split_call(module: nnx.Module) -> tuple[Callable, Any]:
-    graphdef, state = nnx.split(module)
-
-    def run(state, *args):
-        return nnx.merge(graphdef, state)(*args)
-
-    return run, state
-
-
-def abstract_call(module: nnx.Module, *args: Any) -> Any:
-    """Output shapes of ``module(*args)`` for abstract ``args`` (no compile, no FLOPs)."""
-    run, state = _split_call(module)
-    return jax.eval_shape(run, state, *args)
-
-
-def compiled_flops(module: nnx.Module, *args: Any) -> float | None:
-    """XLA's FLOP count of ``module(*args)``, lowered and compiled on abstract inputs."""
-    run, state = _split_call(module)
-    return flops_of(jax.jit(run).lower(state, *args).compile().cost_analysis())
-
-
-def module_macs(module: nnx.Module, *args: Any) -> int:
-    """Multiply-adds of ``module(*args)`` from its jaxpr (see ``jaxdet.macs``)."""
-    run, state = _split_call(module)
-    return count_macs(run, state, *args)
-
-
 def _shape(x: Any) -> list[int]:
     return [int(d) for d in x.shape]
 
@@ -128,19 +79,17 @@ def data_fit(config: Config, anchors_px: np.ndarray, *, split: str = "train",
     Raises:
       ValueError: ``data.<split>`` is not set, or its files cannot be read.
     """
-    from jaxdet.anchor_fit import anchor_coverage, boxes_at_input, coverage_advice
-    from jaxdet.data.stats import dataset_stats
 
     cfg = getattr(config.data, split)
     if cfg is None:
         raise ValueError(f"data.{split} is not set: no dataset to compare the anchors with")
-    source = builders.build_source(cfg, workdir, num_classes=config.model.num_classes,
+    source = data_build.build_source(cfg, workdir, num_classes=config.model.num_classes,
                                    field=f"data.{split}",
-                                   keypoints=builders.keypoint_specs(config),
-                                   masks=builders.load_masks(config))
+                                   keypoints=data_build.keypoint_specs(config),
+                                   masks=data_build.load_masks(config))
     matcher = config.model.matcher
     threshold = matcher.matched_threshold if matcher.name == "argmax" else 0.5
-    boxes = boxes_at_input(source, builders.build_resizer(config.data).box_scale)
+    boxes = boxes_at_input(source, data_build.build_resizer(config.data).box_scale)
     coverage = anchor_coverage(boxes, anchors_px, threshold)
     return {"split": split, "dataset": dataset_stats(source).as_dict(), "coverage": coverage,
             "matcher": {"name": matcher.name, "threshold": threshold,
@@ -165,7 +114,7 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
       [{level, class_logits [1, n_l, K], box_encodings [1, n_l, 4]}];
     - ``multiply_adds``: ``total``, ``components`` {backbone, neck, head}: convolution and
       matmul multiply-adds counted from the jaxpr, full kernel taps (the convention of papers,
-      e.g. EfficientDet's "FLOPs"; see ``jaxdet.macs``); always computed, no compile;
+      e.g. EfficientDet's "FLOPs"; see ``jaxdet.models.inspect``); always computed, no compile;
     - ``flops`` (``None`` unless ``flops``): ``total``, ``gflops``, ``components``
       {backbone, neck, head}, ``method``, ``backend``;
     - ``data`` (``None`` unless ``data`` names a split, "train" or "eval"): :func:`data_fit`
@@ -173,10 +122,10 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
       folder). With ``data_required=False`` a dataset that cannot be read is not an error:
       ``data_skipped`` says why.
     """
-    model = nnx.eval_shape(lambda: builders.build_model(config, seed=0))
+    model = nnx.eval_shape(lambda: ssd_build.build_model(config, seed=0))
     model.eval()
-    height, width = builders.input_size(config.data)
-    dtype = builders.COMPUTE_DTYPES[config.precision]
+    height, width = data_build.input_size(config.data)
+    dtype = COMPUTE_DTYPES[config.precision]
     images = jax.ShapeDtypeStruct((1, height, width, 3), dtype)
 
     # Shapes: the SSDDetector forward, one component at a time.
@@ -186,9 +135,9 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
     class_logits, box_encodings = abstract_call(model.head, features)
     levels = list(features)
 
-    generator = builders.build_anchor_generator(config.model)
+    generator = ssd_build.build_anchor_generator(config.model)
     per_location = generator.num_anchors_per_location()
-    anchors = builders.build_anchors(config, model)
+    anchors = ssd_build.build_anchors(config, model)
     anchor_levels = []
     for level, k in zip(levels, per_location, strict=True):
         h, w = (int(d) for d in features[level].shape[1:3])
@@ -203,11 +152,11 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
         lvl["aspect_ratios"] = shape["aspect_ratios"]
 
     components = {"backbone": model.backbone, "neck": model.neck, "head": model.head}
-    params = {name: _count(m, nnx.Param) for name, m in components.items()}
-    stats = {name: _count(m, nnx.BatchStat) for name, m in components.items()}
+    params = {name: count_parameters(m, nnx.Param) for name, m in components.items()}
+    stats = {name: count_parameters(m, nnx.BatchStat) for name, m in components.items()}
     shared_tower = bool(getattr(model.head, "share_prediction_tower", False))
     branches = dict.fromkeys(HEAD_BRANCHES, 0)
-    for path, size in _leaf_paths(nnx.state(model.head, nnx.Param)):
+    for path, size in leaf_paths(nnx.state(model.head, nnx.Param)):
         branches[head_branch(path, shared_tower)] += size
 
     num_outputs = int(class_logits[0].shape[-1])
@@ -399,5 +348,5 @@ def format_summary(d: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FLOPS_METHOD", "compiled_flops", "data_fit", "format_data_fit", "format_summary",
-           "head_branch", "model_summary"]
+__all__ = ["FLOPS_METHOD", "data_fit", "format_data_fit", "format_summary", "head_branch",
+           "model_summary"]

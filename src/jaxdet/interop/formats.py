@@ -1,0 +1,34 @@
+"""Which framework wrote a weights file or folder: a jaxdet workdir, a TF checkpoint or a
+PyTorch weight file, told apart by what is on disk (no file is read in full)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from jaxdet.interop.tf_checkpoint import CheckpointError, resolve_prefix
+from jaxdet.interop.torch_files import PICKLE_SUFFIXES
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"jaxdet"`` for a workdir (``checkpoints/`` inside), ``"tf"`` for a TF checkpoint.
+
+    Raises:
+      FileNotFoundError: neither exists at ``path``.
+    """
+    path = Path(path)
+    if (path / "checkpoints").is_dir():
+        return "jaxdet"
+    if path.is_file() and path.suffix in (".safetensors", *PICKLE_SUFFIXES):
+        return "torch"
+    try:
+        resolve_prefix(path)
+    except (FileNotFoundError, CheckpointError):
+        raise FileNotFoundError(
+            f"{path} is neither a jaxdet workdir (no checkpoints/ inside), a TF checkpoint "
+            "(no PREFIX.index, no folder with a 'checkpoint' file) nor a PyTorch weight file "
+            f"(.safetensors, {', '.join(PICKLE_SUFFIXES)})") from None
+    return "tf"
+
+
+__all__ = ["detect_format"]

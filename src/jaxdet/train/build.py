@@ -1,0 +1,121 @@
+"""The optimizer, schedule, loss scaling and jitted train step of a config's ``train`` section.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+
+from jaxdet.config import schema as S
+from jaxdet.data.normalize import PixelNormalizer
+from jaxdet.train import optim
+from jaxdet.train.loss_scale import LossScaleParams
+from jaxdet.train.step import make_train_step
+from jaxdet.xla_cpu import cpu_compiler_options
+
+# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
+Task = Any
+
+
+def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
+    lr = cfg.learning_rate
+    if isinstance(lr, S.CosineLearningRateConfig):
+        return optim.cosine_decay_with_warmup(
+            lr.learning_rate_base,
+            lr.total_steps or cfg.num_steps,
+            warmup_learning_rate=lr.warmup_learning_rate,
+            warmup_steps=lr.warmup_steps,
+            hold_base_rate_steps=lr.hold_base_rate_steps,
+        )
+    if isinstance(lr, S.ManualStepLearningRateConfig):
+        return optim.manual_stepping(list(lr.boundaries), list(lr.rates), warmup=lr.warmup)
+    if isinstance(lr, S.ExponentialLearningRateConfig):
+        return optim.exponential_decay(
+            lr.initial_learning_rate,
+            lr.decay_steps,
+            lr.decay_factor,
+            staircase=lr.staircase,
+            burnin_learning_rate=lr.burnin_learning_rate,
+            burnin_steps=lr.burnin_steps,
+            min_learning_rate=lr.min_learning_rate,
+        )
+    return optim.constant(lr.learning_rate)
+
+
+def build_optimizer(
+    cfg: S.TrainConfig, variable_names: dict[str, list[str]] | None = None,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """The optimizer and learning-rate schedule of ``train``. ``variable_names``: other names
+    of the parameters (``{path: [name, ...]}``, e.g. TF variable names from
+    ``weights.tf_variable_names``) that ``freeze_variables`` regexes may match."""
+    o = cfg.optimizer
+    schedule = build_schedule(cfg)
+    tx = optim.make_optimizer(
+        o.name,
+        schedule,
+        momentum=o.momentum,
+        nesterov=o.nesterov,
+        beta1=o.beta1,
+        beta2=o.beta2,
+        epsilon=o.epsilon,
+        rmsprop_decay=o.rmsprop_decay,
+        weight_decay=o.weight_decay,
+        clip_gradient_norm=o.clip_gradient_norm,
+        freeze_variables=tuple(cfg.freeze_variables),
+        update_trainable_variables=tuple(cfg.update_trainable_variables),
+        variable_names=variable_names,
+    )
+    return tx, schedule
+
+
+def build_loss_scale(config: S.Config) -> LossScaleParams | None:
+    """Dynamic loss-scaling settings for ``precision: fp16`` (``train.loss_scale``); None for
+    fp32 / bf16, which need none."""
+    if config.precision != "fp16":
+        return None
+    return LossScaleParams(**config.train.loss_scale.model_dump())
+
+
+def predict_compiler_options(config: S.Config) -> dict[str, str] | None:
+    """``compiler_options`` for jitting ``task.predict`` of ``config``: on CPU, Eigen
+    convolutions for a detector with a ResNet backbone (``resnet*``, ``resnet_v2_*``), where
+    they were faster than YNNPACK's; None for every other model (see ``jaxdet.xla_cpu``)."""
+    backbone = getattr(getattr(config.model, "backbone", None), "name", "") or ""
+    return cpu_compiler_options(
+        eigen_convolutions=config.data.type == "images" and backbone.startswith("resnet"))
+
+
+def build_train_step(
+    config: S.Config,
+    task: Task,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    *,
+    state_sharding=None,
+    batch_sharding=None,
+    normalizer: PixelNormalizer | None = None,
+):
+    """The jitted ``step(state, batch) -> (state, metrics)`` of ``config``: EMA,
+    ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
+    ``train.step.make_train_step``; its state comes from ``init_train_state(...,
+    loss_scale=build_loss_scale(config))``). On CPU, a detector's step runs its convolutions
+    with Eigen (``jaxdet.xla_cpu``).
+
+    ``normalizer``: the batches come from ``data.build.build_train_loader`` (raw ``images``
+    and ``image_info``, ``data.build.train_batch_layout``), and the step normalizes them first
+    with it (``tasks.build_normalizer(config)``); None: they hold the network's input already."""
+    return make_train_step(
+        task,
+        tx,
+        schedule,
+        ema_decay=config.train.ema_decay,
+        ema_dynamic_decay=config.train.ema_dynamic_decay,
+        accumulate_steps=config.train.accumulate_steps,
+        loss_scale=build_loss_scale(config),
+        allow_tf32=config.allow_tf32,
+        state_sharding=state_sharding,
+        batch_sharding=batch_sharding,
+        compiler_options=cpu_compiler_options(eigen_convolutions=config.data.type == "images"),
+        normalizer=None if normalizer is None else normalizer.normalize_batch,
+    )
