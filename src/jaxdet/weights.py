@@ -15,6 +15,10 @@
 workdir: its latest orbax checkpoint), ``torch`` (a ``.safetensors`` or ``.pth`` state dict:
 an effdet EfficientDet, or a torchvision ResNet / timm MobileNet or EfficientNet backbone;
 ``interop.torch_files``) or ``auto`` (whichever ``path`` is).
+
+The name maps are the model's family's (``tasks.tf_name_map``, ``tasks.torch_detector_map``);
+what every family shares stays here: a backbone alone from a classification checkpoint (TF or
+torch) or from a detection one, and jaxdet workdirs by variable path.
 """
 
 from __future__ import annotations
@@ -29,14 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdet import tasks
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
 from jaxdet.interop import torch_names
-from jaxdet.interop import torchvision_retinanet_names as tv
-from jaxdet.interop.effdet_names import effdet_state_dict_map
 from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
-from jaxdet.interop.tf_import import ImportReport, detector_map, load_tf_checkpoint
+from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint
 from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.interop.torch_files import read_torch_weights
 from jaxdet.interop.torch_names import variable_at
@@ -86,13 +89,13 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
     if kind == "jaxdet":
         return _load_workdir(model, config, Path(path), restore)
     if kind == "torch":
-        return _load_torch(model, Path(path), restore)
+        return _load_torch(model, config, Path(path), restore)
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
 
 
 def _tf_mapping(model, config, ckpt: TfCheckpoint, restore: str) -> dict:
     """``{tf object path: (jaxdet path, transform)}`` for ``restore`` from ``ckpt``."""
-    mapping = detector_map(model, config)
+    mapping = tasks.tf_name_map(model, config)
     if restore == "classification":
         mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
         if any(p.startswith(_TF_CLASSIFICATION_ROOT) for p in ckpt.variables()):
@@ -119,6 +122,20 @@ def _load_tf(model, config, path, restore: str) -> ImportReport:
     return report
 
 
+def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
+                                 checkpoint: TfCheckpoint | str | os.PathLike,
+                                 **kwargs) -> ImportReport:
+    """``interop.tf_import.load_tf_checkpoint`` with the TF name map of the detector ``config``
+    builds (``tasks.tf_name_map``); ``kwargs``: ``reinitialize``.
+
+    Raises:
+      UnmappedModelError: a family or model part without a map (the message names it).
+      CheckpointError: as ``load_tf_checkpoint``."""
+    mapping = tasks.tf_name_map(model, config)
+    return load_tf_checkpoint(model, checkpoint, mapping, unapplied=tf_unapplied(model),
+                              **kwargs)
+
+
 def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLike, *,
                       restore: str = "full") -> dict[str, list[str]]:
     """The TF names of ``model``'s variables, from the TF checkpoint at ``path``: per jaxdet
@@ -142,42 +159,34 @@ def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLi
     return out
 
 
-def _load_torch(model, path: Path, restore: str) -> ImportReport:
-    """A PyTorch state dict: an effdet EfficientDet (``fpn.*``, ``class_net.*`` keys) or a
-    torchvision RetinaNet (``backbone.body.*``, ``head.classification_head.*``) maps onto the
-    whole detector; a torchvision ResNet or timm MobileNet / EfficientNet classifier onto
-    the backbone (``restore: classification``; its classifier keys are left unused)."""
+def _load_torch(model, config, path: Path, restore: str) -> ImportReport:
+    """A PyTorch state dict. ``restore: classification``: the backbone alone, from a
+    torchvision ResNet or timm MobileNet / EfficientNet classifier (its classifier keys are
+    left unused) or from the backbone of a whole detector's file (``backbone.body.*`` of a
+    torchvision detector, ``backbone.*`` of an effdet EfficientDet; its other keys are not
+    reported unused). Otherwise a whole detector, by the map of the model's family
+    (``tasks.torch_detector_map``: the SSD family reads effdet EfficientDets and torchvision's
+    RetinaNet)."""
 
     state = read_torch_weights(path)
-    if tv.is_torchvision_detector(state):
-        # torchvision RetinaNet (current or pre-0.13 names) onto the whole detector, or the
-        # ResNet of any torchvision detector onto the backbone (restore: classification)
-        state = tv.current_names(state)
-        backbone_only = restore == "classification"
-        mapping = tv.torchvision_retinanet_state_dict_map(model, backbone_only=backbone_only)
-        extra = [k for k in state if k not in mapping and not k.endswith("num_batches_tracked")]
-        if extra and not backbone_only:
-            raise CheckpointError(f"{path} holds {len(extra)} tensors this model has no place "
-                                  f"for, e.g. {', '.join(extra[:3])}; {tv.CONFIG_HINT}")
-        return _copy_arrays(
-            model, str(path), state, mapping, restore, where="in the file",
-            expected_unused=lambda k: k.endswith("num_batches_tracked") or (
-                backbone_only and not k.startswith(tv.BACKBONE_PREFIX)))
-    whole = any(k.startswith(("fpn.", "class_net.", "box_net.")) for k in state)
-    if whole:
-        mapping = effdet_state_dict_map(model)
-        if restore == "classification":
-            mapping = {k: v for k, v in mapping.items() if k.startswith("backbone.")}
-    else:
-        if restore != "classification":
-            raise CheckpointError(f"{path} holds a backbone (classifier) state dict: restore it "
-                                  "with restore: classification")
-        mapping = {k: (("backbone", *p), t) for k, (p, t) in
-                   torch_names.torch_state_dict_map(model.backbone).items()}
+    prefix = torch_names.backbone_prefix(state)
+    if restore != "classification":
+        found = tasks.torch_detector_map(model, config, state, source=str(path))
+        if found is not None:
+            return _copy_arrays(model, str(path), found.state, found.mapping, restore,
+                                where="in the file", expected_unused=found.expected_unused)
+        if prefix:
+            raise CheckpointError(f"{path} holds a whole detector's state dict that "
+                                  f"model.type={config.model.type!r} has no map for: restore "
+                                  "its backbone alone with restore: classification")
+        raise CheckpointError(f"{path} holds a backbone (classifier) state dict: restore it "
+                              "with restore: classification")
+    mapping = {prefix + k: (("backbone", *p), t) for k, (p, t) in
+               torch_names.torch_state_dict_map(model.backbone).items()}
     return _copy_arrays(
         model, str(path), state, mapping, restore, where="in the file",
         expected_unused=lambda k: k.endswith("num_batches_tracked") or (
-            restore == "classification" and whole and not k.startswith("backbone.")))
+            bool(prefix) and not k.startswith(prefix)))
 
 
 def _copy_arrays(model: nnx.Module, source: str, arrays: dict[str, np.ndarray],
@@ -272,5 +281,5 @@ def log_report(report: ImportReport) -> None:
             log.debug("init weights %s: %s", title, name)
 
 
-__all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint",
+__all__ = ["FORMATS", "RESTORE_MODES", "check_init_checkpoint", "load_tf_detection_checkpoint",
            "load_weights", "log_report", "tf_variable_names"]

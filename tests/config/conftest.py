@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.center_net import build as center_net_build
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
@@ -31,5 +32,5 @@ def train_one_step(config, task, batch: dict) -> dict:
 
 def center_net_batch_stats(config) -> int:
     """How many BatchNorm statistics the CenterNet of ``config`` holds (an abstract build)."""
-    model = nnx.eval_shape(lambda: center_net_build.build_center_net(config, seed=0))
+    model = abstract_build(lambda: center_net_build.build_center_net(config, seed=0))
     return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))

@@ -22,6 +22,7 @@ from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.data import build as data_build
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS
 from jaxdet.data.label_map import format_label_map
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.center_net import build as center_net_build
 
 from .conftest import center_net_batch_stats, train_one_step
@@ -460,7 +461,7 @@ def _fill(factory):
     """``factory()`` built abstractly, its weights drawn on the host (He-normal kernels,
     BatchNorm scale / variance in [0.5, 1.5], biases / means in [-0.1, 0.1]): a real random
     init of a ResNet or Hourglass costs seconds per model on a small CPU."""
-    graphdef, state = nnx.split(nnx.eval_shape(factory))
+    graphdef, state = nnx.split(abstract_build(factory))
     rng = np.random.default_rng(0)
     for path, var in nnx.to_flat_state(state):
         name = path[-1]
@@ -543,7 +544,7 @@ def test_hourglass_104_keypoint_model_runs_abstractly():
     sets of heads (one per stack), each with the box and the 17-keypoint heads, at stride 4."""
     config = _load(HG_512_KPTS, ["data.resizer.min_dimension=128",
                                  "data.resizer.max_dimension=128", "data.max_number_of_boxes=4"])
-    model = nnx.eval_shape(lambda: center_net_build.build_center_net(config, seed=0))
+    model = abstract_build(lambda: center_net_build.build_center_net(config, seed=0))
     model.eval()
     graphdef, state = nnx.split(model)
     out = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,

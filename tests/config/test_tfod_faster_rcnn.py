@@ -19,6 +19,7 @@ from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import convert_pipeline_config, load_pipeline_config
 from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.data import build as data_build
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.faster_rcnn import build as faster_rcnn_build
 
 TFOD_CONFIGS = Path(__file__).parents[2] / ".." / "shared" / "data" / "tfod" / "configs"
@@ -130,11 +131,11 @@ def test_resnet50_640_converts_to_the_shipped_config(name, shipped):
 
 
 def _abstract_build(monkeypatch) -> None:
-    """The network built abstractly (``nnx.eval_shape``): the task's own checks (input size,
+    """The network built abstractly (``abstract_build``): the task's own checks (input size,
     anchors, settings) run, no weights are drawn (ResNet-152 at 1344 px on 2 cores)."""
     build = faster_rcnn_build.build_faster_rcnn
     monkeypatch.setattr(faster_rcnn_build, "build_faster_rcnn",
-                        lambda config, seed: nnx.eval_shape(lambda: build(config, seed=seed)))
+                        lambda config, seed: abstract_build(lambda: build(config, seed=seed)))
 
 
 @needs_shared
@@ -164,7 +165,7 @@ def test_zoo_c4_configs_build_and_summarize(name, monkeypatch):
 def _assert_batch_stats_are_tf_moving_statistics(config, tf: dict) -> int:
     """TF's non-trainable variables are exactly its BatchNorm moving statistics, as many as
     jaxdet's batch statistics (not parameters); returns that count."""
-    model = nnx.eval_shape(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
+    model = abstract_build(lambda: faster_rcnn_build.build_faster_rcnn(config, seed=0))
     stats = sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(model, nnx.BatchStat)))
     assert tf["all"] - tf["trainable"] == tf["kinds"]["bn_moving"] == stats
     return stats

@@ -25,10 +25,12 @@ from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.data import build as data_build
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
-from jaxdet.interop.tf_import import detector_map, load_tf_detection_checkpoint, plan_tf_import
+from jaxdet.interop.tf_import import plan_tf_import
 from jaxdet.interop.tfod_names import tf_unapplied, variables_of
+from jaxdet.tasks import tf_name_map as detector_map
 from jaxdet.tasks.faster_rcnn.build import build_faster_rcnn
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.weights import load_tf_detection_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))

@@ -15,10 +15,10 @@ import pytest
 from flax import nnx
 
 from jaxdet.config.loader import load_config
-from jaxdet.interop.effdet_names import effdet_state_dict_map, load_effdet_state_dict
 from jaxdet.interop.torch_names import torch_shape_to_ours
 from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.effdet_names import effdet_state_dict_map, load_effdet_state_dict
 from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights

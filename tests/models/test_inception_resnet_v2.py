@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.backbones.inception_resnet_v2 import (
     TF_BATCH_NORM,
     ConvBN,
@@ -32,7 +33,7 @@ from count_tf_inception_resnet_v2 import COUNTS, OUTPUTS, seeded_value  # noqa: 
 
 
 def _abstract_model() -> InceptionResNetV2:
-    return nnx.eval_shape(lambda: InceptionResNetV2(batch_norm=TF_BATCH_NORM, rngs=nnx.Rngs(0)))
+    return abstract_build(lambda: InceptionResNetV2(batch_norm=TF_BATCH_NORM, rngs=model_rngs(0)))
 
 
 def _count(module: nnx.Module, kind) -> int:

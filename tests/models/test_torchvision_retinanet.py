@@ -22,13 +22,13 @@ from jaxdet.config.loader import load_config
 from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.torch_names import torch_shape_to_ours
-from jaxdet.interop.torchvision_retinanet_names import (
-    current_names,
-    torchvision_retinanet_state_dict_map,
-)
 from jaxdet.models.ssd import concat_levels
 from jaxdet.predict import class_labels
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.torchvision_names import (
+    current_names,
+    torchvision_retinanet_state_dict_map,
+)
 from jaxdet.weights import load_weights
 
 from .conftest import torch_deterministic_weights

@@ -14,6 +14,7 @@ from flax import nnx
 
 from jaxdet import cli, tasks
 from jaxdet.config.loader import load_config
+from jaxdet.models.abstract import abstract_build
 from jaxdet.models.inspect import compiled_flops, flops_of
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.ssd.summary import FLOPS_METHOD, format_summary, head_branch, model_summary
@@ -197,7 +198,7 @@ def _recorded_conv_macs(module: nnx.Module, *args) -> int:
 def test_flops_match_analytic_conv_macs(config, summary):
     """Each component's XLA FLOPs are 2 x its conv multiply-adds plus a little elementwise
     work (BN, activations, residual adds, max-pool): within 5%, never below."""
-    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
+    model = abstract_build(lambda: ssd_build.build_model(config))
     model.eval()
     images = jax.ShapeDtypeStruct((1, H, W, 3), jnp.float32)
     backbone_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.backbone),
@@ -229,7 +230,7 @@ def _full_tap_macs(module: nnx.Module, *args) -> int:
 
 
 def test_multiply_adds_are_full_tap_conv_macs(config, summary):
-    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
+    model = abstract_build(lambda: ssd_build.build_model(config))
     model.eval()
     images = jax.ShapeDtypeStruct((1, H, W, 3), jnp.float32)
     backbone_out = jax.eval_shape(lambda s, x: nnx.merge(*s)(x), nnx.split(model.backbone),

@@ -1,11 +1,10 @@
-"""Copy a TF OD API checkpoint into a jaxdet detector (no TensorFlow needed).
+"""Copy a TF OD API checkpoint into a jaxdet detector by a name map (no TensorFlow needed).
 
-    report = load_tf_detection_checkpoint(model, config, "checkpoint/ckpt-0")
+    report = load_tf_checkpoint(model, "checkpoint/ckpt-0", mapping)
     print(report.line())   # "restored 326 tensors, 0 re-initialised, 0 unused in the checkpoint"
 
-The map from TF object paths to jaxdet variables comes from ``interop.tfod_names`` (the SSD
-family), ``interop.tfod_center_net_names`` (CenterNet) or ``interop.tfod_faster_rcnn_names``
-(Faster R-CNN), by ``model.type``; every
+The map from TF object paths to jaxdet variables is the model's family's
+(``tasks.tf_name_map``; ``weights.load_tf_detection_checkpoint`` asks for it); every
 tensor is CRC-checked, transformed to jaxdet's layout and shape-checked. A checkpoint of
 another architecture stops at the first missing names (listed, with what the checkpoint has
 instead); a tensor whose shape differs is an error naming it, unless it may be
@@ -24,17 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet.config import schema as S
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
-from jaxdet.interop.tfod_center_net_names import center_net_detector_map
-from jaxdet.interop.tfod_faster_rcnn_names import faster_rcnn_detector_map
-from jaxdet.interop.tfod_names import (
-    Path,
-    Target,
-    ssd_detector_map,
-    tf_unapplied,
-    to_ours,
-)
+from jaxdet.interop.tfod_names import Path, Target, to_ours
 from jaxdet.interop.torch_names import variable_at
 
 # Not model weights: the save counter, the object graph, optimizer slots and step counters.
@@ -178,29 +168,5 @@ def load_tf_checkpoint(
     return report
 
 
-def detector_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
-    """The TF name map of the detector ``config`` builds, by ``model.type``: a CenterNet's
-    (``interop.tfod_center_net_names``), a Faster R-CNN's (``interop.tfod_faster_rcnn_names``)
-    or an SSD-family detector's (``interop.tfod_names``).
-
-    Raises:
-      UnmappedModelError: a model part without a map (the message names it)."""
-    if config.model.type == "center_net":
-        tasks = [t.name for t in config.model.keypoint_tasks]
-        return center_net_detector_map(model, keypoint_tasks=tasks)
-    if config.model.type == "faster_rcnn":
-        return faster_rcnn_detector_map(model)
-    return ssd_detector_map(model, add_background_class=config.model.add_background_class)
-
-
-def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
-                                 checkpoint: TfCheckpoint | str | os.PathLike,
-                                 **kwargs) -> ImportReport:
-    """:func:`load_tf_checkpoint` with the map of the detector ``config`` builds."""
-    mapping = detector_map(model, config)
-    return load_tf_checkpoint(model, checkpoint, mapping, unapplied=tf_unapplied(model),
-                              **kwargs)
-
-
-__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "detector_map", "load_tf_checkpoint",
-           "load_tf_detection_checkpoint", "plan_tf_import", "variable_at"]
+__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "load_tf_checkpoint", "plan_tf_import",
+           "variable_at"]

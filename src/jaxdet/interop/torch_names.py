@@ -22,17 +22,63 @@ Transforms (apply with :func:`to_ours`):
   each group of 4 output channels reordered to jaxdet's ``(ty, tx, th, tw)``.
 
 ``num_batches_tracked`` has no counterpart and is skipped by :func:`load_state_dict`.
+
+A whole detector's state dict holds its classifier backbone's keys under a prefix
+(:func:`backbone_prefix`: ``backbone.body.`` in a torchvision detector's, ``backbone.`` in an
+effdet EfficientDet's); the family that builds such a detector maps the rest of it
+(``TaskFamily.torch_detector_map``, returning a :class:`TorchDetectorMap`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 Path = tuple[str | int, ...]
+
+TORCHVISION_DETECTOR_BACKBONE = "backbone.body."
+EFFDET_BACKBONE = "backbone."
+_EFFDET_PARTS = ("fpn.", "class_net.", "box_net.")
+
+
+def is_torchvision_detector(keys: Iterable[str]) -> bool:
+    """Whether a state dict's keys are a torchvision detector's (``backbone.body.*``: the
+    ResNet of RetinaNet, Faster R-CNN, ...)."""
+    return any(k.startswith(TORCHVISION_DETECTOR_BACKBONE) for k in keys)
+
+
+def is_effdet_detector(keys: Iterable[str]) -> bool:
+    """Whether a state dict's keys are an effdet EfficientDet's (``fpn.*``, ``class_net.*``,
+    ``box_net.*``; its timm EfficientNet under ``backbone.``)."""
+    return any(k.startswith(_EFFDET_PARTS) for k in keys)
+
+
+def backbone_prefix(keys: Iterable[str]) -> str:
+    """Where the classifier backbone's keys start in a state dict: ``backbone.body.`` in a
+    torchvision detector's, ``backbone.`` in an effdet EfficientDet's, ``""`` in a
+    classifier's (a torchvision ResNet, a timm MobileNet or EfficientNet)."""
+    keys = list(keys)
+    if is_torchvision_detector(keys):
+        return TORCHVISION_DETECTOR_BACKBONE
+    if is_effdet_detector(keys):
+        return EFFDET_BACKBONE
+    return ""
+
+
+@dataclass(frozen=True)
+class TorchDetectorMap:
+    """A whole detector's state dict as a family maps it onto its model: ``state`` (the
+    file's arrays, keys renamed as ``mapping`` names them), ``mapping`` ``{key: (jaxdet
+    variable path, transform)}`` and ``expected_unused(key)``: whether a key of ``state``
+    outside ``mapping`` goes unreported (``num_batches_tracked``)."""
+
+    state: dict[str, np.ndarray]
+    mapping: dict[str, tuple[Path, str]]
+    expected_unused: Callable[[str], bool]
 
 _PERMUTATIONS: dict[str, tuple[int, ...] | None] = {
     "conv": (2, 3, 1, 0),
@@ -128,7 +174,7 @@ def load_state_dict(
     Keys ending in ``num_batches_tracked`` or starting with one of ``ignore_prefixes`` (e.g.
     ``("fc.",)`` for a torchvision classifier) are ignored; with ``strict`` every other key must
     map and every parameter must be given. ``key_map`` replaces :func:`torch_state_dict_map`
-    (e.g. ``effdet_names.effdet_state_dict_map``). Returns the state_dict keys not used.
+    (e.g. ``tasks.ssd.effdet_names.effdet_state_dict_map``). Returns the state_dict keys not used.
     """
     mapping = torch_state_dict_map(model) if key_map is None else key_map
     unused = []

@@ -2,25 +2,36 @@
 
 ``build_task(config)`` dispatches on ``config.model.type``; ``fingerprint_fields(config)``
 gives what fixes a checkpoint's tensors for that family; ``transforms_of`` and
-``build_normalizer`` build the input pipeline's last steps as the family pads its images.
-Nothing else in jaxdet branches on the model type.
+``build_normalizer`` build the input pipeline's last steps as the family pads its images;
+``tf_name_map`` and ``torch_detector_map`` give the family's checkpoint name maps (TF OD API
+checkpoints, whole-detector torch state dicts). Nothing else in jaxdet branches on the model
+type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.data import build as data_build
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.data.stats import dataset_stats, format_dataset_stats
+from jaxdet.interop.tfod_names import Target, UnmappedModelError
+from jaxdet.interop.torch_names import TorchDetectorMap
 from jaxdet.tasks.base import DataPipeline, Task
 from jaxdet.tasks.center_net import build as center_net
+from jaxdet.tasks.center_net import tf_names as center_net_tf
 from jaxdet.tasks.faster_rcnn import build as faster_rcnn
+from jaxdet.tasks.faster_rcnn import tf_names as faster_rcnn_tf
 from jaxdet.tasks.ssd import build as ssd
 from jaxdet.tasks.ssd import summary as ssd_summary
+from jaxdet.tasks.ssd import tf_names as ssd_tf
+from jaxdet.tasks.ssd.torch_detectors import torch_detector_map as ssd_torch_detector_map
 from jaxdet.tasks.unet3d import build as unet3d
 from jaxdet.tasks.unet3d.data import volume_pipeline
 from jaxdet.tasks.unet3d.predict import predict_volumes
@@ -50,7 +61,13 @@ class TaskFamily:
     resizer's padding holds black pixels that are normalized with the image (TF's CenterNet
     resizes then normalizes) instead of zeros after normalization (TF's SSD); ``data``: a
     :class:`DataPipeline` factory (default :func:`image_pipeline`); ``predict_files``:
-    ``jaxdet predict`` (default ``predict.predict_images``)."""
+    ``jaxdet predict`` (default ``predict.predict_images``); ``tf_name_map(model, config) ->
+    {tf object path: (jaxdet path, transform)}``: where each tensor of a TF OD API checkpoint
+    goes in the family's model (None: no TF checkpoint fits the family);
+    ``torch_detector_map(model, state, source) -> interop.torch_names.TorchDetectorMap |
+    None``: the family's map of a whole detector's torch state dict (``source`` names the
+    file), None for a file it does not read (None: it reads none; a backbone alone is
+    ``weights``' shared path)."""
 
     build: Callable[..., Task]
     fingerprint_fields: Callable[[S.Config], dict[str, Any]]
@@ -59,20 +76,27 @@ class TaskFamily:
     pads_raw_pixels: bool = False
     data: Callable[[], DataPipeline] = image_pipeline
     predict_files: Callable[..., Any] | None = None
+    tf_name_map: Callable[[nnx.Module, S.Config], dict[str, Target]] | None = None
+    torch_detector_map: Callable[[nnx.Module, Mapping[str, np.ndarray], str],
+                                 TorchDetectorMap | None] | None = None
 
 
 def _families() -> dict[str, TaskFamily]:
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
-                          ssd_summary.model_summary, ssd_summary.format_summary),
+                          ssd_summary.model_summary, ssd_summary.format_summary,
+                          tf_name_map=ssd_tf.tf_name_map,
+                          torch_detector_map=ssd_torch_detector_map),
         "center_net": TaskFamily(center_net.build_center_net_task,
                                  center_net.center_net_fingerprint_fields,
                                  center_net.center_net_summary,
-                                 center_net.format_center_net_summary, pads_raw_pixels=True),
+                                 center_net.format_center_net_summary, pads_raw_pixels=True,
+                                 tf_name_map=center_net_tf.tf_name_map),
         "faster_rcnn": TaskFamily(faster_rcnn.build_faster_rcnn_task,
                                   faster_rcnn.faster_rcnn_fingerprint_fields,
                                   faster_rcnn.faster_rcnn_summary,
-                                  faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True),
+                                  faster_rcnn.format_faster_rcnn_summary, pads_raw_pixels=True,
+                                  tf_name_map=faster_rcnn_tf.tf_name_map),
         "unet3d": TaskFamily(unet3d.build_unet3d_task, unet3d.unet3d_fingerprint_fields,
                              unet3d.unet3d_summary, unet3d.format_unet3d_summary,
                              data=volume_pipeline, predict_files=predict_volumes),
@@ -98,6 +122,31 @@ def fingerprint_fields(config: S.Config) -> dict[str, Any]:
     return family(config).fingerprint_fields(config)
 
 
+def tf_name_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
+    """``{tf object path: (jaxdet path, transform)}``: where each tensor of a TF OD API
+    checkpoint goes in ``model``, built from ``config`` (its family's ``tf_name_map``).
+
+    Raises:
+      UnmappedModelError: a family without TF checkpoints (naming ``model.type``), or a model
+        part without a map (the message names it)."""
+    name_map = family(config).tf_name_map
+    if name_map is None:
+        raise UnmappedModelError(
+            f"model.type={config.model.type!r} has no TF OD API checkpoint name map: its "
+            "weights cannot come from a TF checkpoint; train it from scratch or from jaxdet "
+            "weights")
+    return name_map(model, config)
+
+
+def torch_detector_map(model: nnx.Module, config: S.Config, state: Mapping[str, np.ndarray],
+                       *, source: str) -> TorchDetectorMap | None:
+    """The map of a whole detector's torch state dict ``state`` (the file ``source``) onto
+    ``model``, built from ``config``, by its family's ``torch_detector_map``; None where the
+    family has none or does not read that file."""
+    detector_map = family(config).torch_detector_map
+    return None if detector_map is None else detector_map(model, state, source)
+
+
 def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
     """``data.build.build_transforms`` of ``config.data`` as ``config``'s family pads."""
     return data_build.build_transforms(config.data, training=training, normalize=normalize,
@@ -110,4 +159,5 @@ def build_normalizer(config: S.Config) -> PixelNormalizer | None:
 
 
 __all__ = ["DataPipeline", "Task", "TaskFamily", "build_normalizer", "build_task", "family",
-           "fingerprint_fields", "image_pipeline", "transforms_of"]
+           "fingerprint_fields", "image_pipeline", "tf_name_map", "torch_detector_map",
+           "transforms_of"]

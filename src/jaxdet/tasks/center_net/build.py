@@ -14,6 +14,7 @@ from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data import build as data_build
 from jaxdet.models import build as model_build
 from jaxdet.models import remat
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.inspect import abstract_call, module_macs
 from jaxdet.tasks.center_net.deepmac import DeepMACHead, MaskNetwork
 from jaxdet.tasks.center_net.keypoints import KeypointTask
@@ -28,7 +29,7 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     ``feature_level`` map; with ``mask_head`` DeepMAC's embedding heads and mask network."""
     m = config.model
     dtype = COMPUTE_DTYPES[config.precision]
-    rngs = nnx.Rngs(seed)
+    rngs = model_rngs(seed)
     backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
     neck = model_build.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     keypoint_heads = tuple((len(t.keypoints), t.per_keypoint_offset, t.heatmap_bias_init)
@@ -154,7 +155,7 @@ def center_net_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dic
     the whole network), the multiply-adds of one image (backbone, neck, heads; from the jaxpr,
     ``jaxdet.models.inspect``). The model is built abstractly: no weights are computed."""
 
-    model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
+    model = abstract_build(lambda: build_center_net(config, seed=0))
     stride = 2**config.model.feature_level
     height, width = data_build.input_size(config.data)
 

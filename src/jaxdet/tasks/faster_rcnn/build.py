@@ -19,6 +19,7 @@ from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data import build as data_build
 from jaxdet.models import build as model_build
 from jaxdet.models import remat
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.tasks.faster_rcnn.fpn_model import FasterRCNNFPN
 from jaxdet.tasks.faster_rcnn.model import (
     FasterRCNN,
@@ -79,7 +80,7 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
     connected box classifier (``model.neck``)."""
     m = config.model
     dtype = COMPUTE_DTYPES[config.precision]
-    rngs = nnx.Rngs(seed)
+    rngs = model_rngs(seed)
     backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
     rpn = dict(anchors_per_location=anchors_per_location(m),
                rpn_depth=m.first_stage_box_predictor_depth,
@@ -215,7 +216,7 @@ def faster_rcnn_fingerprint_fields(config: S.Config) -> dict[str, Any]:
 def faster_rcnn_summary(config: S.Config, **_: Any) -> dict:
     """``jaxdet summary`` for Faster R-CNN: parameters per part (built abstractly: no weights
     are computed), anchors and the two stages' static sizes."""
-    model = nnx.eval_shape(lambda: build_faster_rcnn(config, seed=0))
+    model = abstract_build(lambda: build_faster_rcnn(config, seed=0))
 
     def count(module) -> int:
         return sum(int(v.size) for _, v in nnx.to_flat_state(nnx.state(module, nnx.Param)))

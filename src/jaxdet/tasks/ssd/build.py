@@ -16,6 +16,7 @@ from jaxdet.core.detection_loss import DetectionLossParams
 from jaxdet.core.hard_example_miner import HardExampleMinerParams
 from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data.build import input_size
+from jaxdet.models.abstract import model_rngs
 from jaxdet.models.build import (
     apply_batch_norm_statistics,
     batch_norm_params,
@@ -131,7 +132,7 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
     the backward pass (``jaxdet.models.remat``).
     """
     dtype = COMPUTE_DTYPES[config.precision]
-    rngs = nnx.Rngs(seed)
+    rngs = model_rngs(seed)
     backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
     neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     head = build_head(config.model, dict(neck.out_channels), dtype=dtype, rngs=rngs)

@@ -1,11 +1,11 @@
 """What a config builds, without training it: parameters, anchors, output shapes, FLOPs.
 
-``model_summary(config)`` builds the detector abstractly (``nnx.eval_shape``: every parameter
-is a ``jax.ShapeDtypeStruct``, nothing large is allocated), counts its parameters per
-component, traces its output shapes and, optionally, lowers and compiles one eval-mode
-forward pass at batch 1 on abstract inputs to read XLA's FLOP count. ``format_summary`` turns
-the result into an aligned table; ``jaxdet summary --config C [--json]`` prints one or the
-other.
+``model_summary(config)`` builds the detector abstractly (``models.abstract.abstract_build``:
+every parameter is a ``jax.ShapeDtypeStruct``, nothing large is allocated), counts its
+parameters per component, traces its output shapes and, optionally, lowers and compiles one
+eval-mode forward pass at batch 1 on abstract inputs to read XLA's FLOP count.
+``format_summary`` turns the result into an aligned table; ``jaxdet summary --config C
+[--json]`` prints one or the other.
 
 About the FLOP count: it is XLA's ``cost_analysis()`` of the compiled forward pass on the
 default backend. A multiply-add counts as 2 FLOPs, and convolution taps that fall on zero
@@ -25,6 +25,7 @@ from jaxdet.config.schema import Config
 from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data import build as data_build
 from jaxdet.data.stats import dataset_stats
+from jaxdet.models.abstract import abstract_build
 from jaxdet.models.inspect import (
     abstract_call,
     compiled_flops,
@@ -122,7 +123,7 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
       folder). With ``data_required=False`` a dataset that cannot be read is not an error:
       ``data_skipped`` says why.
     """
-    model = nnx.eval_shape(lambda: ssd_build.build_model(config, seed=0))
+    model = abstract_build(lambda: ssd_build.build_model(config, seed=0))
     model.eval()
     height, width = data_build.input_size(config.data)
     dtype = COMPUTE_DTYPES[config.precision]

@@ -10,6 +10,7 @@ from flax import nnx
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.inspect import module_macs
 from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
 from jaxdet.tasks.unet3d.model import UNet3D
@@ -32,7 +33,7 @@ def build_unet3d(config: S.Config, *, seed: int) -> UNet3D | TPUReferenceUNet3D:
     common = {"negative_slope": m.negative_slope, "epsilon": m.norm_epsilon,
               "dtype": COMPUTE_DTYPES[config.precision],
               "conv_lowering": conv_lowering(m.conv_lowering, config.parallel),
-              "rngs": nnx.Rngs(seed)}
+              "rngs": model_rngs(seed)}
     if m.architecture == "tpu_reference":
         return TPUReferenceUNet3D(m.in_channels, m.num_classes, m.filters,
                                   momentum=m.norm_momentum, **common)
@@ -117,7 +118,7 @@ def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     (:func:`train_step_memory`: a compile, no run). The model is built abstractly: no
     weights are computed for the counts."""
 
-    model = nnx.eval_shape(lambda: build_unet3d(config, seed=0))
+    model = abstract_build(lambda: build_unet3d(config, seed=0))
     m = config.model
 
     def count(module) -> int:

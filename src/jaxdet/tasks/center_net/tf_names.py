@@ -1,7 +1,8 @@
 """Where each tensor of a TF OD API (TF2) CenterNet checkpoint goes in a jaxdet CenterNet.
 
-The map is ``{tf object path: (jaxdet variable path, transform)}`` as for the SSD family
-(``interop.tfod_names``, whose helpers it uses). TF's ``CenterNetMetaArch`` holds:
+The map is ``{tf object path: (jaxdet variable path, transform)}`` as for every family
+(``interop.tfod_names``, whose helpers it uses); :func:`tf_name_map` is the family's
+``TaskFamily.tf_name_map``. TF's ``CenterNetMetaArch`` holds:
 
 * ``model/_feature_extractor``: for the ResNet-v1 FPN extractors (``resnet_v1_50_fpn``,
   ``resnet_v1_101_fpn``) the ``tf.keras.applications`` ResNet as ``_base_model`` (Keras'
@@ -32,11 +33,12 @@ from collections.abc import Sequence
 
 from flax import nnx
 
+from jaxdet.config import schema as S
 from jaxdet.interop.tfod_names import (
     Path,
     Target,
     UnmappedModelError,
-    _keras_numbered,
+    keras_numbered_targets,
     resnet_layers,
 )
 from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS
@@ -78,7 +80,7 @@ def _center_net_fpn(out: dict, neck: CenterNetFPN, prefix: str) -> None:
         layers += [(("neck", "lateral", i), neck.lateral[i]),
                    (("neck", "smooth", i), neck.smooth[i]),
                    (("neck", "norms", i), neck.norms[i])]
-    _keras_numbered(out, prefix, layers, start=1)
+    keras_numbered_targets(out, prefix, layers, start=1)
 
 
 def _head(out: dict, tf_path: str, path: Path) -> None:
@@ -130,7 +132,7 @@ def center_net_detector_map(model: nnx.Module, *, keypoint_tasks: Sequence[str] 
             "model.backbone.stride_in_1x1: true and conv_bias: true")
     out: dict[str, Target] = {}
     base = f"{FEATURE_EXTRACTOR}/_base_model"
-    _keras_numbered(out, base, resnet_layers(backbone, ("backbone",)))
+    keras_numbered_targets(out, base, resnet_layers(backbone, ("backbone",)))
     first = f"{base}/layer_with_weights-0/kernel"
     out[first] = (out[first][0], "bgr_to_rgb")  # caffe preprocessing: TF's input is BGR
     _center_net_fpn(out, neck, f"{FEATURE_EXTRACTOR}/_feature_extractor_model")
@@ -138,4 +140,11 @@ def center_net_detector_map(model: nnx.Module, *, keypoint_tasks: Sequence[str] 
     return out
 
 
-__all__ = ["MAPPED_EXTRACTORS", "center_net_detector_map", "tf_extractor_name"]
+def tf_name_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
+    """CenterNet's ``TaskFamily.tf_name_map``: :func:`center_net_detector_map` of ``model``,
+    its keypoint tasks named as ``model.keypoint_tasks`` names them."""
+    return center_net_detector_map(
+        model, keypoint_tasks=[t.name for t in config.model.keypoint_tasks])
+
+
+__all__ = ["MAPPED_EXTRACTORS", "center_net_detector_map", "tf_extractor_name", "tf_name_map"]

@@ -38,7 +38,7 @@ from jaxdet.models.necks.fpn import FPN
 
 Path = torch_names.Path
 
-BACKBONE_PREFIX = "backbone.body."
+BACKBONE_PREFIX = torch_names.TORCHVISION_DETECTOR_BACKBONE
 CONFIG_HINT = ("torchvision's RetinaNet is built by --config retinanet_resnet50_fpn_torchvision "
                "(FPN norm: none, smooth_top: true; head norm: none)")
 
@@ -54,12 +54,6 @@ _RENAMES = (
 _LEGACY_FPN = re.compile(r"^(backbone\.fpn\.(?:inner|layer)_blocks\.\d+)\.(weight|bias)$")
 _LEGACY_HEAD = re.compile(
     r"^(head\.(?:classification|regression)_head\.conv)\.(\d+)\.(weight|bias)$")
-
-
-def is_torchvision_detector(keys) -> bool:
-    """Whether a state dict's keys are a torchvision detector's (``backbone.body.*``: the
-    ResNet of RetinaNet, Faster R-CNN, ...)."""
-    return any(k.startswith(BACKBONE_PREFIX) for k in keys)
 
 
 def current_names(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -88,20 +82,16 @@ def _torchvision_key(key: str, extra_names: dict[str, str]) -> str | None:
     return None
 
 
-def torchvision_retinanet_state_dict_map(
-    detector: nnx.Module, *, backbone_only: bool = False
-) -> dict[str, tuple[Path, str]]:
+def torchvision_retinanet_state_dict_map(detector: nnx.Module) -> dict[str, tuple[Path, str]]:
     """``{torchvision key: (jaxdet variable path, transform)}`` over every Param and BatchStat
-    of a RetinaNet ``SSDDetector`` (``backbone_only``: of its backbone; any backbone torchvision
-    names, e.g. a ResNet-101 for a Faster R-CNN file). Transforms as ``torch_names.to_ours``.
+    of a RetinaNet ``SSDDetector``. Transforms as ``torch_names.to_ours``. (The backbone alone,
+    from any torchvision detector's file, is ``weights``' shared backbone path:
+    ``torch_names.backbone_prefix``.)
 
     Raises:
       ValueError: a part or variable torchvision's RetinaNet has no counterpart for (another
         neck, a norm in the FPN or the head...), naming it and the config that fits.
     """
-    if backbone_only:
-        return {BACKBONE_PREFIX + key: (("backbone", *path), transform) for key, (path, transform)
-                in torch_names.torch_state_dict_map(detector.backbone).items()}
     neck = detector.neck
     if not isinstance(neck, FPN):
         raise ValueError(f"a {type(neck).__name__} neck has no counterpart in torchvision's "

@@ -1,8 +1,9 @@
 """Where each tensor of a TF OD API (TF2) Faster R-CNN checkpoint goes in a jaxdet Faster
 R-CNN (the C4 variant: ``faster_rcnn_resnet{50,101,152}_keras``).
 
-The map is ``{tf object path: (jaxdet variable path, transform)}`` as for the SSD family
-(``interop.tfod_names``, whose helpers it uses). TF's ``FasterRCNNMetaArch`` splits one Keras
+The map is ``{tf object path: (jaxdet variable path, transform)}`` as for every family
+(``interop.tfod_names``, whose helpers it uses); :func:`tf_name_map` is the family's
+``TaskFamily.tf_name_map``. TF's ``FasterRCNNMetaArch`` splits one Keras
 ResNet-v1 (convolutions without bias) in two functional models, each numbering its own
 weighted layers from 0:
 
@@ -26,11 +27,12 @@ from __future__ import annotations
 
 from flax import nnx
 
+from jaxdet.config import schema as S
 from jaxdet.interop.tfod_names import (
     Target,
     UnmappedModelError,
-    _conv,
-    _keras_numbered,
+    conv_targets,
+    keras_numbered_targets,
     resnet_layers,
 )
 from jaxdet.models.backbones.resnet import ResNet
@@ -58,14 +60,14 @@ def faster_rcnn_detector_map(model: nnx.Module) -> dict[str, Target]:
     proposal = [(path, m) for path, m in layers if path[1] != "layer4"]
     conv5 = [(path, m) for path, m in layers if path[1] == "layer4"]
     out: dict[str, Target] = {}
-    _keras_numbered(out, f"{PREFIX}/_feature_extractor_for_proposal_features", proposal)
-    _keras_numbered(out, f"{PREFIX}/_feature_extractor_for_box_classifier_features", conv5)
-    _conv(out, f"{PREFIX}/_first_stage_box_predictor_first_conv/layer_with_weights-0",
-          ("rpn", "conv"), model.rpn.conv)
-    _conv(out, f"{RPN_HEADS}/box_encodings/0/_box_encoder_layers/0", ("rpn", "box"),
-          model.rpn.box)
-    _conv(out, f"{RPN_HEADS}/class_predictions_with_background/0/_class_predictor_layers/0",
-          ("rpn", "objectness"), model.rpn.objectness)
+    keras_numbered_targets(out, f"{PREFIX}/_feature_extractor_for_proposal_features", proposal)
+    keras_numbered_targets(out, f"{PREFIX}/_feature_extractor_for_box_classifier_features", conv5)
+    conv_targets(out, f"{PREFIX}/_first_stage_box_predictor_first_conv/layer_with_weights-0",
+                 ("rpn", "conv"), model.rpn.conv)
+    conv_targets(out, f"{RPN_HEADS}/box_encodings/0/_box_encoder_layers/0", ("rpn", "box"),
+                 model.rpn.box)
+    conv_targets(out, f"{RPN_HEADS}/class_predictions_with_background/0/_class_predictor_layers/0",
+                 ("rpn", "objectness"), model.rpn.objectness)
     for tf_head, layer, ours in (("_box_prediction_head", "_box_encoder_layers", "box"),
                                  ("_class_prediction_head", "_class_predictor_layers", "cls")):
         for leaf in ("kernel", "bias"):
@@ -74,4 +76,10 @@ def faster_rcnn_detector_map(model: nnx.Module) -> dict[str, Target]:
     return out
 
 
-__all__ = ["faster_rcnn_detector_map"]
+def tf_name_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
+    """Faster R-CNN's ``TaskFamily.tf_name_map``: :func:`faster_rcnn_detector_map` of
+    ``model`` (``config`` adds nothing to it)."""
+    return faster_rcnn_detector_map(model)
+
+
+__all__ = ["faster_rcnn_detector_map", "tf_name_map"]
