@@ -44,10 +44,12 @@ def _probe(env: dict) -> dict:
 
 def test_image_sized_blocks_are_reused_once_tuned():
     """The loader's pattern: worker threads make arrays of 0.25-3 MB, the main thread frees
-    them, 8 in flight. Untuned, glibc maps many of them afresh (a page fault per page);
-    tuned, the pages are reused."""
+    them, 8 in flight. Untuned, glibc maps many of them afresh (a page fault per page; how
+    many varies from run to run with the threads' timing, 2-40% of the pages), so the worst
+    of ten untuned runs is compared; tuned, the pages are reused in every run."""
     tuned = _probe({})
-    plain = _probe({"JAXDET_MALLOC_TUNING": "0"})
-    assert tuned["tuned"] and not plain["tuned"]
-    assert tuned["faults"] < tuned["pages"] // 40  # measured: 0.3-1.5% of the pages
-    assert plain["faults"] > 2 * tuned["faults"]  # measured: 5-30% of the pages
+    plain = [_probe({"JAXDET_MALLOC_TUNING": "0"}) for _ in range(10)]
+    assert tuned["tuned"] and not any(p["tuned"] for p in plain)
+    assert tuned["faults"] < tuned["pages"] // 40  # measured: 0-1.6% of the pages
+    worst = max(p["faults"] for p in plain)
+    assert worst > tuned["pages"] // 40 and worst > 4 * tuned["faults"]  # measured: 17-40%
