@@ -40,6 +40,7 @@ import numpy as np
 
 from inference_throughput import machine_info
 from jaxdet import tasks
+from jaxdet.app.predict import preprocess_images
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.export.exporter import FORMATS, export_serving_function
@@ -50,7 +51,6 @@ from jaxdet.export.runtimes import (
     predict_as_signature,
 )
 from jaxdet.export.serving import serving_function
-from jaxdet.predict import preprocess_images
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 NEEDS = {"onnx": ("jax2onnx", "onnxruntime"), "saved_model": ("tensorflow",),

@@ -35,12 +35,12 @@ import numpy as np
 
 from inference_throughput import machine_info, summarize, timed_calls
 from jaxdet import tasks
+from jaxdet.app.predict import preprocess_images
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.export.exporter import export_onnx, export_stablehlo
 from jaxdet.export.serving import serving_function
 from jaxdet.export.tf_formats import tflite_bytes, write_saved_model
-from jaxdet.predict import preprocess_images
 
 
 def _onnx_session(fn, size, batch: int):

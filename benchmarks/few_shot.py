@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.data.shapes import SHAPE_NAMES, generate_shapes
 

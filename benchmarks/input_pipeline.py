@@ -300,7 +300,7 @@ def _prepare_records(args, tmp: Path) -> list[str]:
         out = tmp / "records.tfrecord"
         write_tfrecord(out, (raw[i % len(raw)] for i in range(args.records)))
         return [str(out)]
-    from jaxdet.convert_dataset import source_to_tfrecord
+    from jaxdet.app.convert_dataset import source_to_tfrecord
     from jaxdet.data.coco import CocoSource
 
     if args.coco:

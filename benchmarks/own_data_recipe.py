@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
 
-    from jaxdet.cli import main as jaxdet
+    from jaxdet.app.cli import main as jaxdet
 
     out = Path(args.out).resolve()
     data = out / "data"

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from inference_throughput import machine_info  # noqa: E402
+from jaxdet.app.convert_dataset import source_to_tfrecord  # noqa: E402
 from jaxdet.config.loader import load_config  # noqa: E402
-from jaxdet.convert_dataset import source_to_tfrecord  # noqa: E402
 from jaxdet.data import build as data_build  # noqa: E402
 from jaxdet.data.coco import CocoSource  # noqa: E402
 from jaxdet.data.shapes import generate_shapes  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.data import build as data_build

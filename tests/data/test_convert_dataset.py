@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.cli import main
-from jaxdet.convert_dataset import (
+from jaxdet.app.cli import main
+from jaxdet.app.convert_dataset import (
     draw_dataset_grid,
     record_image_bytes,
     shard_paths,

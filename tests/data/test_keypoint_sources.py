@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from jaxdet.app.convert_dataset import source_to_coco, source_to_tfrecord
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError, load_config
-from jaxdet.convert_dataset import source_to_coco, source_to_tfrecord
 from jaxdet.data import build as data_build
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, KeypointLayout, KeypointSpec

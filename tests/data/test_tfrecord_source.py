@@ -17,7 +17,7 @@ from jaxdet.data.label_map import read_label_map
 from jaxdet.data.resize import FixedShapeResizer
 from jaxdet.data.tfrecord import encode_example, iter_tfrecord, parse_example, write_tfrecord
 from jaxdet.data.tfrecord_source import TfRecordSource, pixel_box, resolve_input_paths
-from jaxdet.visualize import draw_detections
+from jaxdet.eval.visualize import draw_detections
 
 TFOD = Path(__file__).resolve().parents[3] / "shared" / "data" / "tfod"
 PETS = TFOD / "pets_examples.record"

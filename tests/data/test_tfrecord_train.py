@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 
 TFOD = Path(__file__).resolve().parents[3] / "shared" / "data" / "tfod"

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from jaxdet import runs
-from jaxdet.cli import main
+from jaxdet.app import runs
+from jaxdet.app.cli import main
 from jaxdet.config.loader import load_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]

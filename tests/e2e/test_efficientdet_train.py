@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import runs, tasks
+from jaxdet import tasks
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 
 pytestmark = pytest.mark.xdist_group("efficientdet_d0")

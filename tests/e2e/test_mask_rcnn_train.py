@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.cli import main
+from jaxdet.app.cli import main
+from jaxdet.app.convert_dataset import source_to_tfrecord
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.convert_dataset import source_to_tfrecord
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.shapes import generate_shapes
 

@@ -12,8 +12,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import runs, tasks
-from jaxdet.cli import main
+from jaxdet import tasks
+from jaxdet.app import runs
+from jaxdet.app.cli import main
 from jaxdet.config.loader import dump_config, load_config
 from jaxdet.data.volume_io import read_volume, write_volume
 from jaxdet.data.volumes import generated_volume

@@ -21,17 +21,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet import runs
-from jaxdet.cli import main
+from jaxdet.app import runs
+from jaxdet.app.cli import main
+from jaxdet.app.export_job import export_model
+from jaxdet.app.predict import preprocess_images
 from jaxdet.config.loader import load_config
-from jaxdet.export import ExportError, export_model
+from jaxdet.export import ExportError
 from jaxdet.export.runtimes import (
     assert_same_detections,
     load_artifact,
     near_tie_differences,
     predict_as_signature,
 )
-from jaxdet.predict import preprocess_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 

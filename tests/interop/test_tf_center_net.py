@@ -38,13 +38,15 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import runs, tasks, weights
+from jaxdet import tasks, weights
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.core import center_net as cn
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import plan_tf_import
 from jaxdet.interop.tfod_names import UnmappedModelError, variables_of
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks import tf_name_map as detector_map
 from jaxdet.tasks.center_net.build import build_center_net
 from jaxdet.tasks.center_net.task import true_image_mask
@@ -298,6 +300,6 @@ def test_unmapped_extractors_say_which(backbone, neck, message):
     (and a torchvision-style ResNet under the ResNet-v1 FPN: what to set)."""
     config = load_config("centernet_shapes_demo", [f"model.backbone={backbone}",
                                                     f"model.neck={neck}"])
-    model = nnx.eval_shape(lambda: build_center_net(config, seed=0))
+    model = abstract_build(lambda: build_center_net(config, seed=0))
     with pytest.raises(UnmappedModelError, match=message):
         center_net_detector_map(model)

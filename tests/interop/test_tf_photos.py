@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxdet.app.predict import class_labels, predict_images
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.predict import class_labels, predict_images
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PHOTOS = Path(__file__).parents[1] / "data" / "fixtures" / "jpeg"

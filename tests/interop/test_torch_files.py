@@ -21,6 +21,7 @@ from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.torch_files import TorchFileError, read_safetensors, read_torch_weights
 from jaxdet.interop.torch_names import to_ours
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.weights import load_weights
 
@@ -139,7 +140,7 @@ def test_pth_that_needs_arbitrary_unpickling_is_refused_and_runs_nothing(tmp_pat
 
 def _zeros(config) -> nnx.Module:
     """The detector with every parameter and statistic zero (built abstractly: no compile)."""
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: ssd_build.build_model(config)))
+    graphdef, state = nnx.split(abstract_build(lambda: ssd_build.build_model(config)))
     for _, var in nnx.to_flat_state(state):
         if isinstance(var, nnx.RngKey):
             var.set_value(jax.random.key(0))

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet import runs, tasks
+from jaxdet import tasks
+from jaxdet.app import runs
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tfod_names import UnmappedModelError
+from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.train import optim
 from jaxdet.weights import load_weights, tf_variable_names
@@ -122,7 +124,7 @@ def test_a_model_without_tf_names_says_which_part(checkpoints):
     """shapes_demo's ResNet-18 (basic blocks) has no TF OD API counterpart to take names from:
     the error names it before any tensor is read."""
     config = load_config("shapes_demo", ["precision=fp32"])
-    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
+    model = abstract_build(lambda: ssd_build.build_model(config))
     with pytest.raises(UnmappedModelError, match="TF OD API ResNets are bottleneck ResNets"):
         load_weights(model, config, checkpoints["detection"])
 

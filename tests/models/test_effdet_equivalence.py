@@ -16,6 +16,7 @@ from flax import nnx
 
 from jaxdet.config.loader import load_config
 from jaxdet.interop.torch_names import torch_shape_to_ours
+from jaxdet.models.abstract import abstract_build
 from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.ssd.effdet_names import effdet_state_dict_map, load_effdet_state_dict
@@ -48,7 +49,7 @@ def detector(build_fast):
 
 
 def test_parameters_map_one_to_one_with_effdet():
-    model = nnx.eval_shape(lambda: ssd_build.build_model(_config()))
+    model = abstract_build(lambda: ssd_build.build_model(_config()))
     mapping = effdet_state_dict_map(model)
     assert set(mapping) == set(FIXTURE["shapes"])
     ours = dict(nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat))))

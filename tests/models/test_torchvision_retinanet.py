@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxdet.app.predict import class_labels
 from jaxdet.config.loader import load_config
 from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.torch_names import torch_shape_to_ours
+from jaxdet.models.abstract import abstract_build
 from jaxdet.models.ssd import concat_levels
-from jaxdet.predict import class_labels
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.ssd.torchvision_names import (
     current_names,
@@ -92,7 +93,7 @@ def _flat(module) -> dict[str, np.ndarray]:
 
 
 def test_parameters_map_one_to_one_with_torchvision():
-    model = nnx.eval_shape(lambda: ssd_build.build_model(_config()))
+    model = abstract_build(lambda: ssd_build.build_model(_config()))
     mapping = torchvision_retinanet_state_dict_map(model)
     assert set(mapping) == set(FIXTURE["shapes"])
     ours = dict(nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat))))
@@ -230,7 +231,7 @@ def test_files_and_models_that_do_not_fit_are_named(weights, retinanet_file, tmp
     assert len(report.restored) == sum(k.startswith("backbone.body.") for k in weights)
     # a file without the head (a torchvision backbone + FPN) for the whole detector
     config = _config()
-    model = nnx.eval_shape(lambda: ssd_build.build_model(config))
+    model = abstract_build(lambda: ssd_build.build_model(config))
     path = _write(tmp_path / "no_head.safetensors",
                   {k: v for k, v in weights.items() if not k.startswith("head.")})
     with pytest.raises(CheckpointError, match=r"does not fit this model: 20 of the 301 tensors "
@@ -245,7 +246,7 @@ def test_files_and_models_that_do_not_fit_are_named(weights, retinanet_file, tmp
     config = _config(["model.neck.smooth_top=false"])
     with pytest.raises(CheckpointError, match=r"2 tensors this model has no place for, e\.g\. "
                                               r"backbone\.fpn\.layer_blocks\.2\.0\."):
-        load_weights(nnx.eval_shape(lambda: ssd_build.build_model(config)), config,
+        load_weights(abstract_build(lambda: ssd_build.build_model(config)), config,
                      retinanet_file)
     # tensors the model has no place for
     path = _write(tmp_path / "extra.safetensors",

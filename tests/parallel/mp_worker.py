@@ -42,7 +42,7 @@ def main() -> int:
 
     import numpy as np
 
-    from jaxdet import cli, runs
+    from jaxdet.app import cli, runs
     from jaxdet.config.loader import load_config
 
     cli_args = cli._parser().parse_args([

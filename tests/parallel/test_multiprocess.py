@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.data.loader import SHARDED_STATE_FORMAT, gather_ints

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet import runs, tasks
+from jaxdet import tasks
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import MeshLayoutError, make_mesh

@@ -1,4 +1,4 @@
-"""``jaxdet.plots``: reading metrics.jsonl, drawing curves.png, and the runs.train hook."""
+"""``jaxdet.app.plots``: reading metrics.jsonl, drawing curves.png, and the runs.train hook."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet import plots, runs
-from jaxdet.config.loader import load_config
-from jaxdet.plots import (
+from jaxdet.app import plots, runs
+from jaxdet.app.plots import (
     plot_training_curves,
     read_metrics_jsonl,
     try_plot_training_curves,
 )
+from jaxdet.config.loader import load_config
 from jaxdet.train.loop import LoopResult, TrainingDiverged
 
 # A resumed run: steps 1-3 logged, killed, resumed from step 2, step 3 logged again (the last

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 
 

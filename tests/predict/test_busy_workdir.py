@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from jaxdet.cli import main
+from jaxdet.app.cli import main
 from jaxdet.train.workdir_lock import hold_workdir
 
 pytestmark = pytest.mark.xdist_group("predict")

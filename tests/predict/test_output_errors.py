@@ -3,7 +3,7 @@ the path, exit status 1, the file untouched."""
 
 import pytest
 
-from jaxdet.cli import main
+from jaxdet.app.cli import main
 
 pytestmark = pytest.mark.xdist_group("predict")
 

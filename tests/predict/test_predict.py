@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.cli import main
+from jaxdet.app.cli import main
+from jaxdet.app.predict import find_images, predict_images
 from jaxdet.config.loader import load_config
 from jaxdet.eval.runner import SAMPLES_CELL_SIZE
-from jaxdet.predict import find_images, predict_images
-from jaxdet.visualize import title_height
+from jaxdet.eval.visualize import title_height
 
 pytestmark = pytest.mark.xdist_group("predict")
 
@@ -212,7 +212,7 @@ def test_predict_draws_at_its_own_threshold_and_keeps_all_in_json(trained, tiny_
                                                                    tmp_path, monkeypatch):
     """The JSON keeps every detection above the score threshold (0.0 here: all 10); the picture
     shows those >= the drawing threshold (default 0.3, as the eval sample grid)."""
-    import jaxdet.predict as predict_module
+    import jaxdet.app.predict as predict_module
 
     drawn_scores = []
     real_draw = predict_module.draw_detections

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from pycocotools import mask as mask_utils
 
-from jaxdet.predict import _detections_json, _select, image_masks
+from jaxdet.app.predict import _detections_json, _select, image_masks
 
 
 def _det(with_masks=True):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.visualize import (
+from jaxdet.eval.visualize import (
     class_color,
     draw_detections,
     image_grid,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxdet.visualize import MASK_ALPHA, blend_masks, class_color, draw_detections
+from jaxdet.eval.visualize import MASK_ALPHA, blend_masks, class_color, draw_detections
 
 NAMES = ["circle", "square"]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet import cli
+from jaxdet.app import cli
 from jaxdet.config.loader import load_config
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.stats import dataset_stats, format_dataset_stats

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxdet import cli, tasks
+from jaxdet import tasks
+from jaxdet.app import cli
 from jaxdet.config.loader import load_config
 from jaxdet.models.abstract import abstract_build
 from jaxdet.models.inspect import compiled_flops, flops_of

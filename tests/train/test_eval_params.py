@@ -1,7 +1,7 @@
 """Evaluation reads the moving average of the weights when the config says so and the state
 has one, else the trained weights."""
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 
 

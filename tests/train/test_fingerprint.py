@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from jaxdet.app.runs import config_fingerprint
 from jaxdet.config.loader import load_config
-from jaxdet.runs import config_fingerprint
 
 LANDED = {
     "efficientdet_d0": "5e3c606a9a8a0bde",

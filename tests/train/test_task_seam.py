@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxdet import runs, tasks
+from jaxdet import tasks
+from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 
-from jaxdet import runs
+from jaxdet.app import runs
 from jaxdet.config.loader import validate
 from jaxdet.data.volume_io import write_volume
 from jaxdet.data.volumes import generated_volume

@@ -195,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("convert-dataset",
                        help="convert COCO JSON / VOC <-> TF OD API TFRecord (tf.train.Example)")
-    from jaxdet.convert_dataset import add_arguments
+    from jaxdet.app.convert_dataset import add_arguments
 
     add_arguments(p)
     return parser
@@ -234,7 +234,7 @@ def _print_metrics(metrics: dict, out_dir: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from jaxdet import runs
+    from jaxdet.app import runs
 
     config = _load(args)
     _start_distributed(args)
@@ -261,7 +261,7 @@ def _trained_line(result, workdir) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from jaxdet import runs
+    from jaxdet.app import runs
 
     config = _config_for_workdir(args)
     _check_checkpoint_args(args)
@@ -287,8 +287,9 @@ def _check_checkpoint_args(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from jaxdet import runs, tasks
-    from jaxdet.predict import predict_images
+    from jaxdet import tasks
+    from jaxdet.app import runs
+    from jaxdet.app.predict import predict_images
 
     config = _config_for_workdir(args)
     _check_checkpoint_args(args)
@@ -328,7 +329,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from jaxdet.export import export_model
+    from jaxdet.app.export_job import export_model
     from jaxdet.export.exporter import check_request
 
     check_request(args.format, args.input_type)  # before any checkpoint is read
@@ -344,7 +345,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from jaxdet import runs
+    from jaxdet.app import runs
 
     config = load_config(args.config, args.overrides)
     workdir = Path(args.workdir)
@@ -418,7 +419,7 @@ def cmd_convert_config(args: argparse.Namespace) -> int:
 
 
 def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
-    from jaxdet import runs
+    from jaxdet.app import runs
 
     config = _load(args)
     report = runs.import_weights(config, args.workdir, args.checkpoint, restore=args.restore,
@@ -438,7 +439,7 @@ def cmd_configs(_: argparse.Namespace) -> int:
 
 
 def cmd_convert_dataset(args: argparse.Namespace) -> int:
-    from jaxdet.convert_dataset import run
+    from jaxdet.app.convert_dataset import run
 
     return run(args)
 

@@ -243,7 +243,7 @@ def draw_dataset_grid(source, out_png: str | os.PathLike, max_images: int = 10, 
     """A PNG grid of the first ``max_images`` images of ``source`` with their ground-truth
     boxes and class names drawn (``columns`` per row, each scaled to ``cell_size``).
     Unreadable images are left out; returns None when none could be drawn."""
-    from jaxdet.visualize import draw_detections, image_grid
+    from jaxdet.eval.visualize import draw_detections, image_grid
 
     drawn, ids = [], []
     for index in range(min(max_images, len(source))):

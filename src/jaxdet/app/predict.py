@@ -56,7 +56,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxdet import runs, tasks
+from jaxdet import tasks
+from jaxdet.app import runs
 from jaxdet.config import schema as S
 from jaxdet.data import build as data_build
 from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
@@ -69,11 +70,11 @@ from jaxdet.data.shapes import SHAPE_NAMES
 from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
 from jaxdet.eval.coco_mask_eval import masks_to_rle, paste_box_masks
 from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD, make_predict_fn, predict_callable
+from jaxdet.eval.visualize import draw_detections, resize_masks
 from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import check_batch_layout
 from jaxdet.parallel.sharding import mesh_predict, replicated
 from jaxdet.train import build as train_build
-from jaxdet.visualize import draw_detections, resize_masks
 
 log = logging.getLogger("jaxdet")
 

@@ -291,7 +291,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
                         "%s)", workdir, describe(changes), kept.name if kept else "-")
         (workdir / "config.yaml").write_text(dump_config(config))
 
-    from jaxdet.plots import try_plot_training_curves  # matplotlib loads only when drawing
+    from jaxdet.app.plots import try_plot_training_curves  # matplotlib loads only when drawing
 
     logger = MetricsLogger(workdir, enabled=jax.process_index() == 0, resume_step=start or 0)
     hooks = []

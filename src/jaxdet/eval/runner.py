@@ -18,8 +18,8 @@ from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
 from jaxdet.eval.coco_mask_eval import CocoMaskEvaluator, mask_metrics, paste_box_masks
+from jaxdet.eval.visualize import draw_detections, image_grid, resize_masks
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
-from jaxdet.visualize import draw_detections, image_grid, resize_masks
 
 PyTree = Any
 log = logging.getLogger("jaxdet")

@@ -1,5 +1,5 @@
 """Export a trained model for serving (``jaxdet export``): see ``exporter`` and ``serving``."""
 
-from jaxdet.export.exporter import FORMATS, ExportError, ExportResult, export_model
+from jaxdet.export.exporter import FORMATS, ExportError, ExportResult
 
-__all__ = ["FORMATS", "ExportError", "ExportResult", "export_model"]
+__all__ = ["FORMATS", "ExportError", "ExportResult"]

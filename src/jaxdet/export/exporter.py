@@ -1,6 +1,10 @@
 """``jaxdet export``: a trained model as a self-contained serving artifact.
 
-    result = export_model(config, "runs/demo", "exported/", format="stablehlo")
+    result = export_serving_function(fn, config, "exported/", (640, 640), format="stablehlo",
+                                     input_type="image_tensor", batch_size=None,
+                                     class_ids=ids, class_names=names)
+
+(``app.export_job.export_model`` loads a workdir's checkpoint and calls it.)
 
 Formats (one folder each, written to a temporary folder first and moved into place when
 complete, so a failed export leaves nothing half-written):
@@ -40,11 +44,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdet import runs, tasks
 from jaxdet.config import schema as S
 from jaxdet.core.portable import exportable, fresh_trace
 from jaxdet.data import build as data_build
-from jaxdet.export.serving import INPUT_TYPES, serving_function
+from jaxdet.export.serving import INPUT_TYPES
 from jaxdet.export.tf_formats import INPUT_NAME
 from jaxdet.models.depthwise import reference_convolutions
 
@@ -101,7 +104,9 @@ def check_request(format: str, input_type: str) -> None:
             raise ExportError(f"--format {format} {e}") from e
 
 
-def _input_size(config: S.Config, input_size: tuple[int, int] | None) -> tuple[int, int]:
+def artifact_input_size(config: S.Config,
+                        input_size: tuple[int, int] | None) -> tuple[int, int]:
+    """(H, W) of the images an artifact takes: ``input_size`` (checked), else the model's."""
     if input_size is not None:
         h, w = (int(v) for v in input_size)
         if h < 1 or w < 1:
@@ -136,62 +141,15 @@ def _signature(config: S.Config, input_type: str, shape: list, outputs: dict,
     }
 
 
-def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Path, *,
-                 format: str = "stablehlo", input_type: str = "image_tensor",
-                 batch_size: int | None = None, input_size: tuple[int, int] | None = None,
-                 step: int | None = None, checkpoint: str | Path | None = None,
-                 checkpoint_format: str = "auto") -> ExportResult:
-    """Writes the artifact of ``workdir``'s checkpoint (or ``checkpoint``) to ``out_dir``.
-
-    Args:
-      format: one of :data:`FORMATS`; input_type: ``image_tensor`` (uint8),
-        ``float_image_tensor`` (float32 0..255) or ``encoded_image_string_tensor`` (JPEG/PNG
-        bytes; saved_model only).
-      batch_size: a fixed batch; None: any batch (polymorphic) for stablehlo and
-        saved_model, 1 for onnx and tflite.
-      input_size: (height, width) of the images the artifact takes (default: the model's
-        input size); other sizes are resized inside, as the config's resizer does.
-    Raises:
-      ExportError (one line) for what cannot be exported; FileNotFoundError without a
-      checkpoint; nothing is left in ``out_dir`` then.
-    """
-    check_request(format, input_type)
-    if batch_size is not None and batch_size < 1:
-        raise ExportError(f"--batch-size {batch_size}: must be >= 1")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ExportError(f"--out {out_dir} exists and is not empty; give a new folder")
-    task, state, step = runs.load_for_inference(config, workdir, step=step,
-                                                checkpoint=checkpoint,
-                                                checkpoint_format=checkpoint_format)
-    from jaxdet.predict import class_labels, keypoint_layout
-
-    ids, names = class_labels(config, workdir or out_dir.parent)
-    layout = keypoint_layout(config, names)
-    params, batch_stats = runs.inference_variables(config, state)
-    if format in FLOAT32_ONLY and config.precision != "fp32":
-        log.warning("%s computes in float32: exporting the %s model in float32 (its outputs "
-                    "equal `jaxdet predict --set precision=fp32`)", format, config.precision)
-        config = config.model_copy(update={"precision": "fp32"})
-        task = tasks.build_task(config)  # the weights are float32 in every precision
-    fn = serving_function(task, config, params, batch_stats, class_ids=ids,
-                          pads_raw_pixels=tasks.family(config).pads_raw_pixels,
-                          keypoint_layout=layout)
-    return export_serving_function(fn, config, out_dir, _input_size(config, input_size),
-                                   format=format, input_type=input_type,
-                                   batch_size=batch_size, class_ids=ids, class_names=names,
-                                   keypoint_layout=layout, step=step)
-
-
 def export_serving_function(fn: Callable, config: S.Config, out_dir: str | Path,
                             size: tuple[int, int], *, format: str, input_type: str,
                             batch_size: int | None, class_ids: list[int],
                             class_names: list[str], keypoint_layout: Any = None,
                             step: Any = None) -> ExportResult:
     """Writes the artifact of a :func:`serving_function` ``fn`` for ``size`` (H, W) images to
-    the new folder ``out_dir`` (atomically, with signature.json); what :func:`export_model`
-    does once the weights are loaded. ``class_ids`` / ``class_names`` / ``keypoint_layout``
-    go into the signature."""
+    the new folder ``out_dir`` (atomically, with signature.json); what
+    ``app.export_job.export_model`` does once the weights are loaded. ``class_ids`` /
+    ``class_names`` / ``keypoint_layout`` go into the signature."""
     check_request(format, input_type)
     out_dir = Path(out_dir)
     if format in FIXED_BATCH:
@@ -357,6 +315,6 @@ def _write(out_dir: Path, name: str, write: Callable[[Path], None], signature: d
     return ExportResult(out_dir, artifact, size, signature)
 
 
-__all__ = ["FORMATS", "ExportError", "ExportResult", "check_request", "export_model",
+__all__ = ["FORMATS", "ExportError", "ExportResult", "artifact_input_size", "check_request",
            "export_serving_function",
            "export_onnx", "export_stablehlo", "output_names_of"]
