@@ -4,7 +4,7 @@ on this backend; prints one JSON object.
     python benchmarks/cpu_kernel_calls.py
     python benchmarks/cpu_kernel_calls.py --configs ssd_mobilenet_v2_320:8
 
-On a CPU the train steps call the kernels (``jaxdet.cpu_kernels``); on a GPU or TPU none may
+On a CPU the train steps call the kernels (``backends.cpu.kernels``); on a GPU or TPU none may
 appear: the CPU-only rewrites leave those backends' steps as XLA builds them. Each step is only
 lowered (not compiled); the counts of custom calls and of convolutions in its StableHLO are
 reported with the backend.
@@ -18,7 +18,8 @@ import json
 import jax
 import numpy as np
 
-from jaxdet import cpu_kernels, tasks
+from jaxdet import tasks
+from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.config.loader import load_config
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state

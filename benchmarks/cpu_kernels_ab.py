@@ -10,7 +10,7 @@ one process; prints one JSON object.
 top k) and reports whether both versions gave equal detections.
 
 Both steps are compiled from the same state and batch (synthetic, 1-16 random boxes per image,
-as ``train_throughput.py``), one traced with the kernels (``jaxdet.cpu_kernels``) and one
+as ``train_throughput.py``), one traced with the kernels (``jaxdet.backends.cpu.kernels``) and one
 inside ``cpu_kernels.turned_off()`` (the portable jnp paths). Each round times ``--steps``
 steps of one, then of the other, so that the machine's drift (2-core VMs vary by 10-30% over
 minutes) falls on both alike; the medians and each round are reported, with the compile times.
@@ -26,10 +26,11 @@ import time
 import jax
 import numpy as np
 
-from jaxdet import cpu_kernels, tasks
+from jaxdet import tasks
+from jaxdet.backends.cpu import kernels as cpu_kernels
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import load_config
 from jaxdet.core import portable
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 

@@ -1,5 +1,5 @@
 """The convolutions jaxdet's CPU kernels serve, forward and backward, with the kernels and
-without them (``jaxdet.cpu_kernels.turned_off()``); prints one JSON object.
+without them (``jaxdet.backends.cpu.kernels.turned_off()``); prints one JSON object.
 
     python benchmarks/cpu_kernels_ops.py
     python benchmarks/cpu_kernels_ops.py --cases depthwise_s1 stem_7x7 --calls 20
@@ -32,10 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.core import portable
 from jaxdet.core.nms import top_k_per_class
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.models import depthwise, winograd
 
 DN = ("NHWC", "HWIO", "NHWC")

@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet import tasks
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.data import build as data_build
 from jaxdet.train import build as train_build
 

@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     if args.measure_one:  # a child: one measurement, pinned
-        from jaxdet.cpu_allocator import reexec_with_fast_allocator
+        from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 
         reexec_with_fast_allocator()  # as the jaxdet command runs (XLA's buffers kept mapped)
         spec = json.loads(args.measure_one)

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
-    from jaxdet.cpu_allocator import reexec_with_fast_allocator
+    from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 
     reexec_with_fast_allocator()  # as the jaxdet command runs
     main()

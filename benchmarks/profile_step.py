@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet import tasks
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 
@@ -172,7 +172,7 @@ def peak_bandwidth(megabytes: int = 64, calls: int = 20) -> dict:
 def profile(fn, args: tuple, steps: int, *, carry: bool,
             warmup: int = 5) -> tuple[dict, float, str]:
     """Compile ``fn`` for ``args``, run it ``1 + warmup`` times (so that the block cache holds
-    every buffer of calls in flight: see ``jaxdet.cpu_allocator``; the first touch of fresh
+    every buffer of calls in flight: see ``jaxdet.backends.cpu.allocator``; the first touch of fresh
     memory would otherwise be charged to whichever op wrote it), then ``steps`` times traced
     (with ``carry``,
     the first output replaces the first argument: a train state, donated): thunk name ->

@@ -28,8 +28,8 @@ import jax
 import numpy as np
 
 from jaxdet import tasks
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import load_config
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 from jaxdet.models.inspect import flops_of
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state

@@ -18,7 +18,7 @@ default ``../shared/data/tfod/configs``). The jaxdet side runs
 
 Each side runs with its own default allocator: the jaxdet scripts start themselves with
 ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` and the block cache preloaded, as the ``jaxdet``
-command does (see ``jaxdet.cpu_allocator``), TF without (measured: TF gains nothing from the
+command does (see ``backends.cpu.allocator``), TF without (measured: TF gains nothing from the
 tunable, 0.294 s vs 0.339 s for the MobileNet SSD step). ``--tf-huge-pages`` and
 ``--tf-block-cache`` give TF either too; ``--no-huge-pages`` and ``--no-block-cache`` take them
 from jaxdet.
@@ -40,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jaxdet import cpu_allocator
+from jaxdet.backends.cpu import allocator as cpu_allocator
 
 HERE = Path(__file__).resolve().parent
 ISSUE_22 = ("ssd_mobilenet_v2_320x320_coco17_tpu-8:ssd_mobilenet_v2_320:8",

@@ -6,8 +6,9 @@
 
 A shape is BxHxWxCxO (NHWC input, O output channels). Each function is jitted the way the
 models compile it on CPU (the detectors' train steps and ResNet predict calls give convolutions
-to Eigen, ``jaxdet.xla_cpu``); ``--grad`` times the gradient of a sum over the output with
-respect to input and kernel too. Times are the mean of ``--calls`` calls after 3 untimed ones.
+to Eigen, ``backends.cpu.compile_options``); ``--grad`` times the gradient of a sum over the
+output with respect to input and kernel too. Times are the mean of ``--calls`` calls after 3
+untimed ones.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import platform
 import time
 
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 
 DEFAULT_SHAPES = [
     "1x80x80x256x256", "1x40x40x256x256", "1x20x20x256x256", "1x10x10x256x256",
@@ -44,8 +45,8 @@ def measure(shape: str, grad: bool, calls: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from jaxdet.backends.cpu.compile_options import cpu_compiler_options
     from jaxdet.models import winograd
-    from jaxdet.xla_cpu import cpu_compiler_options
 
     batch, height, width, channels, out_channels = (int(v) for v in shape.split("x"))
     x = jax.random.normal(jax.random.key(0), (batch, height, width, channels))

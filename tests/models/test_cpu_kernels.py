@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.models import depthwise
 
 DN = ("NHWC", "HWIO", "NHWC")

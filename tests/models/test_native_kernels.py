@@ -1,4 +1,4 @@
-"""jaxdet's XLA:CPU kernels (``jaxdet.cpu_kernels``, ``native/cpu_kernels.cc``) compute what
+"""jaxdet's XLA:CPU kernels (``backends.cpu.kernels``, ``native/cpu_kernels.cc``) compute what
 their jnp twins compute, in float64 by hand where that is simple; the models use them on one
 device only (convolutions in train steps, NMS's per-class top k in predict), never in an
 export, and fall back to jnp when they are turned off or cannot be built."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.core import portable
 from jaxdet.core.nms import batched_nms, top_k_per_class
 from jaxdet.models import depthwise, winograd
@@ -259,7 +259,7 @@ def test_build_failure_is_none_and_opt_out_turns_them_off(tmp_path):
     assert cpu_kernels.library(tmp_path, source=tmp_path / "absent.cc") is None
     assert list(tmp_path.iterdir()) == []  # no partial file left behind
     code = ("import jax; jax.config.update('jax_platforms', 'cpu'); "
-            "from jaxdet import cpu_kernels; print(cpu_kernels.available())")
+            "from jaxdet.backends.cpu import kernels; print(kernels.available())")
     env = {**os.environ, cpu_kernels.OPT_OUT: "0"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True)

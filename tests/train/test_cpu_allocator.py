@@ -1,4 +1,4 @@
-"""The allocator restart of the jaxdet command (``jaxdet.cpu_allocator``): huge pages and the
+"""The allocator restart of the jaxdet command (``backends.cpu.allocator``): huge pages and the
 block cache that keeps XLA's per-step buffers mapped."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from jaxdet import cpu_allocator as ca
+from jaxdet.backends.cpu import allocator as ca
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -51,7 +51,7 @@ def test_no_restart_when_set_turned_off_or_useless():
     assert ca.environment_with_huge_pages({}, thp_mode="") is None  # no such file: not Linux
 
 
-_CHILD = ("import os, sys; from jaxdet.cpu_allocator import reexec_with_fast_allocator; "
+_CHILD = ("import os, sys; from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator; "
           "reexec_with_fast_allocator(); print(os.environ.get('GLIBC_TUNABLES', ''), sys.argv[1:])")
 
 
@@ -221,7 +221,7 @@ def test_jitted_computation_under_the_block_cache_matches_numpy(tmp_path):
 def test_reexec_preloads_the_block_cache_built_in_the_cache_dir(tmp_path):
     if ca.block_cache_library(tmp_path / "probe") is None:
         pytest.skip("no C compiler to build the block cache")
-    child = ("import os; from jaxdet.cpu_allocator import reexec_with_fast_allocator; "
+    child = ("import os; from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator; "
              "reexec_with_fast_allocator(); print(os.environ.get('LD_PRELOAD', ''))")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": ":".join(sys.path),
            "XDG_CACHE_HOME": str(tmp_path), ca.OPT_OUT: "0"}

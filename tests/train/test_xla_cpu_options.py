@@ -10,7 +10,7 @@ import sys
 import jax
 import pytest
 
-from jaxdet import xla_cpu
+from jaxdet.backends.cpu import compile_options as xla_cpu
 from jaxdet.config.loader import load_config
 from jaxdet.train import build as train_build
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU 
 
 _CHILD = """
 import json, re, jax, jax.numpy as jnp, numpy as np
-from jaxdet import xla_cpu
+from jaxdet.backends.cpu import compile_options as xla_cpu
 from jaxdet.train import build as train_build
 from jaxdet.config.loader import load_config
 def ynn_convolutions(hlo):

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
-from jaxdet.cpu_allocator import reexec_with_fast_allocator
 
 DEMO_TARGET_AP = 0.5
 DEMO_TARGET_DICE = 0.9  # unet3d_demo: mean Dice of held-out generated volumes
@@ -31,6 +31,15 @@ def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> No
                        help="a TF Object Detection API pipeline.config (instead of --config)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                    help="override a config field (repeatable), e.g. --set train.batch_size=4")
+
+
+def _add_model_source_args(p: argparse.ArgumentParser) -> None:
+    """Where a model to run comes from: its config, a workdir and / or a checkpoint."""
+    _add_config_args(p, required=False)
+    p.add_argument("--workdir", default=None,
+                   help="the trained run (checkpoints/, config.yaml); not needed with "
+                        "--checkpoint")
+    _add_checkpoint_args(p)
 
 
 def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -109,11 +118,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint "
                        "(or a TF zoo model)")
-    _add_config_args(p, required=False)
-    p.add_argument("--workdir", default=None,
-                   help="the trained run (checkpoints/, config.yaml); not needed with "
-                        "--checkpoint")
-    _add_checkpoint_args(p)
+    _add_model_source_args(p)
     p.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                    help="image files and/or folders (searched recursively)")
     p.add_argument("--out", required=True, help="output folder: <name>.json + <name>.jpg each")
@@ -130,11 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a trained model as a serving artifact "
                        "(StableHLO, ONNX, TF SavedModel or TFLite: images in, the TF OD API's "
                        "detection signature out)")
-    _add_config_args(p, required=False)
-    p.add_argument("--workdir", default=None,
-                   help="the trained run (checkpoints/, config.yaml); not needed with "
-                        "--checkpoint")
-    _add_checkpoint_args(p)
+    _add_model_source_args(p)
     p.add_argument("--out", required=True, help="a new folder for the artifact")
     p.add_argument("--format", default="stablehlo",
                    help="stablehlo (default; jax alone, any batch), onnx (ONNX Runtime, a "

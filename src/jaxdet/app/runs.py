@@ -19,7 +19,8 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import cpu_allocator, tasks, weights
+from jaxdet import tasks, weights
+from jaxdet.backends.cpu import allocator as cpu_allocator
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config

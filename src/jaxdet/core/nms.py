@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.core import portable
 from jaxdet.core.greedy_nms import greedy_nms, greedy_nms_over_classes
 

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 import jax
 import jax.numpy as jnp
 
+from jaxdet.backends.trace import exporting_scope, traced_on_one_device
+
 
 @dataclasses.dataclass(frozen=True)
 class Forms:
@@ -40,8 +42,6 @@ class Forms:
 _XLA_FORMS = Forms()
 _FORMS: contextvars.ContextVar[Forms] = contextvars.ContextVar("jaxdet_exportable",
                                                             default=_XLA_FORMS)  # noqa: B039
-_EXPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxdet_exporting",
-                                                                  default=False)
 
 Padding = str | Sequence[tuple[int, int]]
 
@@ -50,15 +50,14 @@ Padding = str | Sequence[tuple[int, int]]
 def exportable(*, pooling_as_slices: bool = True, row_as_sum: bool = True,
                nms_as_op: bool = True, nms_per_image: bool = False) -> Iterator[None]:
     """Within the block, the ops trace the chosen exporter forms (the defaults are ONNX's:
-    pooling as slices, rows as one-hot sums, NMS as one primitive) and :func:`exporting` is
-    True (even with every form off: the code traced is for an artifact, so no jaxdet CPU
-    kernel, which only this process has, may appear in it)."""
+    pooling as slices, rows as one-hot sums, NMS as one primitive) and
+    ``backends.trace.exporting`` is True (even with every form off: the code traced is for an
+    artifact, so no jaxdet CPU kernel, which only this process has, may appear in it)."""
     token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op, nms_per_image))
-    exporting_token = _EXPORTING.set(True)
     try:
-        yield
+        with exporting_scope():
+            yield
     finally:
-        _EXPORTING.reset(exporting_token)
         _FORMS.reset(token)
 
 
@@ -67,25 +66,11 @@ def forms() -> Forms:
     return _FORMS.get()
 
 
-def exporting() -> bool:
-    """Whether the code being traced is for an exported artifact (inside :func:`exportable`)."""
-    return _EXPORTING.get()
-
-
 def fresh_trace(fn: Callable) -> Callable:
     """``fn`` as a new function object, so ``jax.jit`` traces it again instead of reusing a
     trace cached under other forms: jax keys its trace cache on the function, not on the
     forms (or ``models.depthwise.reference_convolutions``), which are read while tracing."""
     return lambda *args, **kwargs: fn(*args, **kwargs)
-
-
-def traced_on_one_device() -> bool:
-    """Whether the code being traced runs on one device: no mesh of more than one device is in
-    scope (``jax.sharding.get_abstract_mesh()``, which ``models.thin_maps.mesh_scope`` sets
-    around a sharded step). CPU-only rewrites check it: a partitioned step keeps the code that
-    GSPMD has been shown to split exactly."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return mesh.empty or mesh.size == 1
 
 
 def take_row(matrix: jax.Array, index: jax.Array) -> jax.Array:
@@ -198,5 +183,4 @@ def _max_pool_cpu_bwd(init, window, strides, pads, residuals, grad):
 _max_pool_cpu.defvjp(_max_pool_cpu_fwd, _max_pool_cpu_bwd)
 
 
-__all__ = ["Forms", "exportable", "forms", "fresh_trace", "reduce_window_2d", "take_row",
-           "traced_on_one_device"]
+__all__ = ["Forms", "exportable", "forms", "fresh_trace", "reduce_window_2d", "take_row"]

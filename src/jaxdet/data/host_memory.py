@@ -7,7 +7,7 @@ kernel faults in and zeroes every page of every image again: about 5% of the loa
 on the zoo's configs. :func:`keep_buffers_mapped` raises the threshold to 64 MiB and the trim
 threshold to 256 MiB once per process (the loader's threads and worker processes call it), so
 those blocks are reused from malloc's arenas. The blocks XLA allocates for a train step are far
-larger and go to ``jaxdet.cpu_allocator``'s block cache or to mmap as before.
+larger and go to ``jaxdet.backends.cpu.allocator``'s block cache or to mmap as before.
 
 Only on glibc; ``JAXDET_MALLOC_TUNING=0`` leaves malloc as it is. The cost: freed memory up to
 those sizes stays with the process instead of going back to the system.

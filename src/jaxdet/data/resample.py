@@ -18,8 +18,8 @@ of a resize and a resize of a crop are the same call with sliced tables:
   first in some cases; its results then differ from these by one float32 ulp.)
 
 A uint8 result is the float32 one rounded to the nearest level (ties to even) and clamped to
-[0, 255]. The work is done by a small C kernel (``jaxdet/native/resample.c``, compiled once per
-machine by ``jaxdet.native_build``; it releases the GIL, so the loader's threads resample in
+[0, 255]. The work is done by a small C kernel (``backends/native/resample.c``, compiled once per
+machine by ``backends.native_build``; it releases the GIL, so the loader's threads resample in
 parallel); without a C compiler (or with ``JAXDET_NATIVE_RESAMPLE=0``) the same arithmetic
 runs in numpy, bit for bit, several times slower (one WARNING says so).
 """
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxdet import native_build
+from jaxdet.backends import native_build
 
 log = logging.getLogger("jaxdet.data")
 
-SOURCE = Path(__file__).resolve().parent.parent / "native" / "resample.c"
+SOURCE = Path(__file__).resolve().parent.parent / "backends" / "native" / "resample.c"
 OPT_OUT = "JAXDET_NATIVE_RESAMPLE"  # "0": the numpy path
 _TYPES = {np.dtype(np.uint8): 0, np.dtype(np.float32): 1}
 

@@ -12,7 +12,7 @@ for all of these, so the rewrites are used on CPU only. Every path computes the 
 (a test checks values and grads).
 
 In a train step on one device, three gradients go further, to jaxdet's own XLA:CPU kernels
-(:mod:`jaxdet.cpu_kernels`): the depthwise kernel gradient (one pass instead of one reduction
+(:mod:`backends.cpu.kernels`): the depthwise kernel gradient (one pass instead of one reduction
 per tap), the 1x1 kernel gradient of large maps (no transposed copy of an operand), and an
 image convolution's (a stem's) forward pass and kernel gradient (patches built a tile at a
 time). Predict and export never see them: they sit in custom-VJP rules only.
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.models import winograd
 
 
@@ -172,7 +172,7 @@ _depthwise_with_fast_grad.defvjp(_depthwise_fwd, _depthwise_bwd)
 
 
 # From this many positions (B * H * W) a 1x1 kernel gradient is memory-bound and goes to
-# jaxdet.cpu_kernels.matmul_transposed_left where it can (XLA's transposed copy of one operand
+# backends.cpu.kernels.matmul_transposed_left where it can (XLA's transposed copy of one operand
 # cost MobileNetV2 SSD's train step 60 ms at batch 8); smaller ones stay with XLA's matmul.
 CPU_KERNEL_MIN_POSITIONS = 8192
 
@@ -201,7 +201,7 @@ def _pointwise_bwd(residuals, grad):
     positions = x.shape[0] * x.shape[1] * x.shape[2]
     if (positions >= CPU_KERNEL_MIN_POSITIONS and x.dtype == grad.dtype == jnp.float32
             and cpu_kernels.usable()):
-        # Both operands read in place, no transposed copy of either (jaxdet.cpu_kernels).
+        # Both operands read in place, no transposed copy of either (jaxdet.backends.cpu.kernels).
         grad_kernel = cpu_kernels.matmul_transposed_left(x.reshape(positions, -1),
                                                          grad.reshape(positions, -1))
         return grad_x, grad_kernel.astype(kernel.dtype)
@@ -254,7 +254,7 @@ def _image_convolution(x: jax.Array, kernel: jax.Array, strides: tuple[int, int]
                        padding: tuple[tuple[int, int], ...], small_patch: bool) -> jax.Array:
     """The convolution of an image (float32, <= 4 channels, no dilation) for a train step: the
     kernel gradient of a differentiated call, and its forward pass for ``small_patch``
-    kernels, run jaxdet's CPU kernels (``jaxdet.cpu_kernels.image_convolution*``: each pixel's
+    kernels, run jaxdet's CPU kernels (``backends.cpu.kernels.image_convolution*``: each pixel's
     patch times the kernel, a tile of pixels at a time). Undifferentiated (predict, export) it
     is :func:`_patch_matmul` for ``small_patch`` kernels and XLA's convolution otherwise."""
     return _image_convolution_reference(x, kernel, strides, padding, small_patch)

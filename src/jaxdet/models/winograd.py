@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxdet import cpu_kernels
+from jaxdet.backends.cpu import kernels as cpu_kernels
 
 # F(4, 3) in one dimension: input transform B^T [6, 6], kernel transform G [6, 3], output
 # transform A^T [4, 6] (interpolation points 0, +-1, +-2 and infinity).

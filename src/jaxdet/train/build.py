@@ -7,12 +7,12 @@ from typing import Any
 
 import optax
 
+from jaxdet.backends.cpu.compile_options import cpu_compiler_options
 from jaxdet.config import schema as S
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
-from jaxdet.xla_cpu import cpu_compiler_options
 
 # A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
 Task = Any
@@ -80,7 +80,8 @@ def build_loss_scale(config: S.Config) -> LossScaleParams | None:
 def predict_compiler_options(config: S.Config) -> dict[str, str] | None:
     """``compiler_options`` for jitting ``task.predict`` of ``config``: on CPU, Eigen
     convolutions for a detector with a ResNet backbone (``resnet*``, ``resnet_v2_*``), where
-    they were faster than YNNPACK's; None for every other model (see ``jaxdet.xla_cpu``)."""
+    they were faster than YNNPACK's; None for every other model (see
+    ``backends.cpu.compile_options``)."""
     backbone = getattr(getattr(config.model, "backbone", None), "name", "") or ""
     return cpu_compiler_options(
         eigen_convolutions=config.data.type == "images" and backbone.startswith("resnet"))
@@ -100,7 +101,7 @@ def build_train_step(
     ``train.accumulate_steps``, fp16 loss scaling and ``allow_tf32`` (see
     ``train.step.make_train_step``; its state comes from ``init_train_state(...,
     loss_scale=build_loss_scale(config))``). On CPU, a detector's step runs its convolutions
-    with Eigen (``jaxdet.xla_cpu``).
+    with Eigen (``jaxdet.backends.cpu.compile_options``).
 
     ``normalizer``: the batches come from ``data.build.build_train_loader`` (raw ``images``
     and ``image_info``, ``data.build.train_batch_layout``), and the step normalizes them first

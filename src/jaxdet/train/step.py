@@ -100,7 +100,7 @@ def make_train_step(
     ``state_sharding`` / ``batch_sharding`` (trees of ``jax.sharding.Sharding`` matching the
     state and the batch, see ``jaxdet.parallel.sharding``) pin the layout over a device mesh;
     None lets jit follow its arguments (one device). ``compiler_options`` go to ``jax.jit``
-    (XLA debug options, e.g. ``jaxdet.xla_cpu.cpu_compiler_options``).
+    (XLA debug options, e.g. ``jaxdet.backends.cpu.compile_options.cpu_compiler_options``).
 
     ``batch`` holds the fields of ``task.batch_layout()`` (other keys are ignored; for the
     SSD family images [B,H,W,3], boxes [B,N,4], classes / valid / ignore [B,N]). Metrics:

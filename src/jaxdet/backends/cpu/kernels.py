@@ -8,7 +8,7 @@ the activation and the output gradient again: 30% of an SSD MobileNetV2 train st
 
 The source is compiled once per machine with the system's C++ compiler (``$CXX``, ``c++`` or
 ``g++``) against jax's own FFI headers, tuned for the CPU it runs on (``-march=native``), into
-``~/.cache/jaxdet`` (:mod:`jaxdet.native_build`), then registered with
+``~/.cache/jaxdet`` (:mod:`jaxdet.backends.native_build`), then registered with
 ``jax.ffi.register_ffi_target``. Everything here falls back to the portable jnp code when the
 kernels are not to be had: no compiler, a failed build, another backend, a computation
 partitioned over a device mesh (XLA cannot split a custom call; the jnp code shards), or
@@ -33,10 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet import native_build
-from jaxdet.core.portable import exporting, traced_on_one_device
+from jaxdet.backends import native_build
+from jaxdet.backends.trace import exporting, traced_on_one_device
 
-SOURCE = Path(__file__).resolve().parent / "native" / "cpu_kernels.cc"
+SOURCE = Path(__file__).resolve().parent.parent / "native" / "cpu_kernels.cc"
 OPT_OUT = "JAXDET_CPU_KERNELS"
 DEPTHWISE_KERNEL_GRADIENT = "jaxdet_depthwise_kernel_gradient"
 MATMUL_TRANSPOSED_LEFT = "jaxdet_matmul_transposed_left"

@@ -36,12 +36,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from jaxdet import native_build
+from jaxdet.backends import native_build
 
 TUNABLE = "glibc.malloc.hugetlb=1"
 OPT_OUT = "JAXDET_HUGE_PAGES"
 BLOCK_CACHE_OPT_OUT = "JAXDET_BLOCK_CACHE"
-BLOCK_CACHE_SOURCE = Path(__file__).resolve().parent / "native" / "block_cache.c"
+BLOCK_CACHE_SOURCE = Path(__file__).resolve().parent.parent / "native" / "block_cache.c"
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 log = logging.getLogger(__name__)

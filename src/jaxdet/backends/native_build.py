@@ -1,7 +1,7 @@
 """Build a shared library from one of jaxdet's native sources, once per machine.
 
-jaxdet ships three native sources as package data (``jaxdet/native/``): the block-cache
-allocator shim (C, ``jaxdet.cpu_allocator``), the XLA:CPU kernels (C++, ``jaxdet.cpu_kernels``)
+jaxdet ships three native sources as package data (``jaxdet/backends/native/``): the block-cache
+allocator shim (C, ``backends.cpu.allocator``), the XLA:CPU kernels (C++, ``backends.cpu.kernels``)
 and the input pipeline's image resampler (C, ``jaxdet.data.resample``). None is built when the
 package is installed: the first process that wants one compiles it
 with the system's compiler into ``$XDG_CACHE_HOME/jaxdet`` (else ``~/.cache/jaxdet``), named by
