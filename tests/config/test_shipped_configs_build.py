@@ -12,8 +12,8 @@ from flax import nnx
 from jaxdet.config.loader import load_config, shipped_config_names
 from jaxdet.data import build as data_build
 from jaxdet.models.abstract import abstract_build
-from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.model import concat_levels
 
 SSD_CONFIGS = [n for n in shipped_config_names() if load_config(n).model.type == "ssd"]
 # D4-D7x (1024-1536 px, ~12-27 s each to trace) run under -m exhaustive; D6 (the BiFPN sum

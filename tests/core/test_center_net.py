@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet.core import center_net as cn
+from jaxdet.tasks.center_net import targets as cn
 
 TF = np.load(Path(__file__).parent / "fixtures" / "center_net_tf.npz")
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet.core import center_net_keypoints as ck
+from jaxdet.tasks.center_net import keypoint_ops as ck
 
 TF = np.load(Path(__file__).parent / "fixtures" / "center_net_keypoints_tf.npz")
 OUT_HW = (16, 20)

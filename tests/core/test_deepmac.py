@@ -1,13 +1,14 @@
-"""DeepMAC's pure pieces (``core.deepmac``) on tiny hand-computed cases, eagerly and jitted:
-the coordinate channels, the embedding at a box's center, the mask network's input (crop,
-channel order), the ground-truth mask crops, the allowed-class filter and the mask loss."""
+"""DeepMAC's pure pieces (``tasks.center_net.deepmac_ops``) on tiny hand-computed cases,
+eagerly and jitted: the coordinate channels, the embedding at a box's center, the mask
+network's input (crop, channel order), the ground-truth mask crops, the allowed-class filter
+and the mask loss."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jaxdet.core import deepmac as dm
+from jaxdet.tasks.center_net import deepmac_ops as dm
 
 
 def test_coordinate_grid_runs_from_minus_one_to_one_y_then_x(run):

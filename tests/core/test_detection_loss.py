@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
+from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss
 
 LOG2, LOG3 = math.log(2.0), math.log(3.0)
 ANCHORS = np.array([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 2.0, 2.0], [1.0, 1.0, 2.0, 2.0]], np.float32)
@@ -144,7 +144,7 @@ def test_logit_scale_applies_to_softmax_only():
 def test_normalize_loc_loss_by_codesize_divides_the_box_loss_by_four():
     import jax.numpy as jnp
 
-    from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
+    from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss
 
     logits = jnp.zeros((1, 2, 3))
     enc = jnp.array([[[1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]])

@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdet.core import faster_rcnn as frcnn
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
+from jaxdet.tasks.faster_rcnn import ops as frcnn
 
 CODER = FasterRcnnBoxCoder()
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
-from jaxdet.core.hard_example_miner import HardExampleMinerParams, hard_example_mask
+from jaxdet.tasks.ssd.hard_example_miner import HardExampleMinerParams, hard_example_mask
+from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss
 
 # a0 and a1 overlap with IoU 0.9; a2, a3 stand alone.
 BOXES = np.array([[0, 0, 1, 1], [0, 0, 1, 0.9], [2, 2, 3, 3], [4, 4, 5, 5]], np.float32)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from jaxdet.core import losses
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss
 
 P = 0.75
 X = math.log(3.0)  # sigmoid(X) = 0.75

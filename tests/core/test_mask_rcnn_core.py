@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.core import faster_rcnn as frcnn
+from jaxdet.tasks.faster_rcnn import ops as frcnn
 from jaxdet.tasks.faster_rcnn.model import (
     MaskHead,
     mask_prediction_conv_depth,

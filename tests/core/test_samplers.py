@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet.core.samplers import balanced_sample, batch_balanced_sample
+from jaxdet.tasks.faster_rcnn.samplers import balanced_sample, batch_balanced_sample
 
 FIXTURE = Path(__file__).parent / "fixtures" / "roi_ops_tf.npz"
 

@@ -1,5 +1,5 @@
 """Segmentation losses, the Dice metric and sliding-window inference against hand-computed
-values (``core.segmentation``), jitted and eager."""
+values (``tasks.unet3d.segmentation``), jitted and eager."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdet.core import segmentation as seg
+from jaxdet.tasks.unet3d import segmentation as seg
 
 
 def _both(fn, *args):

@@ -42,12 +42,12 @@ from jaxdet import tasks, weights
 from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.core import center_net as cn
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import plan_tf_import
 from jaxdet.interop.tfod_names import UnmappedModelError, variables_of
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks import tf_name_map as detector_map
+from jaxdet.tasks.center_net import targets as cn
 from jaxdet.tasks.center_net.build import build_center_net
 from jaxdet.tasks.center_net.task import true_image_mask
 from jaxdet.tasks.center_net.tf_names import center_net_detector_map

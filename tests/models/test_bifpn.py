@@ -16,7 +16,7 @@ from jaxdet.interop.torch_names import (
     torch_state_dict_map,
 )
 from jaxdet.models.layers import BatchNormParams
-from jaxdet.models.necks.bifpn import (
+from jaxdet.tasks.ssd.bifpn import (
     AfterCombine,
     BiFPN,
     Fnode,

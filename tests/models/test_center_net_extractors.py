@@ -16,6 +16,7 @@ from flax import nnx
 from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.models import build as model_build
+from jaxdet.tasks.center_net.build import build_center_net_neck
 from jaxdet.train.step import init_train_state, make_train_step
 
 IDENTITY = "{name: identity}"
@@ -59,8 +60,8 @@ class _Extractor(nnx.Module):
     def __init__(self, config):
         rngs = nnx.Rngs(0)
         self.backbone = model_build.build_backbone(config.model, dtype=jnp.float32, rngs=rngs)
-        self.neck = model_build.build_neck(config.model, dict(self.backbone.out_channels),
-                                        dtype=jnp.float32, rngs=rngs)
+        self.neck = build_center_net_neck(config.model, dict(self.backbone.out_channels),
+                                          dtype=jnp.float32, rngs=rngs)
 
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
         return self.neck(self.backbone(images))

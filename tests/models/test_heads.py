@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.models.heads.common import prior_probability_bias
-from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
-from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNorm, BatchNormParams
+from jaxdet.tasks.ssd.heads.common import prior_probability_bias
+from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
+from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
 
 BN = BatchNormParams()
 apply = nnx.jit(lambda model, features: model(features))

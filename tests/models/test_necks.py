@@ -6,7 +6,7 @@ from flax import nnx
 
 from jaxdet.models.layers import BatchNormParams
 from jaxdet.models.necks.fpn import FPN, upsample2x_like
-from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
+from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
 
 BN = BatchNormParams()
 apply = nnx.jit(lambda model, features: model(features))

@@ -6,8 +6,8 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.models.backbones.resnet import ResNet
-from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNormParams
+from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
 
 
 def _count(model) -> int:

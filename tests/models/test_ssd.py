@@ -5,12 +5,12 @@ import pytest
 from flax import nnx
 
 from jaxdet.models.backbones.mobilenet import MobileNetV2
-from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
-from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import BatchNormParams
 from jaxdet.models.necks.fpn import FPN
-from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
-from jaxdet.models.ssd import SSDDetector, concat_levels
+from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
+from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
+from jaxdet.tasks.ssd.model import SSDDetector, concat_levels
+from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
 
 try:
     from jaxdet.core.anchors import MultiscaleAnchorGenerator, SSDAnchorGenerator

@@ -24,8 +24,8 @@ from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.torch_names import torch_shape_to_ours
 from jaxdet.models.abstract import abstract_build
-from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.model import concat_levels
 from jaxdet.tasks.ssd.torchvision_names import (
     current_names,
     torchvision_retinanet_state_dict_map,

@@ -12,7 +12,7 @@ import pytest
 
 from jaxdet import tasks
 from jaxdet.config.loader import load_config
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss, loss_normalizer
+from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.train.accumulate import split_micro_batches
 from jaxdet.train.step import init_train_state, make_train_step
 

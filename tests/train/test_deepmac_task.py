@@ -16,11 +16,11 @@ from flax import nnx
 from jaxdet import tasks
 from jaxdet.config.loader import load_config
 from jaxdet.config.schema_deepmac import MASK_NETWORK_STAGES
-from jaxdet.core import deepmac as dm
 from jaxdet.core.losses import weighted_sigmoid_loss
 from jaxdet.models.backbones.hourglass import mask_network_spec
 from jaxdet.models.inspect import abstract_call
 from jaxdet.models.layers import BatchNormParams
+from jaxdet.tasks.center_net import deepmac_ops as dm
 from jaxdet.tasks.center_net.deepmac import MaskNetwork
 from jaxdet.train.step import init_train_state, make_train_step
 

@@ -22,9 +22,9 @@ from jaxdet.config.schema import RematTarget
 from jaxdet.models import remat
 from jaxdet.models.abstract import abstract_build
 from jaxdet.models.backbones.efficientnet import MBConv
-from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.models.layers import BatchNormParams
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.train.step import init_train_state, make_train_step
 
 LR = 0.1

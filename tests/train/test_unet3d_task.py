@@ -14,9 +14,9 @@ import pytest
 
 from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, validate
-from jaxdet.core.segmentation import dice_scores
 from jaxdet.data.volumes import GeneratedVolumes, generated_volume
 from jaxdet.tasks.unet3d.model import unet3d_parameter_count
+from jaxdet.tasks.unet3d.segmentation import dice_scores
 from jaxdet.train import build as train_build
 from jaxdet.train.accumulate import loss_and_grads
 from jaxdet.train.step import init_train_state

@@ -16,8 +16,8 @@ from flax import nnx
 
 from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, validate
-from jaxdet.core.segmentation import adaptive_dice_loss
 from jaxdet.data.volumes import GeneratedVolumes
+from jaxdet.tasks.unet3d.segmentation import adaptive_dice_loss
 from jaxdet.tasks.unet3d.tpu_reference import TPUReferenceUNet3D, tpu_reference_parameter_count
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state

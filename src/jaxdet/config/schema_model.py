@@ -553,7 +553,8 @@ class CenterNetModelConfig(Strict):
     ``2**feature_level``, 4 for level 2) -> three heads (3x3 conv of ``head_depth`` + ReLU +
     1x1): the per-class center heatmap (bias ``heatmap_bias_init``), box size and center
     offset. Targets: a Gaussian per box whose radius keeps IoU >= ``min_overlap``
-    (``core.center_net``). ``mask_head``: DeepMAC instance masks (TF ``DeepMACMetaArch``)."""
+    (``tasks.center_net.targets``). ``mask_head``: DeepMAC instance masks (TF
+    ``DeepMACMetaArch``)."""
 
     type: Literal["center_net"]
     num_classes: int = Field(ge=1)

@@ -36,8 +36,8 @@ class UNet3DLossConfig(Strict):
       give exactly its numbers.
 
     * ``adaptive_dice``: the Cloud TPU reference's ``adaptive_dice32``
-      (``core.segmentation.adaptive_dice_loss``): a Dice per class over the whole batch, every
-      class (background included) weighted by ``exp(-dice)``. One number per batch, not a sum
+      (``tasks.unet3d.segmentation.adaptive_dice_loss``): a Dice per class over the whole batch,
+      every class (background included) weighted by ``exp(-dice)``. One number per batch, not a sum
       over examples: ``train.accumulate_steps`` must stay 1 with it (the builder refuses
       more). ``dice_weight``, ``ce_weight`` and ``include_background`` are not used."""
 

@@ -15,12 +15,8 @@ from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.backbones.resnet_v2 import ResNetV2
 from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
-from jaxdet.models.necks.bifpn import BiFPN
-from jaxdet.models.necks.center_net_deconv import CenterNetDeconv
-from jaxdet.models.necks.center_net_fpn import CenterNetFPN
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.identity import IdentityNeck
-from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
 
 
 def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
@@ -94,39 +90,14 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
 
 
 def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
+    """A neck several families share, from ``cfg.neck``: the FPN (RetinaNet, Faster R-CNN) or
+    the identity (a CenterNet reading one backbone level). A family's own necks (the SSD
+    family's BiFPN and feature maps, CenterNet's upsampling necks) are built by its builder."""
     n = cfg.neck
-    bn = batch_norm_params(cfg.backbone.batch_norm)
-    if isinstance(n, S.BiFPNConfig):
-        return BiFPN(  # checks that min_level is a backbone level
-            in_channels,
-            n.min_level,
-            n.max_level,
-            n.num_filters,
-            n.num_iterations,
-            weight_method=n.weight_method,
-            activation_name=n.activation,
-            separable=n.use_depthwise,
-            pooling=n.pooling,
-            batch_norm=bn,
-            dtype=dtype,
-            rngs=rngs,
-        )
-    # the CenterNet necks have their own batch norm (TF: Keras' defaults)
-    if isinstance(n, S.CenterNetFPNConfig):
-        return CenterNetFPN(in_channels, tuple(n.filters), batch_norm=batch_norm_params(
-            n.batch_norm), dtype=dtype, rngs=rngs)
-    if isinstance(n, S.CenterNetMobileNetV2FPNConfig):
-        return CenterNetFPN(in_channels, tuple(n.filters),
-                            batch_norm=batch_norm_params(n.batch_norm),
-                            separable=n.use_separable_conv,
-                            interpolation=n.upsampling_interpolation, dtype=dtype, rngs=rngs)
-    if isinstance(n, S.CenterNetDeconvConfig):
-        return CenterNetDeconv(in_channels, tuple(n.filters),
-                               batch_norm=batch_norm_params(n.batch_norm), dtype=dtype,
-                               rngs=rngs)
     if isinstance(n, S.IdentityNeckConfig):
         return IdentityNeck(in_channels, n.level)
     if isinstance(n, S.FPNConfig):
+        bn = batch_norm_params(cfg.backbone.batch_norm)
         return FPN(
             in_channels,
             n.min_level,
@@ -142,16 +113,8 @@ def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: 
             dtype=dtype,
             rngs=rngs,
         )
-    return SSDFeatureMaps(
-        in_channels,
-        source_levels=(4, 5),
-        extra_depths=tuple(n.extra_depths),
-        batch_norm=bn,
-        activation=n.activation,
-        use_depthwise=n.use_depthwise,
-        dtype=dtype,
-        rngs=rngs,
-    )
+    raise ValueError(f"model.neck {n.name!r} is not a shared neck: the {cfg.type} builder "
+                     "builds it")
 
 
 def apply_batch_norm_statistics(model: nnx.Module, config: S.Config) -> None:

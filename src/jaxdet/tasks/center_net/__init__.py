@@ -1,7 +1,7 @@
 """CenterNet (objects as points, ``model.type: center_net``): ``task.CenterNetTask`` on the task
 seam, its network in ``model.py``, its builder in ``build.py``, keypoint tasks in
 ``keypoints.py``, DeepMAC instance masks (``model.mask_head``) in ``deepmac.py``, its pure
-functions in ``core.center_net``, ``core.center_net_keypoints`` and ``core.deepmac``."""
+functions in ``targets.py``, ``keypoint_ops.py`` and ``deepmac_ops.py``."""
 
 from jaxdet.tasks.center_net.model import CenterNet
 from jaxdet.tasks.center_net.task import CenterNetTask

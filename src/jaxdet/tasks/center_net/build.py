@@ -9,7 +9,6 @@ from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
-from jaxdet.core.deepmac import mask_input_channels
 from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data import build as data_build
 from jaxdet.models import build as model_build
@@ -17,11 +16,35 @@ from jaxdet.models import remat
 from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.inspect import abstract_call, module_macs
 from jaxdet.tasks.center_net.deepmac import DeepMACHead, MaskNetwork
+from jaxdet.tasks.center_net.deepmac_ops import mask_input_channels
 from jaxdet.tasks.center_net.keypoints import KeypointTask
 from jaxdet.tasks.center_net.model import CenterNet
+from jaxdet.tasks.center_net.neck_deconv import CenterNetDeconv
+from jaxdet.tasks.center_net.neck_fpn import CenterNetFPN
 from jaxdet.tasks.center_net.task import CenterNetTask
 
 REMAT_TARGETS = tuple(t for t in remat.REMAT_TARGETS if t != "head")
+
+
+def build_center_net_neck(cfg: S.CenterNetModelConfig, in_channels: dict[int, int], *, dtype,
+                          rngs: nnx.Rngs) -> nnx.Module:
+    """The neck of ``cfg.neck``: CenterNet's upsampling FPN (ResNet / MobileNetV2 extractors)
+    or deconvolutions, with their own batch norm (TF: Keras' defaults), or a shared neck
+    (``models.build.build_neck``: the identity of an Hourglass)."""
+    n = cfg.neck
+    if isinstance(n, S.CenterNetFPNConfig):
+        return CenterNetFPN(in_channels, tuple(n.filters), batch_norm=model_build.batch_norm_params(
+            n.batch_norm), dtype=dtype, rngs=rngs)
+    if isinstance(n, S.CenterNetMobileNetV2FPNConfig):
+        return CenterNetFPN(in_channels, tuple(n.filters),
+                            batch_norm=model_build.batch_norm_params(n.batch_norm),
+                            separable=n.use_separable_conv,
+                            interpolation=n.upsampling_interpolation, dtype=dtype, rngs=rngs)
+    if isinstance(n, S.CenterNetDeconvConfig):
+        return CenterNetDeconv(in_channels, tuple(n.filters),
+                               batch_norm=model_build.batch_norm_params(n.batch_norm),
+                               dtype=dtype, rngs=rngs)
+    return model_build.build_neck(cfg, in_channels, dtype=dtype, rngs=rngs)
 
 
 def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
@@ -31,7 +54,7 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     dtype = COMPUTE_DTYPES[config.precision]
     rngs = model_rngs(seed)
     backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
-    neck = model_build.build_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
+    neck = build_center_net_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     keypoint_heads = tuple((len(t.keypoints), t.per_keypoint_offset, t.heatmap_bias_init)
                            for t in m.keypoint_tasks)
     mh, embeddings, mask_net = m.mask_head, None, None

@@ -2,9 +2,9 @@
 task's mask part (targets, logits, loss, predicted masks), on a whole batch.
 
 The instance and pixel embedding heads live with the other heads
-(``tasks.center_net.model``: one set per output); the pure functions in ``core.deepmac``.
+(``model.py``: one set per output); the pure functions in ``deepmac_ops.py``.
 Per box (``N`` ground-truth boxes in training, the ``D`` detections at predict time), the
-mask network reads a ``mask_size`` x ``mask_size`` input (``core.deepmac.mask_head_inputs``)
+mask network reads a ``mask_size`` x ``mask_size`` input (``deepmac_ops.mask_head_inputs``)
 and gives one channel of mask logits over the box (box-relative, the Mask R-CNN convention:
 row ``i`` of ``S`` at ``ymin + i / (S - 1) * (ymax - ymin)``).
 """
@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdet.core import deepmac as dm
 from jaxdet.models.backbones.hourglass import Hourglass, mask_network_spec
 from jaxdet.models.layers import BatchNormParams, conv
+from jaxdet.tasks.center_net import deepmac_ops as dm
 
 
 class MaskNetwork(nnx.Module):
@@ -46,7 +46,7 @@ class DeepMACHead:
     Attributes:
       mask_size: S, the side of every box's mask (and of the mask network's input).
       use_xy / use_instance_embedding: the mask network's input channels
-        (``core.deepmac.mask_head_inputs``).
+        (``tasks.center_net.deepmac_ops.mask_head_inputs``).
       allowed_classes: 0-based classes whose masks train the head (empty: every class).
       task_loss_weight: the mask loss's weight in the total.
       crop_method: ``core.roi_ops`` back-end of the crops (``gather`` or ``matmul``).

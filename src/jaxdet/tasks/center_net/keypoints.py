@@ -4,7 +4,7 @@ A task owns ``slots`` of the batch's K keypoint slots (``data.keypoints``: group
 end, one per class with keypoints). Objects of other classes have their slots unlabelled
 (v = 0), so they take no keypoint targets and, as in the TF OD API, black out the task's
 heatmap loss inside their boxes; that is why no class index is needed here. The pure
-functions are in ``core.center_net_keypoints``.
+functions are in ``tasks.center_net.keypoint_ops``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from jaxdet.core import center_net_keypoints as ck
+from jaxdet.tasks.center_net import keypoint_ops as ck
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The CenterNet task (objects as points; boxes), on the same seam as the SSD family: the same
-train batch (images and padded boxes), its own targets (``core.center_net``), loss and
+train batch (images and padded boxes), its own targets (``tasks.center_net.targets``), loss and
 static-shape predict (the top ``max_detections`` heatmap peaks; no NMS).
 
 Loss, as the TF OD API's ``CenterNetMetaArch`` for the object-center and box tasks: the
@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdet.core import center_net as cn
 from jaxdet.core.coordinates import points_to_original_coordinates, to_original_coordinates
 from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.eval.runner import KeypointEval
@@ -36,6 +35,7 @@ from jaxdet.tasks.base import (
     model_graphdefs,
     run_model,
 )
+from jaxdet.tasks.center_net import targets as cn
 from jaxdet.tasks.center_net.deepmac import DeepMACHead
 from jaxdet.tasks.center_net.keypoints import KeypointTask
 

@@ -43,7 +43,7 @@ from jaxdet.interop.tfod_names import (
 )
 from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS
 from jaxdet.models.backbones.resnet import ResNet
-from jaxdet.models.necks.center_net_fpn import CenterNetFPN
+from jaxdet.tasks.center_net.neck_fpn import CenterNetFPN
 
 FEATURE_EXTRACTOR = "model/_feature_extractor"
 HEADS = "model/_prediction_head_dict"

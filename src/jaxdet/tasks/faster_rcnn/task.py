@@ -19,8 +19,8 @@ Train step (TF OD API ``FasterRCNNMetaArch``, ``use_static_shapes``):
 4. Mask R-CNN (``predict_instance_masks``): the mask head on the conv5 maps of the sampled
    positives (compacted to ``floor(second_stage_batch_size * balance_fraction)`` slots, the
    most the sampler takes), own-class logits against the matched ground-truth mask cropped to
-   the proposal from the batch's ``masks`` (``core.faster_rcnn.mask_targets``), sigmoid
-   cross-entropy averaged per pixel over the positives (``core.faster_rcnn.mask_loss``).
+   the proposal from the batch's ``masks`` (``tasks.faster_rcnn.ops.mask_targets``), sigmoid
+   cross-entropy averaged per pixel over the positives (``tasks.faster_rcnn.ops.mask_loss``).
 
 Every loss part is summed over the images and divided by the loss normalizer, the batch size
 (TF averages the per-image losses over the batch), so micro-batches of an accumulated step add
@@ -43,7 +43,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet.core import faster_rcnn as frcnn
 from jaxdet.core.coordinates import to_original_coordinates
 from jaxdet.core.nms import clip_to_window
 from jaxdet.core.roi_ops import (
@@ -51,9 +50,10 @@ from jaxdet.core.roi_ops import (
     matmul_crop_and_resize,
     multilevel_matmul_crop_and_resize,
 )
-from jaxdet.core.samplers import batch_balanced_sample
 from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.tasks.base import ModelTask, box_batch_layout, evaluate_boxes, model_graphdefs
+from jaxdet.tasks.faster_rcnn import ops as frcnn
+from jaxdet.tasks.faster_rcnn.samplers import batch_balanced_sample
 
 PyTree = Any
 
@@ -211,7 +211,7 @@ class FasterRCNNTask(ModelTask):
     # ----------------------------------------------------------------- targets and loss
 
     def prepare(self, batch: dict) -> dict:
-        """First-stage targets ``[B, A, ...]`` (``core.faster_rcnn.rpn_targets``)."""
+        """First-stage targets ``[B, A, ...]`` (``tasks.faster_rcnn.ops.rpn_targets``)."""
         anchors = jnp.asarray(self.anchors)
         valid = self._anchor_valid()
         return jax.vmap(lambda b, v, i: frcnn.rpn_targets(anchors, b, v, i, self.box_coder,

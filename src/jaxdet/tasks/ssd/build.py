@@ -12,8 +12,6 @@ from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core import box_coders
-from jaxdet.core.detection_loss import DetectionLossParams
-from jaxdet.core.hard_example_miner import HardExampleMinerParams
 from jaxdet.core.precision import COMPUTE_DTYPES
 from jaxdet.data.build import input_size
 from jaxdet.models.abstract import model_rngs
@@ -23,11 +21,50 @@ from jaxdet.models.build import (
     build_backbone,
     build_neck,
 )
-from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
-from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.remat import set_remat
-from jaxdet.models.ssd import SSDDetector
+from jaxdet.tasks.ssd.bifpn import BiFPN
+from jaxdet.tasks.ssd.hard_example_miner import HardExampleMinerParams
+from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
+from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
+from jaxdet.tasks.ssd.loss import DetectionLossParams
+from jaxdet.tasks.ssd.model import SSDDetector
+from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.tasks.ssd.task import MatchingParams, PostProcessParams, SSDTask
+
+
+def build_ssd_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype,
+                   rngs: nnx.Rngs) -> nnx.Module:
+    """The neck of ``cfg.neck``: BiFPN (EfficientDet), SSD feature maps (extra layers on the
+    backbone's last two levels), or a shared neck (``models.build.build_neck``: the FPN)."""
+    n = cfg.neck
+    bn = batch_norm_params(cfg.backbone.batch_norm)
+    if isinstance(n, S.BiFPNConfig):
+        return BiFPN(  # checks that min_level is a backbone level
+            in_channels,
+            n.min_level,
+            n.max_level,
+            n.num_filters,
+            n.num_iterations,
+            weight_method=n.weight_method,
+            activation_name=n.activation,
+            separable=n.use_depthwise,
+            pooling=n.pooling,
+            batch_norm=bn,
+            dtype=dtype,
+            rngs=rngs,
+        )
+    if isinstance(n, S.SSDFeatureMapsConfig):
+        return SSDFeatureMaps(
+            in_channels,
+            source_levels=(4, 5),
+            extra_depths=tuple(n.extra_depths),
+            batch_norm=bn,
+            activation=n.activation,
+            use_depthwise=n.use_depthwise,
+            dtype=dtype,
+            rngs=rngs,
+        )
+    return build_neck(cfg, in_channels, dtype=dtype, rngs=rngs)
 
 
 def build_anchor_generator(cfg: S.ModelConfig):
@@ -134,7 +171,7 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
     dtype = COMPUTE_DTYPES[config.precision]
     rngs = model_rngs(seed)
     backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
-    neck = build_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
+    neck = build_ssd_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
     head = build_head(config.model, dict(neck.out_channels), dtype=dtype, rngs=rngs)
     model = SSDDetector(backbone, neck, head)
     apply_batch_norm_statistics(model, config)

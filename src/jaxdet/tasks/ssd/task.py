@@ -18,12 +18,10 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.core.coordinates import to_original_coordinates
-from jaxdet.core.detection_loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
 from jaxdet.data.batch_layout import BatchLayout
 from jaxdet.models.remat import REMAT_TARGETS
-from jaxdet.models.ssd import concat_levels
 from jaxdet.tasks.base import (
     ModelTask,
     box_batch_layout,
@@ -31,6 +29,8 @@ from jaxdet.tasks.base import (
     model_graphdefs,
     run_model,
 )
+from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss, loss_normalizer
+from jaxdet.tasks.ssd.model import concat_levels
 
 PyTree = Any
 
@@ -141,7 +141,7 @@ class SSDTask(ModelTask):
         return jax.vmap(one)(batch["boxes"], batch["classes"], batch["valid"], batch["ignore"])
 
     def loss_normalizer(self, prepared: dict) -> jax.Array:
-        """The batch's number of positives (see ``core.detection_loss.loss_normalizer``)."""
+        """The batch's number of positives (see ``tasks.ssd.loss.loss_normalizer``)."""
         return loss_normalizer(prepared["box_weights"], self.loss_params)
 
     def loss(

@@ -28,12 +28,12 @@ from jaxdet.interop.tfod_names import (
 from jaxdet.models.backbones import efficientnet as effnet
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
-from jaxdet.models.heads.convolutional import ConvolutionalBoxPredictor
-from jaxdet.models.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.models.layers import SeparableConv
-from jaxdet.models.necks.bifpn import BiFPN
 from jaxdet.models.necks.fpn import FPN
-from jaxdet.models.necks.ssd_feature_maps import SSDFeatureMaps
+from jaxdet.tasks.ssd.bifpn import BiFPN
+from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
+from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
+from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
 
 
 def _conv_or_separable(out: dict, tf_path: str, path: Path, module) -> None:

@@ -2,7 +2,7 @@
 
 Train batch (per example): ``images`` f32[D, H, W, C] (a patch of ``input_size`` voxels,
 depth split over the mesh's ``spatial`` axis) and ``labels`` i32[D, H, W] (class per voxel,
-0 = background). Loss (``loss_name``, ``core.segmentation``):
+0 = background). Loss (``loss_name``, ``tasks.unet3d.segmentation``):
 
 * ``dice_ce``: ``dice_weight`` x soft Dice loss + ``ce_weight`` x cross-entropy, both computed
   per example and summed over the batch, then divided by the batch size
@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet.core import segmentation as seg
 from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.tasks.base import ModelTask, model_graphdefs, run_model
+from jaxdet.tasks.unet3d import segmentation as seg
 from jaxdet.tasks.unet3d.pictures import draw_cases
 
 PyTree = Any
@@ -60,7 +60,7 @@ class UNet3DTask(ModelTask):
       loss_name: ``dice_ce`` or ``adaptive_dice`` (the module docstring).
       dice_weight, ce_weight: weights of the two losses of ``dice_ce``; include_background:
         whether class 0 counts in its Dice loss.
-      overlap, sigma_scale, window_batch_size: the sliding window's (``core.segmentation``).
+      overlap, sigma_scale, window_batch_size: the sliding window's (``tasks.unet3d.segmentation``).
     """
 
     model: nnx.Module
@@ -158,7 +158,7 @@ class UNet3DTask(ModelTask):
     def segment_volume(self, params: PyTree, batch_stats: PyTree, volume: jax.Array, *,
                        batch_size: int | None = None) -> jax.Array:
         """f32[D, H, W, K] blended probabilities of a whole volume [D, H, W, C] (any static
-        size; ``core.segmentation.sliding_window_inference`` with the task's patch, overlap
+        size; ``tasks.unet3d.segmentation.sliding_window_inference`` with the task's patch, overlap
         and Gaussian; ``batch_size`` windows at a time, default ``window_batch_size``)."""
 
         def predict_patch(patches: jax.Array) -> jax.Array:
@@ -179,7 +179,7 @@ class UNet3DTask(ModelTask):
         Each case of ``source`` (a sequence of (image f32[D, H, W, C], label i32[D, H, W]),
         e.g. ``tasks.unet3d.data.build_volume_source``; the first ``max_images``) is segmented
         by :meth:`segment_volume` (one compile per volume shape) and its argmax scored with
-        ``core.segmentation.dice_scores`` (background left out, 1.0 for a class absent from
+        ``tasks.unet3d.segmentation.dice_scores`` (background left out, 1.0 for a class absent from
         both). Returns ``{"dice/<name>": mean over cases of that class, "mean_dice": mean
         over cases of each case's mean, "per_case": [{"name", "dice": {...}}], "num_cases",
         **extra}``; with ``out_dir`` also ``metrics.json`` and, for the first

@@ -4,7 +4,7 @@ version of the spatial-partitioning reference, 128^3 configuration), NDHWC.
 Its configuration: 128^3 x 1 patches, 3 classes, ``depth: 4``, ``num_base_filters: 32``,
 ``deconvolution: True``, ``use_batch_norm: True``, bfloat16, batch 8, Adam from 0.1 decayed
 by 0.5 every 100 steps (not staircase), loss ``adaptive_dice32``
-(``core.segmentation.adaptive_dice_loss``). Its ``dropout`` and ``num_segmentation_levels``
+(``tasks.unet3d.segmentation.adaptive_dice_loss``). Its ``dropout`` and ``num_segmentation_levels``
 settings are not used by the Keras model, so they have no counterpart here.
 
 The network, for ``filters`` = (f0, f1, f2, f3) (the reference: 32, 64, 128, 256, i.e.

@@ -17,7 +17,6 @@ import jax
 from flax import nnx
 
 from jaxdet.models import initializers, remat
-from jaxdet.models.heads.common import features_in_order, flatten_predictions
 from jaxdet.models.layers import (
     ActivationName,
     BatchNormParams,
@@ -25,6 +24,7 @@ from jaxdet.models.layers import (
     DepthwiseNormAct,
     conv,
 )
+from jaxdet.tasks.ssd.heads.common import features_in_order, flatten_predictions
 
 # TF OD API SSD configs: truncated normal, stddev 0.03.
 ssd_kernel_init = initializers.truncated_normal(0.03)

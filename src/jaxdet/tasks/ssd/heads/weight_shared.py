@@ -18,16 +18,16 @@ import jax
 from flax import nnx
 
 from jaxdet.models import initializers, remat
-from jaxdet.models.heads.common import (
+from jaxdet.models.layers import ActivationName, BatchNormParams, SeparableConv, conv
+from jaxdet.models.layers import activation as get_activation
+from jaxdet.models.layers import batch_norm as make_batch_norm
+from jaxdet.tasks.ssd.heads.common import (
     features_in_order,
     flatten_predictions,
     head_kernel_init,
     prior_probability_bias,
     separable_head_kernel_init,
 )
-from jaxdet.models.layers import ActivationName, BatchNormParams, SeparableConv, conv
-from jaxdet.models.layers import activation as get_activation
-from jaxdet.models.layers import batch_norm as make_batch_norm
 
 Norm = Literal["batch_norm", "group_norm", "none"]
 GROUP_NORM_GROUPS = 32

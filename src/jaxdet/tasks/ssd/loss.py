@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdet.core import losses
-from jaxdet.core.hard_example_miner import HardExampleMinerParams, hard_example_mask
+from jaxdet.tasks.ssd.hard_example_miner import HardExampleMinerParams, hard_example_mask
 
 CLASSIFICATION_LOSSES = ("sigmoid_focal", "weighted_sigmoid", "bootstrapped_sigmoid", "softmax")
 LOCALIZATION_LOSSES = ("smooth_l1", "l1", "l2", "giou")
@@ -21,7 +21,7 @@ class DetectionLossParams:
 
     ``alpha`` / ``gamma``: focal loss; ``bootstrap_alpha`` / ``hard_bootstrap``: bootstrapped
     sigmoid; ``logit_scale``: softmax; ``hard_example_miner``: mine hard examples (see
-    ``core.hard_example_miner``) instead of summing over all anchors.
+    ``tasks.ssd.hard_example_miner``) instead of summing over all anchors.
     """
 
     classification: Literal[

@@ -65,7 +65,7 @@ def rpn_losses(objectness_logits: jax.Array, box_encodings: jax.Array, targets: 
       objectness_logits: ``[B, A, 2]`` (background, object) logits (softmax loss).
       box_encodings: ``[B, A, 4]``.
       targets: batched :func:`rpn_targets`.
-      sampled: ``[B, A]`` bool, the minibatch (``core.samplers.balanced_sample``).
+      sampled: ``[B, A]`` bool, the minibatch (``tasks.faster_rcnn.samplers.balanced_sample``).
     """
     s = sampled.astype(jnp.float32)
     normalizer = jnp.maximum(jnp.sum(s, axis=1), 1.0)  # [B]

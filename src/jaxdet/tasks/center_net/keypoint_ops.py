@@ -29,7 +29,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from jaxdet.core.center_net import gaussian_sigma, penalty_reduced_focal_loss, top_k_peaks
+from jaxdet.tasks.center_net.targets import gaussian_sigma, penalty_reduced_focal_loss, top_k_peaks
 
 BLACKOUT_WEIGHT = 1e-3  # a box blacks out a keypoint channel when its weight is below this
 INVALID_CANDIDATE_DISTANCE = 1e5  # TF's distance for padded candidates in refine_keypoints
@@ -319,7 +319,8 @@ def keypoint_candidates(heatmap_probs: jnp.ndarray, offsets: jnp.ndarray, *,
                         ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Per-keypoint candidates (TF ``prediction_tensors_to_keypoint_candidates``, with
     ``top_k_feature_map_locations(per_channel=True)``): the ``max_candidates`` highest local
-    maxima (``kernel`` x ``kernel``, see :func:`~jaxdet.core.center_net.top_k_peaks`) of each
+    maxima (``kernel`` x ``kernel``, see
+    :func:`~jaxdet.tasks.center_net.targets.top_k_peaks`) of each
     channel, ties to the lower pixel index, moved by the offset predicted at their pixel.
     When the map has fewer than ``max_candidates`` pixels the rest are score 0 at (0, 0) as
     TF pads them.
