@@ -11,7 +11,7 @@ top k) and reports whether both versions gave equal detections.
 
 Both steps are compiled from the same state and batch (synthetic, 1-16 random boxes per image,
 as ``train_throughput.py``), one traced with the kernels (``jaxdet.backends.cpu.kernels``) and one
-inside ``cpu_kernels.turned_off()`` (the portable jnp paths). Each round times ``--steps``
+inside ``backends.trace.portable()`` (the portable jnp paths). Each round times ``--steps``
 steps of one, then of the other, so that the machine's drift (2-core VMs vary by 10-30% over
 minutes) falls on both alike; the medians and each round are reported, with the compile times.
 """
@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from jaxdet import tasks
+from jaxdet.backends import trace
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.config.loader import load_config
@@ -80,14 +81,14 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _compiled_both_ways(lower) -> dict:
     """``{"kernels": (compiled, seconds), "jnp": ...}`` from ``lower()``, a fresh trace each
-    (jit caches a function's trace, and ``turned_off()`` acts at tracing)."""
+    (jit caches a function's trace, and ``trace.portable()`` acts at tracing)."""
     out = {}
     for name in ("kernels", "jnp"):
         t0 = time.perf_counter()
         if name == "kernels":
             compiled = lower().compile()
         else:
-            with cpu_kernels.turned_off():
+            with trace.portable():
                 compiled = lower().compile()
         out[name] = (compiled, time.perf_counter() - t0)
     return out

@@ -1,5 +1,5 @@
 """The convolutions jaxdet's CPU kernels serve, forward and backward, with the kernels and
-without them (``jaxdet.backends.cpu.kernels.turned_off()``); prints one JSON object.
+without them (``jaxdet.backends.trace.portable()``); prints one JSON object.
 
     python benchmarks/cpu_kernels_ops.py
     python benchmarks/cpu_kernels_ops.py --cases depthwise_s1 stem_7x7 --calls 20
@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxdet.backends import trace
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 from jaxdet.core import portable
@@ -82,7 +83,7 @@ def run_top_k_case(name: str, calls: int) -> dict:
         return top_k_per_class(jax.nn.sigmoid(x), 1000)
 
     compiled = {"kernels": jax.jit(portable.fresh_trace(fn)).lower(logits).compile()}
-    with cpu_kernels.turned_off():
+    with trace.portable():
         compiled["jnp"] = jax.jit(portable.fresh_trace(fn)).lower(logits).compile()
     uses = ("jaxdet_top_k" in compiled["kernels"].as_text()
             and "jaxdet_" not in compiled["jnp"].as_text())
@@ -143,10 +144,10 @@ def run_case(name: str, calls: int) -> dict:
         compiled = {k: f.lower(x, kernel, w).compile() for k, f in compiled.items()}
         uses = "select-and-scatter" not in compiled["kernels"].as_text()
     else:
-        # One function each: jit caches a function's trace, and turned_off() acts at tracing.
+        # One function each: jit caches a function's trace, and trace.portable() acts at tracing.
         compiled = {"kernels": jax.jit(_gradient_fn(x_shape, kernel_shape, strides, padding,
                                                     groups)).lower(x, kernel, w).compile()}
-        with cpu_kernels.turned_off():
+        with trace.portable():
             compiled["jnp"] = jax.jit(_gradient_fn(x_shape, kernel_shape, strides, padding,
                                                    groups)).lower(x, kernel, w).compile()
         uses = ("jaxdet_" in compiled["kernels"].as_text()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from jaxdet.backends import trace
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.core import portable
 from jaxdet.core.nms import batched_nms, top_k_per_class
@@ -150,7 +151,7 @@ def test_model_convolutions_give_the_same_gradients_with_and_without_the_kernels
     with_kernels = jax.jit(jax.value_and_grad(ours, (0, 1))).lower(x, k)
     assert "jaxdet_" in with_kernels.as_text()  # the kernels are in the compiled step
     got = with_kernels.compile()(x, k)
-    with cpu_kernels.turned_off():
+    with trace.portable():
         portable = jax.jit(jax.value_and_grad(ours, (0, 1))).lower(x, k)
     assert "jaxdet_" not in portable.as_text()
     for result in (got, portable.compile()(x, k)):
@@ -213,7 +214,7 @@ def test_nms_top_k_uses_the_kernel_in_predict_only_and_detects_the_same():
 
     with_kernel = lowered()
     assert "jaxdet_top_k" in with_kernel.as_text()
-    with cpu_kernels.turned_off():
+    with trace.portable():
         portable_nms = lowered()
     with portable.exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False):
         exported = lowered()
@@ -235,7 +236,7 @@ def test_nms_top_k_kernel_differentiates_as_lax_top_k():
 
     with_kernel = jax.jit(portable.fresh_trace(jax.grad(loss))).lower(scores)
     assert "jaxdet_top_k" in with_kernel.as_text()
-    with cpu_kernels.turned_off():
+    with trace.portable():
         want = jax.jit(portable.fresh_trace(jax.grad(loss)))(scores)
     np.testing.assert_array_equal(with_kernel.compile()(scores), want)
     assert int(jnp.sum(want != 0)) == 2 * 5 * 40
@@ -249,7 +250,7 @@ def test_not_used_on_a_mesh_of_several_devices():
         pytest.skip("needs two (emulated) devices")
     with mesh_scope(jax.sharding.Mesh(devices, ("data",))):
         assert not cpu_kernels.usable()
-    with cpu_kernels.turned_off():
+    with trace.portable():
         assert not cpu_kernels.usable()
     assert cpu_kernels.usable()
 

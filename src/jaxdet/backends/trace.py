@@ -1,37 +1,69 @@
-"""What the code being traced is for: the switch between jaxdet's own process and a portable
-artifact, and whether the trace runs on one device.
+"""What the code being traced is for: the one switch between jaxdet's own fast forms and
+portable ones, and whether the trace runs on one device.
 
-Backend-specific forms (the CPU's FFI kernels, which exist only in this process) are picked
-at trace time; inside :func:`exporting_scope` (``core.portable.exportable`` enters it) every
-op traces its portable form, so an exported artifact runs anywhere.
+Backend-specific forms are picked at trace time, at three levels (the strictest in effect
+wins when blocks nest):
+
+* ``NATIVE`` (the default): CPU rewrites of convolutions (shifted multiply-adds, matmuls,
+  Winograd) and jaxdet's XLA FFI kernels, which exist only in this process;
+* ``PORTABLE`` (:func:`portable`; ``core.portable.exportable`` enters it): the rewrites, which
+  are plain jnp, but no FFI kernel: what an exported artifact may hold, and the A/B baseline
+  of the kernels' benchmarks;
+* ``REFERENCE`` (:func:`reference`): every convolution as ``lax.conv_general_dilated``, e.g. to
+  count a model's multiply-adds from its jaxpr or to hand ONNX a plain Conv.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 from collections.abc import Iterator
 
 import jax
 
-_EXPORTING: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxdet_exporting",
-                                                                  default=False)
+
+class Forms(enum.IntEnum):
+    """How far from jaxdet's own fast forms the code traced must stay (higher: stricter)."""
+
+    NATIVE = 0
+    PORTABLE = 1
+    REFERENCE = 2
+
+
+_FORMS: contextvars.ContextVar[Forms] = contextvars.ContextVar("jaxdet_trace_forms",
+                                                              default=Forms.NATIVE)
 
 
 @contextlib.contextmanager
-def exporting_scope() -> Iterator[None]:
-    """Within the block, :func:`exporting` is True: the code traced is for an artifact."""
-    token = _EXPORTING.set(True)
+def traced_as(forms: Forms) -> Iterator[None]:
+    """Within the block, code is traced at least as strictly as ``forms``."""
+    token = _FORMS.set(max(_FORMS.get(), forms))
     try:
         yield
     finally:
-        _EXPORTING.reset(token)
+        _FORMS.reset(token)
 
 
-def exporting() -> bool:
-    """Whether the code being traced is for an exported artifact (inside
-    :func:`exporting_scope`): no op may take a form only this process can run."""
-    return _EXPORTING.get()
+def portable() -> contextlib.AbstractContextManager[None]:
+    """No FFI kernel in the code traced within the block (``Forms.PORTABLE``)."""
+    return traced_as(Forms.PORTABLE)
+
+
+def reference() -> contextlib.AbstractContextManager[None]:
+    """Plain ``lax`` convolutions in the code traced within the block (``Forms.REFERENCE``)."""
+    return traced_as(Forms.REFERENCE)
+
+
+def kernels_allowed() -> bool:
+    """Whether the code being traced may call jaxdet's FFI kernels (``Forms.NATIVE``)."""
+    return _FORMS.get() == Forms.NATIVE
+
+
+def rewrites_allowed() -> bool:
+    """Whether the code being traced may take the CPU rewrites of convolutions (not
+    ``Forms.REFERENCE``)."""
+    return _FORMS.get() < Forms.REFERENCE
 
 
 def traced_on_one_device() -> bool:
@@ -43,4 +75,5 @@ def traced_on_one_device() -> bool:
     return mesh.empty or mesh.size == 1
 
 
-__all__ = ["exporting", "exporting_scope", "traced_on_one_device"]
+__all__ = ["Forms", "kernels_allowed", "portable", "reference", "rewrites_allowed",
+           "traced_as", "traced_on_one_device"]

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 import jax
 import jax.numpy as jnp
 
-from jaxdet.backends.trace import exporting_scope, traced_on_one_device
+from jaxdet.backends import trace
+from jaxdet.backends.trace import traced_on_one_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +51,12 @@ Padding = str | Sequence[tuple[int, int]]
 def exportable(*, pooling_as_slices: bool = True, row_as_sum: bool = True,
                nms_as_op: bool = True, nms_per_image: bool = False) -> Iterator[None]:
     """Within the block, the ops trace the chosen exporter forms (the defaults are ONNX's:
-    pooling as slices, rows as one-hot sums, NMS as one primitive) and
-    ``backends.trace.exporting`` is True (even with every form off: the code traced is for an
+    pooling as slices, rows as one-hot sums, NMS as one primitive) and the code is traced as
+    ``backends.trace.Forms.PORTABLE`` (even with every form off: the code traced is for an
     artifact, so no jaxdet CPU kernel, which only this process has, may appear in it)."""
     token = _FORMS.set(Forms(pooling_as_slices, row_as_sum, nms_as_op, nms_per_image))
     try:
-        with exporting_scope():
+        with trace.portable():
             yield
     finally:
         _FORMS.reset(token)
@@ -69,7 +70,7 @@ def forms() -> Forms:
 def fresh_trace(fn: Callable) -> Callable:
     """``fn`` as a new function object, so ``jax.jit`` traces it again instead of reusing a
     trace cached under other forms: jax keys its trace cache on the function, not on the
-    forms (or ``models.depthwise.reference_convolutions``), which are read while tracing."""
+    forms (or ``backends.trace``'s), which are read while tracing."""
     return lambda *args, **kwargs: fn(*args, **kwargs)
 
 

@@ -44,12 +44,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxdet.backends import trace
 from jaxdet.config import schema as S
 from jaxdet.core.portable import exportable, fresh_trace
 from jaxdet.data import build as data_build
 from jaxdet.export.serving import INPUT_TYPES
 from jaxdet.export.tf_formats import INPUT_NAME
-from jaxdet.models.depthwise import reference_convolutions
 
 log = logging.getLogger("jaxdet")
 
@@ -247,7 +247,7 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
     spec = _input_spec(size, batch_size, input_type)
     outputs = dict(sorted(jax.eval_shape(fn, spec).items()))
     try:
-        with exportable(), reference_convolutions():  # ONNX Conv, not the CPU rewrites
+        with exportable(), trace.reference():  # ONNX Conv, not the CPU rewrites
             model = to_onnx(fresh_trace(fn), [spec], input_names=[input_type],
                             output_names=list(outputs), return_mode="proto")
     except Exception as e:  # noqa: BLE001 - any conversion failure is reported in one line

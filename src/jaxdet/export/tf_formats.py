@@ -25,8 +25,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxdet.backends import trace
 from jaxdet.core.portable import exportable, fresh_trace
-from jaxdet.models.depthwise import reference_convolutions
 
 INPUT_NAME = "input_tensor"  # the TF OD API exporter's serving input name
 SAVED_MODEL_PLATFORMS = ("cpu", "cuda", "tpu")  # TF runs the XlaCallModule on any of them
@@ -110,7 +110,7 @@ def _tf_function(fn: Callable, size: tuple[int, int], batch_size: int | None,
             [height, width, 3], tf.uint8)) if encoded else inputs
         return converted(images)
 
-    convolutions = reference_convolutions() if tf_convolutions else contextlib.nullcontext()
+    convolutions = trace.reference() if tf_convolutions else contextlib.nullcontext()
     with stablehlo_for_tf(), convolutions:
         return serve.get_concrete_function()
 

@@ -20,14 +20,14 @@ time). Predict and export never see them: they sit in custom-VJP rules only.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdet.backends import trace
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.models import winograd
 
@@ -293,21 +293,6 @@ def _explicit_padding(padding, in_hw, kernel_hw, strides, dilation):
     )
 
 
-_REFERENCE_ONLY = [False]
-
-
-@contextlib.contextmanager
-def reference_convolutions() -> Iterator[None]:
-    """Within this block every convolution is traced as ``lax.conv_general_dilated`` on any
-    backend (no CPU rewrites), e.g. to count a model's multiply-adds from its jaxpr."""
-    previous = _REFERENCE_ONLY[0]
-    _REFERENCE_ONLY[0] = True
-    try:
-        yield
-    finally:
-        _REFERENCE_ONLY[0] = previous
-
-
 _NHWC_HWIO = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
 
@@ -337,7 +322,7 @@ def conv_general_dilated(
     :func:`jaxdet.models.winograd.winograd_conv3x3`; everything else goes to lax.
     """
     channels = lhs.shape[-1]
-    on_cpu = jax.default_backend() == "cpu" and not _REFERENCE_ONLY[0]
+    on_cpu = jax.default_backend() == "cpu" and trace.rewrites_allowed()
     nhwc = _is_nhwc_hwio(dimension_numbers, lhs.ndim)
     pointwise = (
         on_cpu

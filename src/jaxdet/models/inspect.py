@@ -8,7 +8,7 @@ are multiply-adds counted this way): every convolution costs ``output elements x
 input channels per group`` and every matrix product ``output elements x contracted size``,
 taps on zero padding included; elementwise work (batch norm, activations, feature fusion) is
 not counted. Convolutions are traced without jaxdet's CPU rewrites
-(``models.depthwise.reference_convolutions``), so the count is the same on every backend.
+(``backends.trace.reference``), so the count is the same on every backend.
 XLA's own ``cost_analysis()`` (:func:`compiled_flops`) is the other view: 2 FLOPs per
 multiply-add, padding taps skipped, elementwise ops included.
 """
@@ -23,7 +23,7 @@ import jax
 from flax import nnx
 from jax.extend import core as jex_core
 
-from jaxdet.models.depthwise import reference_convolutions
+from jaxdet.backends import trace
 
 
 def _conv_macs(eqn) -> int:
@@ -71,7 +71,7 @@ def jaxpr_macs(jaxpr) -> int:
 
 def count_macs(fn: Callable, *args: Any) -> int:
     """Multiply-adds of ``fn(*args)``; ``args`` may be ``jax.ShapeDtypeStruct``s."""
-    with reference_convolutions():
+    with trace.reference():
         return jaxpr_macs(jax.make_jaxpr(fn)(*args))
 
 

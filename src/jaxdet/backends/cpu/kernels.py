@@ -20,13 +20,11 @@ appears in an exported artifact (export traces inside ``core.portable.exportable
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -34,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdet.backends import native_build
-from jaxdet.backends.trace import exporting, traced_on_one_device
+from jaxdet.backends.trace import kernels_allowed, traced_on_one_device
 
 SOURCE = Path(__file__).resolve().parent.parent / "native" / "cpu_kernels.cc"
 OPT_OUT = "JAXDET_CPU_KERNELS"
@@ -99,27 +97,14 @@ def _register() -> bool:
     return True
 
 
-_off = contextvars.ContextVar("jaxdet_cpu_kernels_off", default=False)
-
-
-@contextlib.contextmanager
-def turned_off() -> Iterator[None]:
-    """Within the block, code traced takes the portable jnp paths (:func:`usable` is False)."""
-    token = _off.set(True)
-    try:
-        yield
-    finally:
-        _off.reset(token)
-
-
 def usable() -> bool:
-    """Whether code being traced now may call the kernels: on the CPU backend, outside
-    :func:`turned_off`, not partitioned over a mesh of more than one device
+    """Whether code being traced now may call the kernels: on the CPU backend, traced as
+    ``backends.trace.Forms.NATIVE`` (not within ``trace.portable()``, ``trace.reference()`` or
+    an export), not partitioned over a mesh of more than one device
     (``jax.sharding.get_abstract_mesh()``, which ``jaxdet.models.thin_maps.mesh_scope`` sets
-    around a sharded step), not traced for an export (``core.portable.exporting``), and
-    available."""
-    if (_off.get() or jax.default_backend() != "cpu" or not traced_on_one_device()
-            or exporting()):
+    around a sharded step), and available."""
+    if (not kernels_allowed() or jax.default_backend() != "cpu"
+            or not traced_on_one_device()):
         return False
     return available()
 
