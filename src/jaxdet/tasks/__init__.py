@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 from flax import nnx
+from pydantic import BaseModel
 
 from jaxdet.config import schema as S
+from jaxdet.config.families import register_model_config, unregister_model_config
 from jaxdet.data import build as data_build
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.data.stats import dataset_stats, format_dataset_stats
@@ -81,7 +83,7 @@ class TaskFamily:
                                  TorchDetectorMap | None] | None = None
 
 
-def _families() -> dict[str, TaskFamily]:
+def _shipped_families() -> dict[str, TaskFamily]:
     return {
         "ssd": TaskFamily(ssd.build_ssd_task, ssd.ssd_fingerprint_fields,
                           ssd_summary.model_summary, ssd_summary.format_summary,
@@ -101,6 +103,33 @@ def _families() -> dict[str, TaskFamily]:
                              unet3d.unet3d_summary, unet3d.format_unet3d_summary,
                              data=volume_pipeline, predict_files=predict_volumes),
     }
+
+
+_REGISTERED: dict[str, TaskFamily] = {}
+
+
+def _families() -> dict[str, TaskFamily]:
+    return {**_shipped_families(), **_REGISTERED}
+
+
+def register_family(family: TaskFamily, config: type[BaseModel], *,
+                    data_type: str = "images") -> str:
+    """Add a family defined outside jaxdet: ``config`` is its ``model:`` section (a pydantic
+    model with ``type: Literal["<name>"]``, registered with ``config.families``), ``family``
+    how it builds. From then on configs with that ``model.type`` validate, train, evaluate,
+    predict and summarize like the shipped families'. Returns the model type.
+
+    Raises:
+      ValueError: the model type is taken."""
+    name = register_model_config(config, data_type=data_type)
+    _REGISTERED[name] = family
+    return name
+
+
+def unregister_family(name: str) -> None:
+    """Undo :func:`register_family` for model type ``name`` (no-op if absent)."""
+    _REGISTERED.pop(name, None)
+    unregister_model_config(name)
 
 
 def family(config: S.Config) -> TaskFamily:
@@ -159,5 +188,6 @@ def build_normalizer(config: S.Config) -> PixelNormalizer | None:
 
 
 __all__ = ["DataPipeline", "Task", "TaskFamily", "build_normalizer", "build_task", "family",
+           "register_family", "unregister_family",
            "fingerprint_fields", "image_pipeline", "tf_name_map", "torch_detector_map",
            "transforms_of"]
