@@ -5,13 +5,13 @@ without them (``jaxdet.backends.trace.portable()``); prints one JSON object.
     python benchmarks/cpu_kernels_ops.py --cases depthwise_s1 stem_7x7 --calls 20
 
 Each case is ``jax.grad`` of ``sum(conv(x, kernel) * w)`` with respect to ``x`` and the kernel,
-through ``jaxdet.models.depthwise.conv_general_dilated`` (the router the models' convolutions
+through ``jaxdet.backends.cpu.conv2d.conv_general_dilated`` (the router the models' convolutions
 go through) or ``winograd.winograd_conv3x3``, on a layer shape of the detectors of issue 22.
 ``max_pool`` is the one case without a C kernel: ``jaxdet.core.portable.reduce_window_2d``'s
 written-out gradient (first maximum, then strided shifts) against autodiff of
 ``lax.reduce_window`` (XLA's select-and-scatter), ResNet's 3x3/2 stem pool. ``nms_top_k`` is
 the one case of ``predict``: EfficientDet-D0's per-class top 1,000 of 49,104 anchors x 90
-classes at batch 8 after the sigmoid (``core.nms.top_k_per_class``), the kernel against
+classes at batch 8 after the sigmoid (``backends.dispatch.top_k_per_class``), the kernel against
 ``lax.top_k`` of the transposed scores; its difference is 0 when values and indices are
 equal. The two versions
 alternate call by call; the median of ``--calls`` each is reported, with the
@@ -33,11 +33,12 @@ import numpy as np
 from jax import lax
 
 from jaxdet.backends import trace
+from jaxdet.backends.cpu import conv2d as depthwise
 from jaxdet.backends.cpu import kernels as cpu_kernels
+from jaxdet.backends.cpu import winograd
 from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
+from jaxdet.backends.dispatch import top_k_per_class
 from jaxdet.core import portable
-from jaxdet.core.nms import top_k_per_class
-from jaxdet.models import depthwise, winograd
 
 DN = ("NHWC", "HWIO", "NHWC")
 

@@ -1,5 +1,5 @@
 """A 3x3 stride-1 convolution by XLA's own convolution against Winograd's F(4x4, 3x3)
-(``jaxdet.models.winograd``); prints one JSON object per shape.
+(``jaxdet.backends.cpu.winograd``); prints one JSON object per shape.
 
     python benchmarks/winograd_conv.py                   # RetinaNet-ResNet50 640's shapes
     python benchmarks/winograd_conv.py --shapes 8x80x80x256x256 --grad
@@ -45,8 +45,8 @@ def measure(shape: str, grad: bool, calls: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from jaxdet.backends.cpu import winograd
     from jaxdet.backends.cpu.compile_options import cpu_compiler_options
-    from jaxdet.models import winograd
 
     batch, height, width, channels, out_channels = (int(v) for v in shape.split("x"))
     x = jax.random.normal(jax.random.key(0), (batch, height, width, channels))

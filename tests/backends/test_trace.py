@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import pytest
 
 from jaxdet.backends import trace
+from jaxdet.backends.cpu import conv2d as depthwise
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.core.portable import exportable
-from jaxdet.models import depthwise
 
 
 def test_levels_nest_and_the_strictest_wins():

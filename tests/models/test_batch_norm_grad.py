@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.models import batch_norm_grad
+from jaxdet.backends.cpu import batch_norm as batch_norm_grad
 from jaxdet.models.layers import BatchNorm
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU-only rewrite")

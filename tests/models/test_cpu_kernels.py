@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 from jaxdet.backends import trace
-from jaxdet.models import depthwise
+from jaxdet.backends.cpu import conv2d as depthwise
 
 DN = ("NHWC", "HWIO", "NHWC")
 

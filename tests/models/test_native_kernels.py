@@ -14,10 +14,12 @@ import pytest
 from jax import lax
 
 from jaxdet.backends import trace
+from jaxdet.backends.cpu import conv2d as depthwise
 from jaxdet.backends.cpu import kernels as cpu_kernels
+from jaxdet.backends.cpu import winograd
+from jaxdet.backends.dispatch import top_k_per_class
 from jaxdet.core import portable
-from jaxdet.core.nms import batched_nms, top_k_per_class
-from jaxdet.models import depthwise, winograd
+from jaxdet.core.nms import batched_nms
 from jaxdet.models.thin_maps import mesh_scope
 
 pytestmark = [
@@ -132,7 +134,7 @@ def _conv_loss(conv, **kw):
 
 @pytest.mark.parametrize("case", ["depthwise", "pointwise", "stem3x3", "stem7x7", "winograd"])
 def test_model_convolutions_give_the_same_gradients_with_and_without_the_kernels(case):
-    """The router (models.depthwise.conv_general_dilated) in a train step: values and both
+    """The router (backends.cpu.conv2d.conv_general_dilated) in a train step: values and both
     gradients equal with the kernels and with the portable jnp paths, and lax's."""
     shapes = {"depthwise": ((2, 40, 30, 24), (3, 3, 1, 24), 2, 24),
               "pointwise": ((2, 64, 70, 16), (1, 1, 16, 40), 1, 1),

@@ -8,7 +8,8 @@ import pytest
 from jax import lax
 
 from jaxdet.backends import trace
-from jaxdet.models import depthwise, winograd
+from jaxdet.backends.cpu import conv2d as depthwise
+from jaxdet.backends.cpu import winograd
 
 DN = ("NHWC", "HWIO", "NHWC")
 DN_NNX = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))

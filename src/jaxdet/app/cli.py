@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
+from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 
 DEMO_TARGET_AP = 0.5

@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks, weights
-from jaxdet.backends.cpu import allocator as cpu_allocator
+from jaxdet.backends import process
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
@@ -231,7 +231,7 @@ def train(
 def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: bool,
            evaluate: bool) -> LoopResult:
     if jax.default_backend() == "cpu":
-        cpu_allocator.hint()
+        process.allocator_hint()
     task = tasks.build_task(config)
     checkpointer = _checkpointer(config, workdir)
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside

@@ -7,9 +7,8 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxdet.backends.cpu import kernels as cpu_kernels
+from jaxdet.backends.dispatch import top_k_per_class
 from jaxdet.core import portable
 from jaxdet.core.greedy_nms import greedy_nms, greedy_nms_over_classes
 
@@ -102,30 +101,6 @@ def top_k_mask(scores: jnp.ndarray, k: int) -> jnp.ndarray:
     ties = keys == kth[..., None]
     room = k - jnp.sum(above, axis=-1, keepdims=True)
     return above | (ties & (jnp.cumsum(ties, axis=-1) <= room))
-
-
-def top_k_per_class(scores: jnp.ndarray, k: int) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Each class's ``k`` best anchors of ``scores [B, A, C]`` (float32, 1 <= k <= A):
-    ``values [B, C, k]`` descending and their anchor ``indices [B, C, k]`` int32, ties at the
-    lower anchor first: ``lax.top_k`` of the scores transposed to [B, C, A]. On one CPU device
-    (outside an export) jaxdet's kernel reads the scores in place instead
-    (``cpu_kernels.top_k_along_axis``; XLA:CPU's TopK sorts the rows one by one)."""
-    if cpu_kernels.usable():
-        return _kernel_top_k(scores, k)
-    return jax.lax.top_k(jnp.swapaxes(scores, 1, 2), k)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _kernel_top_k(scores, k):
-    return cpu_kernels.top_k_along_axis(scores, k)
-
-
-@_kernel_top_k.defjvp
-def _kernel_top_k_jvp(k, primals, tangents):
-    """As ``lax.top_k``'s: each kept value's tangent is its score's; indices have none."""
-    values, indices = _kernel_top_k(primals[0], k)
-    value_tangents = jnp.take_along_axis(jnp.swapaxes(tangents[0], 1, 2), indices, axis=2)
-    return (values, indices), (value_tangents, np.zeros(indices.shape, jax.dtypes.float0))
 
 
 def batched_nms(

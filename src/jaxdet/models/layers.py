@@ -28,10 +28,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.backends import dispatch
 from jaxdet.core.portable import reduce_window_2d
-from jaxdet.models import depthwise as depthwise_lib
 from jaxdet.models import initializers
-from jaxdet.models.batch_norm_grad import batch_statistics, normalize_with_batch_statistics
 from jaxdet.models.thin_maps import gather_thin_rows
 
 ActivationName = Literal["relu", "relu6", "swish", "none"]
@@ -148,7 +147,7 @@ class BatchNorm(nnx.BatchNorm):
 
     def _hand_written_gradient(self, x: jax.Array, mask: jax.Array | None) -> bool:
         """Whether training-mode normalization of ``x`` takes
-        :mod:`jaxdet.models.batch_norm_grad` (CPU, float32, features last, whole-batch
+        :mod:`jaxdet.backends.cpu.batch_norm` (CPU, float32, features last, whole-batch
         statistics without a mask): the same values as ``nnx.BatchNorm``, fewer passes over
         memory in the backward pass. GPUs and TPUs keep flax's."""
         return (mask is None and self.axis in (-1, x.ndim - 1) and x.dtype == jnp.float32
@@ -159,12 +158,12 @@ class BatchNorm(nnx.BatchNorm):
     def _batch_normalize(self, x: jax.Array) -> jax.Array:
         """``nnx.BatchNorm``'s training mode (statistics over every axis but the last, running
         statistics updated with ``momentum``) with the hand-written gradient."""
-        mean, raw_variance = batch_statistics(x)
+        mean, raw_variance = dispatch.batch_statistics(x)
         m = self.momentum
         self.mean[...] = jax.lax.stop_gradient(m * self.mean[...] + (1 - m) * mean)
         self.var[...] = jax.lax.stop_gradient(
             m * self.var[...] + (1 - m) * jnp.maximum(0.0, raw_variance))
-        return normalize_with_batch_statistics(x, mean, raw_variance, self.scale[...],
+        return dispatch.normalize_with_batch_statistics(x, mean, raw_variance, self.scale[...],
                                                self.bias[...], self.epsilon)
 
     def _grouped_batch_norm(self, x: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -319,7 +318,7 @@ def _conv_general_dilated(*args, **kwargs) -> jax.Array:
     """What every ``conv`` layer computes with: ``depthwise.conv_general_dilated`` (CPU rewrites
     of depthwise and 1x1 convolutions, ``lax.conv_general_dilated`` for the rest), its output
     kept whole along H when thin on a spatial mesh (see ``models.thin_maps``)."""
-    return gather_thin_rows(depthwise_lib.conv_general_dilated(*args, **kwargs))
+    return gather_thin_rows(dispatch.conv_general_dilated(*args, **kwargs))
 
 
 def depthwise_conv(

@@ -7,7 +7,7 @@ from typing import Any
 
 import optax
 
-from jaxdet.backends.cpu.compile_options import cpu_compiler_options
+from jaxdet.backends.dispatch import compiler_options
 from jaxdet.config import schema as S
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.train import optim
@@ -83,7 +83,7 @@ def predict_compiler_options(config: S.Config) -> dict[str, str] | None:
     they were faster than YNNPACK's; None for every other model (see
     ``backends.cpu.compile_options``)."""
     backbone = getattr(getattr(config.model, "backbone", None), "name", "") or ""
-    return cpu_compiler_options(
+    return compiler_options(
         eigen_convolutions=config.data.type == "images" and backbone.startswith("resnet"))
 
 
@@ -117,6 +117,6 @@ def build_train_step(
         allow_tf32=config.allow_tf32,
         state_sharding=state_sharding,
         batch_sharding=batch_sharding,
-        compiler_options=cpu_compiler_options(eigen_convolutions=config.data.type == "images"),
+        compiler_options=compiler_options(eigen_convolutions=config.data.type == "images"),
         normalizer=None if normalizer is None else normalizer.normalize_batch,
     )

@@ -209,14 +209,14 @@ def winograd_input_tiles(x: jax.Array) -> jax.Array:
     """Winograd F(4x4, 3x3)'s input transform ``B^T d B`` of every 6x6 tile of NHWC float32
     ``x`` [B, H, W, C] (one pixel of zero padding, tiles 4 pixels apart, nh = ceil(H / 4) by
     nw = ceil(W / 4) per image): [36, B * nh * nw, C], tile position (i, j) at i * 6 + j
-    (``jaxdet.models.winograd._transform_input`` in one pass)."""
+    (``jaxdet.backends.cpu.winograd._transform_input`` in one pass)."""
     return _winograd_tiles(WINOGRAD_INPUT_TILES, x)
 
 
 def winograd_output_gradient_tiles(grad: jax.Array) -> jax.Array:
     """The adjoint of Winograd F(4x4, 3x3)'s output transform for the NHWC float32 output
     gradient ``grad`` [B, H, W, O]: ``A g A^T`` of every 4x4 block (zero beyond the image),
-    [36, B * nh * nw, O] (``jaxdet.models.winograd._output_gradient_tiles`` in one pass)."""
+    [36, B * nh * nw, O] (``jaxdet.backends.cpu.winograd._output_gradient_tiles`` in one pass)."""
     return _winograd_tiles(WINOGRAD_OUTPUT_GRADIENT_TILES, grad)
 
 

@@ -29,7 +29,7 @@ from jax import lax
 
 from jaxdet.backends import trace
 from jaxdet.backends.cpu import kernels as cpu_kernels
-from jaxdet.models import winograd
+from jaxdet.backends.cpu import winograd
 
 
 def _window_taps(
@@ -319,7 +319,7 @@ def conv_general_dilated(
     """Drop-in for ``lax.conv_general_dilated`` (as ``nnx.Conv`` calls it) that routes NHWC
     convolutions on CPU: depthwise to :func:`_shifted_depthwise`, 1x1 to a matmul, an image's
     (<= 4 channels, up to 3x3) to :func:`_patch_matmul`, a large float32 3x3 stride-1 one to
-    :func:`jaxdet.models.winograd.winograd_conv3x3`; everything else goes to lax.
+    :func:`jaxdet.backends.cpu.winograd.winograd_conv3x3`; everything else goes to lax.
     """
     channels = lhs.shape[-1]
     on_cpu = jax.default_backend() == "cpu" and trace.rewrites_allowed()
