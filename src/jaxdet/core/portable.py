@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxdet.backends import trace
-from jaxdet.backends.trace import traced_on_one_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +103,7 @@ def reduce_window_2d(x: jax.Array, init: float, op: Callable, window: tuple[int,
     else:
         pad_h, pad_w = (tuple(p) for p in padding)
     if not _FORMS.get().pooling_as_slices:
-        if op is jax.lax.max and jax.default_backend() == "cpu" and traced_on_one_device():
+        if op is jax.lax.max and jax.default_backend() == "cpu" and trace.traced_on_one_device():
             return _max_pool_cpu(x, init, (kh, kw), (sh, sw), (pad_h, pad_w))
         return jax.lax.reduce_window(x, init, op, (1, kh, kw, 1), (1, sh, sw, 1),
                                      ((0, 0), pad_h, pad_w, (0, 0)))
