@@ -18,7 +18,7 @@ from pathlib import Path
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.tasks.ssd import build as ssd_build
-from jaxdet.weights import load_tf_detection_checkpoint
+from jaxdet.tasks.weights import load_tf_detection_checkpoint
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from jaxdet.config.loader import load_config
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tfod_names import UnmappedModelError
 from jaxdet.models.abstract import abstract_build
-from jaxdet.weights import load_weights
+from jaxdet.tasks.weights import load_weights
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 

@@ -38,7 +38,7 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import tasks, weights
+from jaxdet import tasks
 from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
@@ -47,6 +47,7 @@ from jaxdet.interop.tf_import import plan_tf_import
 from jaxdet.interop.tfod_names import UnmappedModelError, variables_of
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks import tf_name_map as detector_map
+from jaxdet.tasks import weights
 from jaxdet.tasks.center_net import targets as cn
 from jaxdet.tasks.center_net.build import build_center_net
 from jaxdet.tasks.center_net.task import true_image_mask

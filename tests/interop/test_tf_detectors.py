@@ -31,7 +31,7 @@ from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks import tf_name_map as detector_map
 from jaxdet.tasks.faster_rcnn.build import build_faster_rcnn
 from jaxdet.tasks.ssd import build as ssd_build
-from jaxdet.weights import load_tf_detection_checkpoint
+from jaxdet.tasks.weights import load_tf_detection_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))

@@ -32,9 +32,10 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from jaxdet import tasks, weights
+from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tfod_names import variables_of
+from jaxdet.tasks import weights
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "tf_faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"

@@ -23,7 +23,7 @@ from jaxdet.interop.torch_files import TorchFileError, read_safetensors, read_to
 from jaxdet.interop.torch_names import to_ours
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.ssd import build as ssd_build
-from jaxdet.weights import load_weights
+from jaxdet.tasks.weights import load_weights
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 RESNET50 = json.loads((Path(__file__).parents[1] / "models" / "fixtures" / "resnet50.json"

@@ -23,8 +23,8 @@ from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tfod_names import UnmappedModelError
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.ssd import build as ssd_build
+from jaxdet.tasks.weights import load_weights, tf_variable_names
 from jaxdet.train import optim
-from jaxdet.weights import load_weights, tf_variable_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))

@@ -20,7 +20,7 @@ from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.ssd.effdet_names import effdet_state_dict_map, load_effdet_state_dict
 from jaxdet.tasks.ssd.model import concat_levels
-from jaxdet.weights import load_weights
+from jaxdet.tasks.weights import load_weights
 
 from .conftest import torch_deterministic_weights
 

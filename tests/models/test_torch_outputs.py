@@ -23,7 +23,7 @@ from flax import nnx
 
 from jaxdet.config.loader import load_config
 from jaxdet.tasks.ssd import build as ssd_build
-from jaxdet.weights import load_weights
+from jaxdet.tasks.weights import load_weights
 
 from .conftest import torch_deterministic_weights
 

@@ -30,7 +30,7 @@ from jaxdet.tasks.ssd.torchvision_names import (
     current_names,
     torchvision_retinanet_state_dict_map,
 )
-from jaxdet.weights import load_weights
+from jaxdet.tasks.weights import load_weights
 
 from .conftest import torch_deterministic_weights
 

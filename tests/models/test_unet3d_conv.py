@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.tasks.unet3d.conv import depth_stacked_conv
+from jaxdet.backends.cpu.conv3d import depth_stacked_conv
 from jaxdet.tasks.unet3d.model import upsample_2x
 
 DIMS = ("NDHWC", "DHWIO", "NDHWC")

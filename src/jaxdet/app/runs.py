@@ -19,8 +19,8 @@ from pathlib import Path
 
 import jax
 
-from jaxdet import tasks, weights
-from jaxdet.backends import process
+from jaxdet import tasks
+from jaxdet.backends import dispatch, process
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
@@ -42,6 +42,7 @@ from jaxdet.parallel.sharding import (
     state_sharding,
     with_shardings,
 )
+from jaxdet.tasks import weights
 from jaxdet.tasks.base import Task
 from jaxdet.train import build as train_build
 from jaxdet.train.checkpoint import Checkpointer
@@ -230,7 +231,7 @@ def train(
 
 def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: bool,
            evaluate: bool) -> LoopResult:
-    if jax.default_backend() == "cpu":
+    if dispatch.on_cpu():
         process.allocator_hint()
     task = tasks.build_task(config)
     checkpointer = _checkpointer(config, workdir)

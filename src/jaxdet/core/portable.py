@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 
-from jaxdet.backends import trace
+from jaxdet.backends import dispatch, trace
+from jaxdet.backends.windows import window_slices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,84 +103,17 @@ def reduce_window_2d(x: jax.Array, init: float, op: Callable, window: tuple[int,
     else:
         pad_h, pad_w = (tuple(p) for p in padding)
     if not _FORMS.get().pooling_as_slices:
-        if op is jax.lax.max and jax.default_backend() == "cpu" and trace.traced_on_one_device():
-            return _max_pool_cpu(x, init, (kh, kw), (sh, sw), (pad_h, pad_w))
+        if op is jax.lax.max:
+            return dispatch.max_pool_2d(x, init, (kh, kw), (sh, sw), (pad_h, pad_w))
         return jax.lax.reduce_window(x, init, op, (1, kh, kw, 1), (1, sh, sw, 1),
                                      ((0, 0), pad_h, pad_w, (0, 0)))
     xp = jnp.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=init)
     _, h, w, _ = xp.shape
     out_h, out_w = (h - kh) // sh + 1, (w - kw) // sw + 1
     result = None
-    for part in _window_slices(xp, (kh, kw), (sh, sw), (out_h, out_w)):
+    for part in window_slices(xp, (kh, kw), (sh, sw), (out_h, out_w)):
         result = part if result is None else op(result, part)
     return result
-
-
-def _window_slices(xp: jax.Array, window, strides, out_hw) -> list[jax.Array]:
-    """The strided [B, out_h, out_w, C] views of padded ``xp`` at each window offset,
-    row-major (offset (dy, dx) at index dy * kw + dx)."""
-    (kh, kw), (sh, sw), (out_h, out_w) = window, strides, out_hw
-    b, _, _, c = xp.shape
-    return [jax.lax.slice(xp, (0, dy, dx, 0),
-                          (b, dy + (out_h - 1) * sh + 1, dx + (out_w - 1) * sw + 1, c),
-                          (1, sh, sw, 1))
-            for dy in range(kh) for dx in range(kw)]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
-def _max_pool_cpu(x: jax.Array, init: float, window, strides, pads) -> jax.Array:
-    """Max pooling of NHWC ``x`` (XLA's ``reduce_window``) whose gradient is written out for
-    XLA:CPU. Autodiff's ``select_and_scatter`` runs there as index tensors and a scatter: 110
-    ms of RetinaNet-ResNet50's train step for its stem's 3x3/2 pool of f32[2, 320, 320, 64].
-    (One device only: split over a mesh, this gradient did not come out as the one-device run's,
-    while XLA's select_and_scatter does.)
-    Here: the index of each window's first maximum (the window position
-    ``select_and_scatter`` picks, ties to the earliest in row-major order), then each output's
-    gradient added back at that position, one strided pad per window position."""
-    return jax.lax.reduce_window(x, init, jax.lax.max, (1, *window, 1), (1, *strides, 1),
-                                 ((0, 0), *pads, (0, 0)))
-
-
-def _max_pool_cpu_fwd(x, init, window, strides, pads):
-    y = _max_pool_cpu(x, init, window, strides, pads)
-    return y, (x, y)
-
-
-def _max_pool_cpu_bwd(init, window, strides, pads, residuals, grad):
-    x, y = residuals
-    (pt, pb), (pl, pr) = pads
-    xp = jnp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=init)
-    taps = _window_slices(xp, window, strides, y.shape[1:3])
-    first = jnp.full(y.shape, len(taps), jnp.int32)  # the window's first maximum
-    for index in reversed(range(len(taps))):
-        first = jnp.where(taps[index] == y, index, first)
-    (kh, kw), (sh, sw) = window, strides
-    out_h, out_w = y.shape[1:3]
-    # Padded input row r = h * sh + dy takes window position (dy, dx) of output (h, w): split
-    # the rows and columns by their remainder mod the stride, and each of the sh * sw planes is
-    # a sum of whole-pixel shifts of the outputs' gradients (no interior padding), then the
-    # planes are interleaved back.
-    plane_h, plane_w = -(-xp.shape[1] // sh), -(-xp.shape[2] // sw)
-    zero = jnp.zeros((), grad.dtype)
-    rows = []
-    for p in range(sh):
-        cols = []
-        for q in range(sw):
-            plane = jnp.zeros((y.shape[0], plane_h, plane_w, y.shape[3]), grad.dtype)
-            for dy in range(p, kh, sh):
-                for dx in range(q, kw, sw):
-                    part = jnp.where(first == dy * kw + dx, grad, zero)
-                    plane = plane + jnp.pad(part, (
-                        (0, 0), (dy // sh, plane_h - out_h - dy // sh),
-                        (dx // sw, plane_w - out_w - dx // sw), (0, 0)))
-            cols.append(plane)
-        rows.append(jnp.stack(cols, axis=3))
-    grad_xp = jnp.stack(rows, axis=2).reshape(y.shape[0], plane_h * sh, plane_w * sw,
-                                              y.shape[3])
-    return (grad_xp[:, pt:pt + x.shape[1], pl:pl + x.shape[2]],)
-
-
-_max_pool_cpu.defvjp(_max_pool_cpu_fwd, _max_pool_cpu_bwd)
 
 
 __all__ = ["Forms", "exportable", "forms", "fresh_trace", "reduce_window_2d", "take_row"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 
+from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
 from jaxdet.core.precision import COMPUTE_DTYPES
@@ -316,7 +317,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
         max_boxes=config.data.max_number_of_boxes,
         seed=config.train.seed if seed is None else seed,
         worker_count=resolve_worker_count(config.data.worker_count,
-                                          accelerator=jax.default_backend() != "cpu"),
+                                          accelerator=not dispatch.on_cpu()),
         shard_index=shard_index,
         shard_count=shard_count,
         gather=gather_ints if shard_count == jax.process_count() > 1 else None,

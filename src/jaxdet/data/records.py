@@ -29,15 +29,13 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from jaxdet.data.decode import CorruptImageError
+from jaxdet.data.keypoints import KeypointLayout
 from jaxdet.data.masks import coco_rle, load_record_masks
-
-if TYPE_CHECKING:
-    from jaxdet.data.keypoints import KeypointLayout
 
 logger = logging.getLogger("jaxdet.data")
 

@@ -146,14 +146,13 @@ class BatchNorm(nnx.BatchNorm):
         return x * mul.astype(out_dtype) + shift.astype(out_dtype)
 
     def _hand_written_gradient(self, x: jax.Array, mask: jax.Array | None) -> bool:
-        """Whether training-mode normalization of ``x`` takes
-        :mod:`jaxdet.backends.cpu.batch_norm` (CPU, float32, features last, whole-batch
-        statistics without a mask): the same values as ``nnx.BatchNorm``, fewer passes over
-        memory in the backward pass. GPUs and TPUs keep flax's."""
-        return (mask is None and self.axis in (-1, x.ndim - 1) and x.dtype == jnp.float32
-                and self.dtype in (None, jnp.float32) and self.axis_name is None
-                and self.scale is not None and self.bias is not None
-                and jax.default_backend() == "cpu")
+        """Whether training-mode normalization of ``x`` takes the backend's form
+        (``backends.dispatch.has_batch_norm_form``: float32 on CPU) for features last and
+        whole-batch statistics without a mask: the same values as ``nnx.BatchNorm``, fewer
+        passes over memory in the backward pass."""
+        return (mask is None and self.axis in (-1, x.ndim - 1) and self.axis_name is None
+                and self.dtype in (None, x.dtype) and self.scale is not None
+                and self.bias is not None and dispatch.has_batch_norm_form(x.dtype))
 
     def _batch_normalize(self, x: jax.Array) -> jax.Array:
         """``nnx.BatchNorm``'s training mode (statistics over every axis but the last, running

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core.precision import COMPUTE_DTYPES
@@ -44,8 +45,8 @@ def conv_lowering(setting: str, parallel: S.ParallelConfig | None = None) -> str
     """``model.conv_lowering`` resolved for the backend and mesh: ``auto`` is
     ``depth_stacked`` on the CPU backend (XLA:CPU's 3D convolution is about 10x slower than
     its 2D one) and ``native`` on GPU and TPU, and on any mesh that splits depth together
-    with height or width (where XLA mis-partitions the stacked form's gradients, see
-    ``tasks.unet3d.conv``; ``depth_stacked`` is refused there)."""
+    with height or width (where XLA mis-partitions the stacked form's gradients;
+    ``depth_stacked`` is refused there)."""
     axes = tuple(parallel.spatial_axes or (parallel.spatial,)) if parallel else (1,)
     mixed = axes[0] > 1 and any(a > 1 for a in axes[1:])
     if setting == "depth_stacked" and mixed:
@@ -55,7 +56,7 @@ def conv_lowering(setting: str, parallel: S.ParallelConfig | None = None) -> str
                          "gradients when depth and another side are both split)")
     if setting != "auto":
         return setting
-    return "depth_stacked" if jax.default_backend() == "cpu" and not mixed else "native"
+    return "native" if mixed else dispatch.default_conv3d_lowering()
 
 
 def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:

@@ -45,15 +45,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdet.backends import dispatch
 from jaxdet.models import initializers
 from jaxdet.parallel.mesh import gather_thin_sides
-from jaxdet.tasks.unet3d.conv import depth_stacked_conv
 
 # How 3D convolutions are computed (same parameters, same numbers up to summation order):
 # XLA's own 3D convolution, or as 2D ones with the depth taps stacked as channels, about 10x
-# faster on XLA:CPU (``tasks.unet3d.conv``).
-CONV_LOWERINGS: dict[str, Callable] = {"native": jax.lax.conv_general_dilated,
-                                       "depth_stacked": depth_stacked_conv}
+# faster on XLA:CPU (``backends.dispatch.CONV3D_LOWERINGS``).
+CONV_LOWERINGS: dict[str, Callable] = dispatch.CONV3D_LOWERINGS
 
 # PyTorch's default Conv3d initialisation: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in))
 torch_default_init = initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")

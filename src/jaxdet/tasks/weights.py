@@ -1,4 +1,5 @@
-"""Weights from elsewhere: TF OD API checkpoints and jaxdet workdirs, into a built detector.
+"""Weights from elsewhere: TF OD API checkpoints, PyTorch files and jaxdet workdirs, into a
+built model. It sits beside the registry because it asks each family for its name maps.
 
     report = load_weights(model, config, "zoo/checkpoint/ckpt-0", restore="detection")
     log.info(report.line())

@@ -6,15 +6,14 @@ slower still), while its 2D convolutions reach 50-100. :func:`depth_stacked_conv
 same 3D convolution as one 2D convolution: the ``kd`` depth taps of the (padded, strided)
 input are stacked as channels, depth is folded into the batch, and the kernel's depth taps
 are stacked along its input channels, so ``out[b, z] = conv2d(concat_d x[b, s z + d],
-concat_d w[d])``. Measured on the 2-core CPU (``tests/models/test_unet3d_conv.py`` checks the
-values): 10-14x faster forward, 7-14x backward at 8-16 channels. :func:`upsample_2x2x2` is
-the 2x2x2 stride-2 transposed convolution as one matrix product and a depth-to-space
-reshuffle (the 8 output positions of an input voxel do not overlap).
+concat_d w[d])``. Measured on the 2-core CPU: 10-14x faster forward, 7-14x backward at
+8-16 channels.
 
-Both give the numbers of the native operations up to float32 summation order; parameters
+It gives the numbers of the native operation up to float32 summation order; parameters
 keep their shapes (DHWIO kernels), so checkpoints do not depend on the lowering. On GPU and
 TPU the native 3D operations are the fast ones (cuDNN, the TPU's convolution units):
-``model.conv_lowering: auto`` picks these functions on the CPU backend only.
+``model.conv_lowering: auto`` picks this form on the CPU backend only
+(``backends.dispatch.default_conv3d_lowering``).
 """
 
 from __future__ import annotations
