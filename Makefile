@@ -7,7 +7,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
 .PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
-	peer-venv bench-peer clean
+	peer-venv bench-peer clean notebooks
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,9 +38,13 @@ demo: install
 
 ## Install the test extras and run the whole suite.
 test: install-test
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples/*.py
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+## The examples' .ipynb notebooks from their .py sources (jupytext pairs; no outputs kept).
+notebooks: install-test
+	$(VENV)/bin/jupytext --quiet --to ipynb examples/*.py
 
 ## TF SavedModel / TFLite export needs TensorFlow (~600 MB): its own venv (with the ONNX
 ## extras too: every runtime in one place), never in make test.
@@ -81,7 +85,7 @@ bench: install
 		--batch-sizes 1 8 --set precision=fp32
 
 lint: install-test
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples/*.py
 	$(VENV)/bin/lint-imports --no-cache
 
 clean:

@@ -35,7 +35,7 @@ import numpy as np
 
 from inference_throughput import machine_info, summarize, timed_calls
 from jaxdet import tasks
-from jaxdet.app.predict import preprocess_images
+from jaxdet.app.detector import preprocess_images
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.export.exporter import export_onnx, export_stablehlo

@@ -1,3 +1,49 @@
-"""jaxdet: object detection on JAX/XLA."""
+"""jaxdet: object detection on JAX/XLA.
+
+    import jaxdet
+    detector = jaxdet.load("runs/demo")
+    found = detector.predict(image)
+
+The Python API (:mod:`jaxdet.api`: ``load``, ``fit``, ``fine_tune``, ``Detector`` with ``predict``,
+``evaluate`` and ``export``, ``Detections``, and the errors they raise) is importable from
+here; it loads on first use, so ``import jaxdet`` alone stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_API = ("CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
+        "ExportError", "Labels", "TrainResult", "WorkdirMismatch", "fine_tune", "fit", "load")
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ loads them
+    from jaxdet.api import (  # noqa: F401
+        CheckpointError,
+        ConfigError,
+        CorruptImageError,
+        Detections,
+        Detector,
+        ExportError,
+        Labels,
+        TrainResult,
+        WorkdirMismatch,
+        fine_tune,
+        fit,
+        load,
+    )
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module("jaxdet.api"), name)
+    raise AttributeError(f"module 'jaxdet' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
+
+
+__all__ = ["__version__", *_API]

@@ -23,8 +23,8 @@ from PIL import Image
 
 from jaxdet.app import runs
 from jaxdet.app.cli import main
+from jaxdet.app.detector import preprocess_images
 from jaxdet.app.export_job import export_model
-from jaxdet.app.predict import preprocess_images
 from jaxdet.config.loader import load_config
 from jaxdet.export import ExportError
 from jaxdet.export.runtimes import (

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdet.app.predict import class_labels, predict_images
+from jaxdet.app.labels import class_labels
+from jaxdet.app.predict import predict_images
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
 

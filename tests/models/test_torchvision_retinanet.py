@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdet.app.predict import class_labels
+from jaxdet.app.labels import class_labels
 from jaxdet.config.loader import load_config
 from jaxdet.core.nms import batched_nms
 from jaxdet.interop.tf_checkpoint import CheckpointError

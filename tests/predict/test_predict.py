@@ -212,16 +212,16 @@ def test_predict_draws_at_its_own_threshold_and_keeps_all_in_json(trained, tiny_
                                                                    tmp_path, monkeypatch):
     """The JSON keeps every detection above the score threshold (0.0 here: all 10); the picture
     shows those >= the drawing threshold (default 0.3, as the eval sample grid)."""
-    import jaxdet.app.predict as predict_module
+    import jaxdet.app.detections as drawing_module
 
     drawn_scores = []
-    real_draw = predict_module.draw_detections
+    real_draw = drawing_module.draw_detections
 
     def spy(image, boxes, classes, scores, names):
         drawn_scores.append(np.asarray(scores).tolist())
         return real_draw(image, boxes, classes, scores, names)
 
-    monkeypatch.setattr(predict_module, "draw_detections", spy)
+    monkeypatch.setattr(drawing_module, "draw_detections", spy)
     image = [str(folder / "000000.jpg")]
     predict_images(tiny_config, trained, image, tmp_path / "all", draw_threshold=0.0,
                    progress=False)

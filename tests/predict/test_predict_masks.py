@@ -6,7 +6,10 @@ import json
 import numpy as np
 from pycocotools import mask as mask_utils
 
-from jaxdet.app.predict import _detections_json, _select, image_masks
+from jaxdet.app.detections import Detections
+from jaxdet.app.labels import Labels
+
+LABELS = Labels((1, 2), ("a", "b"))
 
 
 def _det(with_masks=True):
@@ -23,12 +26,12 @@ def _det(with_masks=True):
 
 def test_masks_become_rle_segmentations():
     height, width = 41, 61  # boxes normalized by (H, W); pixel centers j / (W - 1) -> 20 px
-    boxes, scores, classes, _, _, box_masks = _select(_det(), 0, 0.2, None)
-    assert scores.tolist() == [np.float32(0.9), np.float32(0.4)]  # best first, 0.1 dropped
-    masks = image_masks(boxes, box_masks, height, width)
+    found = Detections.from_model_output(_det(), 0, LABELS, image_size=(height, width),
+                                         score_threshold=0.2)
+    assert found.scores.tolist() == [np.float32(0.9), np.float32(0.4)]  # best first, 0.1 dropped
+    masks = found.masks
     assert masks.shape == (2, height, width) and masks.dtype == np.uint8
-    out = _detections_json(boxes, scores, classes, [1, 2], ["a", "b"], masks=masks)
-    out = json.loads(json.dumps(out))
+    out = json.loads(found.to_json())["detections"]
     seg = out[0]["segmentation"]
     assert seg["size"] == [height, width] and isinstance(seg["counts"], str)
     decoded = mask_utils.decode({"size": seg["size"], "counts": seg["counts"].encode()})
@@ -44,7 +47,8 @@ def test_masks_become_rle_segmentations():
 
 
 def test_no_masks_no_segmentation():
-    boxes, scores, classes, points, point_scores, box_masks = _select(_det(False), 0, 0.0, 2)
-    assert box_masks is None and image_masks(boxes, box_masks, 10, 10) is None
-    out = _detections_json(boxes, scores, classes, [1, 2], ["a", "b"], points, point_scores)
+    found = Detections.from_model_output(_det(False), 0, LABELS, image_size=(10, 10),
+                                         score_threshold=0.0, max_detections=2)
+    assert found.masks is None
+    out = found.to_dict()["detections"]
     assert len(out) == 2 and all("segmentation" not in d for d in out)

@@ -217,10 +217,9 @@ def _config_for_workdir(args: argparse.Namespace):
     if args.workdir is None:
         raise ConfigError("give --workdir (a trained run), or --checkpoint with "
                           "--pipeline-config / --config describing its model")
-    saved = Path(args.workdir) / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"--config not given and {saved} does not exist")
-    return load_config(saved, args.overrides)
+    from jaxdet.app.model_source import model_source
+
+    return model_source(workdir=args.workdir, overrides=args.overrides).config
 
 
 def _print_metrics(metrics: dict, out_dir: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jaxdet import tasks
 from jaxdet.app import runs
-from jaxdet.app.predict import class_labels, keypoint_layout
+from jaxdet.app.labels import Labels, labels_of
 from jaxdet.config import schema as S
 from jaxdet.export.exporter import (
     FLOAT32_ONLY,
@@ -45,18 +45,38 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
       ExportError (one line) for what cannot be exported; FileNotFoundError without a
       checkpoint; nothing is left in ``out_dir`` then.
     """
-    check_request(format, input_type)
-    if batch_size is not None and batch_size < 1:
-        raise ExportError(f"--batch-size {batch_size}: must be >= 1")
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ExportError(f"--out {out_dir} exists and is not empty; give a new folder")
+    check_export_request(out_dir, format, input_type, batch_size)  # before any loading
     task, state, step = runs.load_for_inference(config, workdir, step=step,
                                                 checkpoint=checkpoint,
                                                 checkpoint_format=checkpoint_format)
-    ids, names = class_labels(config, workdir or out_dir.parent)
-    layout = keypoint_layout(config, names)
-    params, batch_stats = runs.inference_variables(config, state)
+    return export_loaded(config, task, runs.inference_variables(config, state), step,
+                         labels_of(config, workdir or out_dir.parent), out_dir, format=format,
+                         input_type=input_type, batch_size=batch_size, input_size=input_size)
+
+
+def check_export_request(out_dir: Path, format: str, input_type: str,
+                         batch_size: int | None) -> None:
+    """ExportError, before any work, for a format / input type / batch that cannot be
+    exported or an ``out_dir`` that holds files."""
+    check_request(format, input_type)
+    if batch_size is not None and batch_size < 1:
+        raise ExportError(f"--batch-size {batch_size}: must be >= 1")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ExportError(f"--out {out_dir} exists and is not empty; give a new folder")
+
+
+def export_loaded(config: S.Config, task, variables: tuple, step: int | str, labels: Labels,
+                  out_dir: str | Path, *, format: str = "stablehlo",
+                  input_type: str = "image_tensor", batch_size: int | None = None,
+                  input_size: tuple[int, int] | None = None) -> ExportResult:
+    """Write the artifact of loaded weights (``variables``: (params, batch_stats) of checkpoint
+    ``step``) of ``task``, built from ``config``, whose classes are ``labels``; the other
+    arguments as :func:`export_model`."""
+    out_dir = Path(out_dir)
+    check_export_request(out_dir, format, input_type, batch_size)
+    params, batch_stats = variables
+    ids, names, layout = list(labels.ids), list(labels.names), labels.keypoint_layout
     if format in FLOAT32_ONLY and config.precision != "fp32":
         log.warning("%s computes in float32: exporting the %s model in float32 (its outputs "
                     "equal `jaxdet predict --set precision=fp32`)", format, config.precision)
@@ -71,4 +91,4 @@ def export_model(config: S.Config, workdir: str | Path | None, out_dir: str | Pa
                                    keypoint_layout=layout, step=step)
 
 
-__all__ = ["export_model"]
+__all__ = ["check_export_request", "export_loaded", "export_model"]

@@ -52,29 +52,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jax
-import numpy as np
 from tqdm.auto import tqdm
 
 from jaxdet import tasks
-from jaxdet.app import runs
+from jaxdet.app.detections import Detections
+from jaxdet.app.detector import default_score_threshold, load_detector
+from jaxdet.app.labels import summary_classes
+from jaxdet.app.model_source import ModelSource
 from jaxdet.config import schema as S
-from jaxdet.data import build as data_build
-from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
-from jaxdet.data.keypoints import resolve_layout
 from jaxdet.data.loader import resolve_worker_count
 from jaxdet.data.records import Record, make_record
-from jaxdet.data.shapes import SHAPE_NAMES
-from jaxdet.eval.coco_eval import BBOX_DECIMALS, SCORE_DECIMALS, coco_xywh
-from jaxdet.eval.coco_mask_eval import masks_to_rle, paste_box_masks
-from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD, make_predict_fn, predict_callable
-from jaxdet.eval.visualize import draw_detections, resize_masks
-from jaxdet.parallel import build as parallel_build
-from jaxdet.parallel.mesh import check_batch_layout
-from jaxdet.parallel.sharding import mesh_predict, replicated
-from jaxdet.train import build as train_build
+from jaxdet.eval.runner import SAMPLES_SCORE_THRESHOLD
 
 log = logging.getLogger("jaxdet")
 
@@ -174,152 +164,7 @@ class _FileSource:
         return make_record(self.paths[index], image_id=index, height=0, width=0)
 
 
-# --------------------------------------------------------------------------- classes
-
-
-def _labels_of(dataset: S.DatasetConfig, workdir: Path) -> tuple[list[int], list[str]]:
-    if isinstance(dataset, S.ShapesDataConfig):  # what data.shapes.generate_shapes writes
-        return (list(range(1, dataset.num_classes + 1)),
-                list(SHAPE_NAMES[:dataset.num_classes]))
-    if isinstance(dataset, S.VocDataConfig) and dataset.class_names:
-        return list(range(1, len(dataset.class_names) + 1)), list(dataset.class_names)
-    source = data_build.build_source(dataset, workdir)
-    return list(source.category_ids), list(source.category_names)
-
-
-def class_labels(config: S.Config, workdir: str | Path) -> tuple[list[int], list[str]]:
-    """(category ids, names) indexed by the model's class index; see the module docstring."""
-    num_classes = config.model.num_classes
-    for kind, dataset in (("eval", config.data.eval), ("train", config.data.train)):
-        if dataset is None:
-            continue
-        try:
-            ids, names = _labels_of(dataset, Path(workdir))
-        except (OSError, ValueError) as e:
-            log.warning("class names: cannot read data.%s (%s)", kind, e)
-            continue
-        if len(ids) == num_classes:
-            return ids, names
-        log.warning("class names: data.%s has %d classes but the model %d", kind, len(ids),
-                    num_classes)
-    if num_classes == len(COCO_CATEGORY_NAMES):
-        log.info("class names: COCO's 90 (no readable dataset or label map in the config)")
-        return list(range(1, num_classes + 1)), list(COCO_CATEGORY_NAMES)
-    if num_classes == len(COCO_CATEGORY_NAMES) + 1:  # torchvision's numbering: class = id
-        log.info("class names: COCO's ids 0..90 (no readable dataset or label map in the "
-                 "config)")
-        return list(range(num_classes)), ["id_0", *COCO_CATEGORY_NAMES]
-    log.warning("class names unknown: calling them class_1 .. class_%d", num_classes)
-    return list(range(1, num_classes + 1)), [f"class_{k}" for k in range(1, num_classes + 1)]
-
-
 # --------------------------------------------------------------------------- predict
-
-
-def _detections_json(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
-                     ids: list[int], names: list[str], keypoints: np.ndarray | None = None,
-                     keypoint_scores: np.ndarray | None = None, layout=None,
-                     masks: np.ndarray | None = None) -> list[dict]:
-    """Rows of (pixel yxyx box, score, class index) -> JSON detections (rounded like COCO);
-    with ``keypoints`` [n, K, 2] pixel (y, x), ``keypoint_scores`` [n, K] and the
-    ``layout``, each detection of a class with keypoints gets its group's (x, y, score);
-    with ``masks`` (uint8 [n, H, W] binary, original-image pixels) each gets its
-    ``segmentation`` (COCO compressed RLE, counts a str)."""
-    b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    x0, y0, w, h = coco_xywh(b)
-    x1, y1 = np.round(b[:, 3], BBOX_DECIMALS), np.round(b[:, 2], BBOX_DECIMALS)
-    s = np.round(np.asarray(scores, np.float64), SCORE_DECIMALS)
-    rles = masks_to_rle(masks) if masks is not None else None
-    out = []
-    for i, k in enumerate(np.asarray(classes).astype(np.int64).tolist()):
-        out.append({
-            "bbox": [float(x0[i]), float(y0[i]), float(w[i]), float(h[i])],
-            "box_xyxy": [float(x0[i]), float(y0[i]), float(x1[i]), float(y1[i])],
-            "class_id": int(ids[k]),
-            "class_name": names[k],
-            "score": float(s[i]),
-        })
-        group = layout.group_of_class(k) if (layout and keypoints is not None) else None
-        if group is not None:
-            out[-1]["keypoints"] = [
-                round(float(v), BBOX_DECIMALS if j % 3 < 2 else SCORE_DECIMALS)
-                for slot in group.slots
-                for j, v in enumerate((keypoints[i, slot, 1], keypoints[i, slot, 0],
-                                       keypoint_scores[i, slot]))]
-        if rles is not None:
-            out[-1]["segmentation"] = rles[i]
-    return out
-
-
-def _class_entry(index: int, category_id: int, name: str, layout) -> dict:
-    """predictions.json's entry of a class: id, name, and its keypoint names and skeleton
-    (0-based pairs) when it has keypoints."""
-    entry = {"id": category_id, "name": name}
-    group = layout.group_of_class(index) if layout else None
-    if group is not None:
-        entry["keypoints"] = list(group.names)
-        entry["skeleton"] = [list(e) for e in group.skeleton]
-    return entry
-
-
-def keypoint_layout(config: S.Config, names: list[str]):
-    """The layout of the model's keypoint tasks over the classes ``names`` (None without
-    keypoint tasks, or, with a warning, when a task's class is not among ``names``)."""
-    specs = data_build.keypoint_specs(config)
-    if not specs:
-        return None
-    try:
-        return resolve_layout(specs, names, "the model's classes")
-    except ValueError as e:
-        log.warning("keypoints are left out of the predictions: %s", e)
-        return None
-
-
-def preprocess_images(config: S.Config, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decoded RGB images ``[B, h, w, 3]`` (uint8 or 0..255 floats) through the eval transforms
-    as ``jaxdet predict`` runs them on the host: (network input f32 [B, H, W, 3], image_info
-    f32 [B, 4])."""
-    samples = []
-    for image in images:
-        sample = {"image": np.asarray(image, np.float32), "boxes": np.zeros((0, 4), np.float32),
-                  "classes": np.zeros((0,), np.int32),
-                  "image_info": np.array([*image.shape[:2], *image.shape[:2]], np.float32)}
-        for op in tasks.transforms_of(config, training=False):
-            sample = op(sample)
-        samples.append(sample)
-    return (np.stack([s["image"] for s in samples]),
-            np.stack([s["image_info"] for s in samples]))
-
-
-def _select(det: dict, row: int, score_threshold: float, max_detections: int | None):
-    """One image's valid detections with score >= threshold, best first, at most max: boxes,
-    scores, classes, keypoints / keypoint scores and per-box masks (None for a model
-    without)."""
-    n = int(det["num_detections"][row])
-    scores = np.asarray(det["scores"][row][:n])
-    order = np.argsort(-scores, kind="stable")
-    order = order[scores[order] >= score_threshold]
-    if max_detections is not None:
-        order = order[:max_detections]
-    if "keypoints" in det:
-        points = (np.asarray(det["keypoints"][row])[order],
-                  np.asarray(det["keypoint_scores"][row])[order])
-    else:
-        points = (None, None)
-    box_masks = np.asarray(det["masks"][row])[order] if "masks" in det else None
-    return (np.asarray(det["boxes"][row])[order], scores[order],
-            np.asarray(det["classes"][row])[order], *points, box_masks)
-
-
-def image_masks(boxes: np.ndarray, box_masks: np.ndarray | None, height: int,
-                width: int) -> np.ndarray | None:
-    """Per-box masks ``[n, mh, mw]`` of detections with pixel yxyx ``boxes`` [n, 4] pasted
-    into their ``height x width`` original image and binarized at 0.5 (TF's exported
-    ``detection_masks``): uint8 [n, H, W]; None for None."""
-    if box_masks is None:
-        return None
-    normalized = np.asarray(boxes, np.float64).reshape(-1, 4) / np.array([height, width] * 2)
-    return paste_box_masks(box_masks, normalized, height, width)
 
 
 def _write_json(path: Path, payload) -> None:
@@ -333,33 +178,6 @@ def _reason(path: str) -> str:
     except CorruptImageError as e:
         return e.reason
     return "could not be read"  # readable again now; the loader's warning has the cause
-
-
-def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tuple:
-    """``(predict, variables)``: predict jitted over the config's mesh with the variables
-    replicated on it, or on one device (see the module docstring)."""
-    options = train_build.predict_compiler_options(config)
-    normalizer = tasks.build_normalizer(config)
-    single = make_predict_fn(task, allow_tf32=config.allow_tf32, compiler_options=options,
-                             normalizer=normalizer), variables
-    if jax.process_count() > 1 or jax.device_count() == 1:
-        return single
-    try:
-        mesh = parallel_build.build_mesh(config)
-        if mesh.size == 1:
-            return single
-        check_batch_layout(mesh, batch_size=batch_size, image_size=task.input_size,
-                           max_stride=task.max_stride(),
-                           what="the predict batch size (--batch-size)")
-    except ValueError as e:  # MeshLayoutError included
-        log.info("predict runs on one device: %s", e)
-        return single
-    predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32,
-                                            normalizer=normalizer), mesh,
-                           compiler_options=options)
-    log.info("predict splits each batch of %d over a (data=%d, spatial=%d) mesh", batch_size,
-             mesh.shape["data"], mesh.shape["spatial"])
-    return predict, jax.device_put(variables, replicated(mesh))
 
 
 def predict_images(
@@ -411,26 +229,22 @@ def predict_images(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_detections is not None and max_detections < 0:
         raise ValueError(f"max_detections must be >= 0, got {max_detections}")
-    if score_threshold is None:  # the model's own (Faster R-CNN: its second stage's)
-        post = getattr(config.model, "post_processing", None) or getattr(
-            config.model, "second_stage_post_processing", None)
-        score_threshold = post.score_threshold if post is not None else 0.0
+    if score_threshold is None:
+        score_threshold = default_score_threshold(config)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a folder")
 
-    task, state, step = runs.load_for_inference(config, workdir, step=step,
-                                                checkpoint=checkpoint,
-                                                checkpoint_format=checkpoint_format)
-    ids, names = class_labels(config, workdir or out_dir)
-    layout = keypoint_layout(config, names)
-    predict, (params, batch_stats) = _predictor(
-        config, task, runs.inference_variables(config, state), batch_size)
+    detector = load_detector(
+        ModelSource(config, None if workdir is None else Path(workdir),
+                    None if checkpoint is None else Path(checkpoint)),
+        step=step, checkpoint_format=checkpoint_format, batch_size=batch_size,
+        data_dir=workdir or out_dir)
     source = _FileSource(tuple(str(item.path) for item in images))
     loader = make_eval_loader(
         source, tasks.transforms_of(config, training=False, normalize=False),
         batch_size=batch_size, max_boxes=1,
         worker_count=resolve_worker_count(config.data.worker_count, training=False),
-        decode=data_build.decode_mode(config, runs.weights_format(checkpoint, checkpoint_format)))
+        decode=detector.decode)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     results: list[dict] = []
@@ -439,8 +253,7 @@ def predict_images(
     bar = tqdm(total=len(images), desc="predict", unit="img", disable=not progress)
     try:
         for b, batch in enumerate(loader):
-            det = jax.device_get(predict(params, batch_stats, batch["images"],
-                                         batch["image_info"]))
+            output = detector.run_batch(batch["images"], batch["image_info"])
             for row in range(batch_size):
                 index = b * batch_size + row
                 if index >= len(images):
@@ -450,29 +263,17 @@ def predict_images(
                 if not batch["mask"][row]:
                     skipped.append((str(item.path), _reason(str(item.path))))
                     continue
-                boxes, scores, classes, points, point_scores, box_masks = _select(
-                    det, row, score_threshold, max_detections)
-                height, width = (int(v) for v in batch["image_info"][row][:2])
-                masks = image_masks(boxes, box_masks, height, width)
-                entry = {"image": str(item.path), "width": width, "height": height,
-                         "detections": _detections_json(boxes, scores, classes, ids, names,
-                                                        points, point_scores, layout, masks)}
+                found = Detections.from_model_output(
+                    output, row, detector.labels,
+                    image_size=tuple(int(v) for v in batch["image_info"][row][:2]),
+                    score_threshold=score_threshold, max_detections=max_detections,
+                    source=str(item.path))
+                entry = found.to_dict()
                 _write_json(out_dir / f"{item.name}.json", entry)
-                shown = scores >= draw_threshold
-                drawn_points = {}
-                if layout and points is not None:
-                    drawn_points = {
-                        "keypoints": points[shown], "edges": layout.edges,
-                        "keypoint_mask": layout.slot_mask(classes[shown])
-                        & (point_scores[shown] >= draw_threshold)}
-                pixels = load_image(item.path)
-                if masks is not None:
-                    drawn_points["masks"] = resize_masks(masks[shown], pixels.shape[:2])
-                drawn = draw_detections(pixels, boxes[shown], classes[shown],
-                                        scores[shown], names, **drawn_points)
-                drawn.save(out_dir / f"{item.name}.jpg", quality=90)
+                found.draw(draw_threshold, image=load_image(item.path)).save(
+                    out_dir / f"{item.name}.jpg", quality=90)
                 results.append(entry)
-                total += len(boxes)
+                total += len(found)
     except RuntimeError:
         # The eval loader refuses a pass in which no image could be read; for predict that is
         # a result (every input listed as skipped in predictions.json), not a crash.
@@ -481,17 +282,16 @@ def predict_images(
     finally:
         bar.close()
 
-    summary = PredictSummary(len(results), total, skipped, out_dir, step, results)
+    summary = PredictSummary(len(results), total, skipped, out_dir, detector.step, results)
     _write_json(out_dir / "predictions.json", {
         "summary": summary.line(),
-        "checkpoint_step": step,
+        "checkpoint_step": detector.step,
         "workdir": None if workdir is None else str(workdir),
         "checkpoint": None if checkpoint is None else str(checkpoint),
         "score_threshold": score_threshold,
         "draw_threshold": draw_threshold,
         "max_detections": max_detections,
-        "classes": [_class_entry(k, i, n, layout)
-                    for k, (i, n) in enumerate(zip(ids, names, strict=True))],
+        "classes": summary_classes(detector.labels),
         "num_images": summary.num_images,
         "num_detections": summary.num_detections,
         "skipped": [{"image": p, "reason": r} for p, r in skipped],
@@ -500,5 +300,4 @@ def predict_images(
     return summary
 
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageInput", "PredictSummary", "class_labels", "find_images",
-           "predict_images"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageInput", "PredictSummary", "find_images", "predict_images"]

@@ -389,17 +389,37 @@ def evaluate(
     data_build.check_data_paths(config, splits=("eval",))
     task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
                                            checkpoint_format=checkpoint_format)
-    if workdir is None:  # a zoo model's folder (.../checkpoint/ckpt-0), or a weight file's
-        source = Path(str(checkpoint)).absolute()
-        workdir = source.parent if source.is_file() else source.parent.parent
-    workdir = Path(workdir)
+    return evaluate_model(config, task, state, step, results_home(workdir, checkpoint),
+                          out_dir=out_dir, overwrite=overwrite, progress=progress,
+                          weights_format=weights_format(checkpoint, checkpoint_format))
+
+
+def results_home(workdir: str | Path | None, checkpoint: str | Path | None) -> Path:
+    """The folder an evaluation of these weights writes under by default (its ``eval/``): the
+    workdir, else the folder beside the checkpoint's (a zoo model's folder for
+    ``.../checkpoint/ckpt-0``; a weight file's own folder)."""
+    if workdir is not None:
+        return Path(workdir)
+    source = Path(str(checkpoint)).absolute()
+    return source.parent if source.is_file() else source.parent.parent
+
+
+def evaluate_model(config: Config, task: Task, state: dict, step: int | str, home: Path, *,
+                   out_dir: str | Path | None = None, overwrite: bool = False,
+                   progress: bool = True, weights_format: str | None = None) -> dict:
+    """Evaluate loaded weights (``state``: params / batch_stats [/ ema_params]) of checkpoint
+    ``step`` on ``config``'s ``data.eval``, as :func:`evaluate` does after loading them.
+    ``home``: where generated eval data lives and the results go by default
+    (``home/eval/step_N``, :func:`eval_dir`); ``weights_format``: ``"tf"`` for a TF
+    checkpoint's weights (TF's JPEG decode). Returns the metrics with ``out_dir`` and
+    ``step``."""
+    data_build.check_data_paths(config, splits=("eval",))
     mesh = None
     if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
         mesh = parallel_build.build_mesh(config)
         parallel_build.check_mesh_layout(config, mesh, task, splits=("eval",))
-    ctx = EvalContext.build(config, task, workdir, mesh,
-                            weights_format=weights_format(checkpoint, checkpoint_format))
-    out = Path(out_dir) if out_dir else eval_dir(workdir, step, overwrite=overwrite)
+    ctx = EvalContext.build(config, task, Path(home), mesh, weights_format=weights_format)
+    out = Path(out_dir) if out_dir else eval_dir(home, step, overwrite=overwrite)
     metrics = ctx(state, out, step=step, progress=progress)
     metrics["out_dir"], metrics["step"] = str(out), step
     return metrics

@@ -20,7 +20,7 @@ from jaxdet.data.ground_truth import pad_ground_truth
 from jaxdet.data.host_memory import keep_buffers_mapped
 from jaxdet.data.keypoints import KEYPOINT_KEYS
 from jaxdet.data.masks import MASK_KEYS, has_masks, load_record_masks, resample_masks
-from jaxdet.data.records import Record
+from jaxdet.data.records import Record, make_record
 
 _SKIP = "_skipped"  # key marking a sample whose image could not be read
 _TRUNCATED = "_truncated"  # (path, index, image id, objects cut, stream index or -1)
@@ -154,4 +154,16 @@ class _Pipeline:
         return self.finish(sample, np.random.default_rng(0), mask=False)
 
 
-__all__ = ["DECODE_MODES", "IMAGE_DTYPES", "build_sample", "finish_image"]
+def eval_sample(image: np.ndarray, transforms, *, index: int = 0,
+                image_dtype: str = "float32") -> Sample:
+    """A decoded image given in memory (RGB [H, W, 3], uint8 or 0..255 floats) as the eval
+    loader makes the sample of an image file: its eval ``transforms`` run with the rng of
+    record ``index``, no objects. Returns the sample (``image`` at the model's input size,
+    ``image_info`` [4] float32: the image's height and width, then the resized ones)."""
+    pipeline = _Pipeline(None, tuple(transforms), max_boxes=1, image_dtype=image_dtype)
+    record = make_record("<array>", image_id=index, height=0, width=0)
+    return pipeline.finish(build_sample(record, image, image_dtype),
+                           np.random.default_rng([0, index]), mask=True)
+
+
+__all__ = ["DECODE_MODES", "IMAGE_DTYPES", "build_sample", "eval_sample", "finish_image"]
