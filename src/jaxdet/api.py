@@ -105,6 +105,12 @@ class TrainResult:
       train_metrics: the last logged training metrics (loss terms, learning rate).
       eval_metrics: the evaluation of ``step`` (``eval/step_N/metrics.json``), None when the
         run did not evaluate it.
+
+    Example::
+
+        result = jaxdet.fit("shapes_demo", "runs/demo")
+        print(result.step, result.eval_metrics["AP"])
+        detector = result.detector()
     """
 
     workdir: Path
@@ -117,7 +123,8 @@ class TrainResult:
     eval_metrics: dict | None
 
     def detector(self, *, batch_size: int = 1) -> Detector:
-        """The trained detector (the workdir's latest checkpoint), as :func:`load` loads it."""
+        """The trained detector (the workdir's latest checkpoint), as :func:`load` loads it
+        with ``batch_size`` images per compiled call."""
         return load(self.workdir, batch_size=batch_size)
 
 
@@ -182,6 +189,7 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
       steps, batch_size: the training length and batch (200 and 4: the recipe's).
       freeze: regexes of variables kept as restored (``jaxdet summary`` names them).
       overrides: further ``section.field=value`` overrides (``train.learning_rate...``).
+      progress: show progress bars.
     Returns:
       A :class:`TrainResult`; ``result.detector()`` predicts with the fine-tuned weights.
     Raises:

@@ -46,6 +46,13 @@ class Detections:
         (``labels.keypoint_layout``), the other slots are meaningless.
       source: the image file's path when it came from one, else None.
       image: the RGB pixels (uint8 [height, width, 3]) :meth:`draw` draws on, when kept.
+
+    Example::
+
+        found = detector.predict("street.jpg")
+        people = found.above(0.5)
+        people.draw().save("street_detections.jpg")
+        json.dump(found.to_coco(image_id=42), open("results.json", "w"))
     """
 
     boxes: np.ndarray
@@ -77,7 +84,8 @@ class Detections:
         return self.boxes[:, [1, 0, 3, 2]]
 
     def above(self, score_threshold: float) -> Detections:
-        """The detections with score >= ``score_threshold`` (a new object)."""
+        """The detections with score >= ``score_threshold``, as a new :class:`Detections`
+        (masks and keypoints filtered alike; this one is unchanged)."""
         keep = self.scores >= score_threshold
         return dataclasses.replace(
             self, boxes=self.boxes[keep], scores=self.scores[keep], classes=self.classes[keep],
@@ -114,7 +122,8 @@ class Detections:
                 "detections": rows}
 
     def to_json(self, indent: int | None = 1) -> str:
-        """:meth:`to_dict` as JSON text."""
+        """:meth:`to_dict` as JSON text (``indent`` spaces per level; None: one line), the
+        text ``jaxdet predict`` writes as ``<name>.json``."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_coco(self, image_id: int = 0) -> list[dict]:
@@ -137,6 +146,8 @@ class Detections:
         drawn (boxes, class and score tags, masks and keypoint skeletons where present), on
         ``image`` or the pixels kept with the detections.
 
+        Returns:
+          A PIL RGB image of ``image_size`` (``.save(path)``, or shown by a notebook).
         Raises:
           ValueError: no image was kept and none is given, or its size is not ``image_size``.
         """

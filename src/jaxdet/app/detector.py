@@ -97,7 +97,13 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
 
 
 class Detector:
-    """A model with its weights, ready to detect objects (see the module docstring).
+    """A model with its weights, ready to detect objects (see the module docstring); made by
+    ``jaxdet.load``.
+
+    Example::
+
+        detector = jaxdet.load("runs/demo", batch_size=8)
+        detections = detector.predict(["a.jpg", "b.jpg"])
 
     Attributes:
       config: the model's config.
@@ -145,7 +151,7 @@ class Detector:
         """The name of each class index."""
         return list(self.labels.names)
 
-    def compiled(self, batch_size: int) -> tuple:
+    def _compiled(self, batch_size: int) -> tuple:
         """``(predict, (params, batch_stats))`` for batches of ``batch_size``, built once."""
         if batch_size not in self._predictors:
             self._predictors[batch_size] = _predictor(self.config, self.task, self.variables,
@@ -156,7 +162,7 @@ class Detector:
         """The model's raw output for a batch, as numpy: ``images`` [B, H, W, 3] after the eval
         transforms (not normalized), ``image_info`` [B, 4] float32 (original height, width,
         then the resized ones), as a loader batch holds them."""
-        predict, (params, batch_stats) = self.compiled(int(images.shape[0]))
+        predict, (params, batch_stats) = self._compiled(int(images.shape[0]))
         return jax.device_get(predict(params, batch_stats, images, image_info))
 
     def predict(self, images, *, score_threshold: float | None = None,
@@ -181,6 +187,13 @@ class Detector:
             position and what was wrong: shape, dtype, value range).
           FileNotFoundError: a path that does not exist.
           CorruptImageError: a file that cannot be decoded (named).
+
+        Example::
+
+            found = detector.predict(np.asarray(Image.open("dog.jpg")))
+            for box, name, score in zip(found.boxes, found.class_names, found.scores):
+                print(name, round(float(score), 2), box)   # box: x0, y0, x1, y1 pixels
+            batch = detector.predict(["a.jpg", "b.png"], batch_size=2)
         """
         items, single = _as_items(images)
         batch = self.batch_size if batch_size is None else int(batch_size)
@@ -219,12 +232,21 @@ class Detector:
         for imported weights ``eval/<checkpoint name>`` beside the checkpoint's folder).
         Evaluate on other data by loading with ``overrides=["data.eval=..."]``.
 
+        Args:
+          out_dir: where the results go (see above).
+          overwrite: replace ``eval/step_N`` when it already holds an evaluation.
+          progress: show a progress bar.
         Returns:
           The metrics (``AP``, ``AP50``, ..., per class), with ``out_dir`` (a str) and
           ``step``.
         Raises:
           ValueError: the config has no ``data.eval``, or fresh weights and no ``out_dir``.
           FileNotFoundError: the dataset's files are missing (named).
+
+        Example::
+
+            metrics = jaxdet.load("runs/demo").evaluate()
+            print(metrics["AP"], metrics["out_dir"])
         """
         if self.source is not None and self.source.has_weights:
             home = runs.results_home(self.source.workdir, self.source.checkpoint)
@@ -261,6 +283,11 @@ class Detector:
           The export's result: ``out_dir``, the files written, ``line()`` to print.
         Raises:
           ExportError: what cannot be exported (nothing is left in ``out_dir``).
+
+        Example::
+
+            result = jaxdet.load("runs/demo").export("exported/demo", format="onnx")
+            print(result.line())
         """
         return export_loaded(self.config, self.task, self.variables, self.step, self.labels,
                              out_dir, format=format, input_type=input_type,

@@ -20,15 +20,24 @@ log = logging.getLogger("jaxdet")
 class Labels:
     """A model's classes: ``ids[k]`` (the dataset's category id: COCO ids, 1..C for shapes and
     VOC) and ``names[k]`` of class index k, and the keypoint names and skeletons of the classes
-    that have keypoints (``keypoint_layout``; None without keypoint tasks)."""
+    that have keypoints (``keypoint_layout``; None without keypoint tasks).
+
+    Example::
+
+        labels = detector.labels
+        print(labels.names[0], labels.ids[0])   # e.g. "person" 1 for a COCO model
+    """
 
     ids: tuple[int, ...]
     names: tuple[str, ...]
     keypoint_layout: KeypointLayout | None = None
 
     def entry(self, index: int) -> dict:
-        """predictions.json's entry of class ``index``: id, name, and its keypoint names and
-        skeleton (0-based pairs) when it has keypoints."""
+        """predictions.json's entry of class ``index``.
+
+        Returns:
+          ``{"id", "name"}``, plus ``"keypoints"`` (names) and ``"skeleton"`` (0-based pairs)
+          when the class has keypoints."""
         entry = {"id": self.ids[index], "name": self.names[index]}
         group = self.keypoint_layout.group_of_class(index) if self.keypoint_layout else None
         if group is not None:
