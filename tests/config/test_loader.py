@@ -258,3 +258,23 @@ def test_invalid_yaml_and_non_mapping_are_explained(tmp_path):
     assert "not valid YAML" in _error(broken)
     listing = _write(tmp_path / "list.yaml", "- a\n- b\n")
     assert "a config must be a mapping at the top level" in _error(listing)
+
+
+def test_a_derived_config_describes_itself_not_its_base(tmp_path):
+    """A file with ``base:`` that sets neither ``name`` nor ``description`` is named after
+    itself and says what it changes (the base's "90 COCO classes" would be false)."""
+    from jaxdet.config.loader import load_config
+
+    (tmp_path / "my.yaml").write_text("base: retinanet_resnet50_fpn_640\n"
+                                      "model: {num_classes: 5}\n"
+                                      "data: {train: {type: coco, annotation_file: a.json, "
+                                      "image_dir: img}}\n")
+    config = load_config(tmp_path / "my.yaml")
+    assert config.name == "my" and config.model.num_classes == 5
+    assert config.description == ("based on retinanet_resnet50_fpn_640, setting "
+                                  "model.num_classes, data.train")
+    (tmp_path / "named.yaml").write_text("base: retinanet_resnet50_fpn_640\nname: mine\n"
+                                         "description: five classes\n")
+    named = load_config(tmp_path / "named.yaml")
+    assert (named.name, named.description) == ("mine", "five classes")
+    assert "90 COCO classes" in load_config("retinanet_resnet50_fpn_640").description

@@ -111,3 +111,27 @@ def test_checkpoint_arguments_are_checked(zoo, capsys):
     assert main(["eval", "--pipeline-config", str(zoo / "pipeline.config"), "--checkpoint",
                  str(zoo / "checkpoint"), "--step", "3", *SETS]) == 2
     assert "--step picks a checkpoint of --workdir" in capsys.readouterr().err
+
+
+def test_verbose_import_names_every_tensor_it_counts(zoo, caplog):
+    """-v names each tensor the one-line import report counts (restored, re-initialised,
+    unused), so an unused one can be found."""
+    import logging
+    import re
+
+    from jaxdet.app import runs
+    from jaxdet.config.tfod import load_pipeline_config
+
+    config = load_pipeline_config(zoo / "pipeline.config", SETS[1::2])
+    with caplog.at_level(logging.DEBUG, logger="jaxdet"):
+        _, _, label = runs.load_for_inference(config, checkpoint=zoo / "checkpoint" / "ckpt-0")
+    assert label == "ckpt-0"  # a zoo checkpoint saved without a training step
+    messages = [r.message for r in caplog.records]
+    summary = [m for m in messages if m.startswith("init weights: ")]
+    assert len(summary) == 1
+    counts = re.search(r"restored (\d+) tensors, (\d+) re-initialised, (\d+) unused", summary[0])
+    for title, count in zip(("restored", "re-initialised", "unused"), counts.groups(),
+                            strict=True):
+        named = [m for m in messages if m.startswith(f"init weights {title}: ")]
+        assert len(named) == int(count), title
+    assert int(counts[1]) > 300

@@ -19,6 +19,9 @@ from pathlib import Path
 from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 
+DESCRIPTION = ("Train, evaluate, run and export object detectors (SSD, RetinaNet, EfficientDet, "
+               "CenterNet, Faster and Mask R-CNN) and a 3D U-Net on JAX, from jaxdet configs or "
+               "TF Object Detection API pipeline.config files.")
 DEMO_TARGET_AP = 0.5
 DEMO_TARGET_DICE = 0.9  # unet3d_demo: mean Dice of held-out generated volumes
 
@@ -51,6 +54,12 @@ def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-format", default="auto",
                    choices=("auto", "tf", "jaxdet", "torch"),
                    help="the --checkpoint's format (default: recognised from the path)")
+
+
+def _add_progress_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars: a plain line every train.log_every steps and per "
+                        "evaluation instead (what a log file gets anyway)")
 
 
 def _add_distributed_args(p: argparse.ArgumentParser) -> None:
@@ -94,14 +103,18 @@ def _is_main_process() -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxdet", description=__doc__.splitlines()[0])
+    from jaxdet import __version__
+
+    parser = argparse.ArgumentParser(prog="jaxdet", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"jaxdet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a detector (resumes from the workdir's checkpoint)")
     _add_config_args(p)
     p.add_argument("--workdir", required=True, help="checkpoints, logs and eval results go here")
     p.add_argument("--no-eval", action="store_true", help="skip evaluation during/after training")
+    _add_progress_arg(p)
     _add_distributed_args(p)
 
     p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint (or a TF zoo model)")
@@ -115,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
                         "when step_N already holds an evaluation, e.g. training's)")
     p.add_argument("--overwrite", action="store_true",
                    help="write to WORKDIR/eval/step_N even if it holds an evaluation")
+    _add_progress_arg(p)
 
     p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint "
                        "(or a TF zoo model)")
@@ -131,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                         "JSON keeps all >= --score-threshold)")
     p.add_argument("--batch-size", type=int, default=None, help="default: eval.batch_size")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    _add_progress_arg(p)
 
     p = sub.add_parser("export", help="write a trained model as a serving artifact "
                        "(StableHLO, ONNX, TF SavedModel or TFLite: images in, the TF OD API's "
@@ -155,11 +170,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
 
     p = sub.add_parser("demo", help="generate shapes, train shapes_demo, evaluate, print AP")
-    p.add_argument("--workdir", default="runs/demo")
+    p.add_argument("--workdir", default="runs/demo",
+                   help="where the generated data, checkpoints and evaluation go (default "
+                        "runs/demo; a finished demo there is shown, not trained again)")
     p.add_argument("--config", default="shapes_demo",
                    help="a config on generated data to train (default shapes_demo; also "
                         "efficientdet_d0_shapes, unet3d_demo: 3D segmentation of volumes)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
+                   help="override a config field (repeatable), e.g. --set train.num_steps=300")
+    _add_progress_arg(p)
 
     p = sub.add_parser("summary", help="parameters, anchors, output shapes and FLOPs of a config")
     _add_config_args(p)
@@ -185,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a TF OD API checkpoint (checkpoint/ckpt-0), a jaxdet workdir or a "
                         "PyTorch state dict (.safetensors or .pth)")
     p.add_argument("--checkpoint-format", default="auto",
-                   choices=("auto", "tf", "jaxdet", "torch"))
+                   choices=("auto", "tf", "jaxdet", "torch"),
+                   help="the --checkpoint's format (default: recognised from the path)")
     p.add_argument("--restore", default="full", choices=("full", "detection", "classification"),
                    help="full: every tensor (default); detection: those that fit (a new class "
                         "count re-initialises the class predictor); classification: the "
@@ -239,7 +259,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = _load(args)
     _start_distributed(args)
     main_process = _is_main_process()
-    result = runs.train(config, args.workdir, evaluate=not args.no_eval, progress=main_process)
+    result = runs.train(config, args.workdir, evaluate=not args.no_eval,
+                        progress=main_process and not args.no_progress)
     if main_process:
         print(_trained_line(result, args.workdir))
     return 0
@@ -267,7 +288,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_checkpoint_args(args)
     metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
                             overwrite=args.overwrite, checkpoint=args.checkpoint,
-                            checkpoint_format=args.checkpoint_format)
+                            checkpoint_format=args.checkpoint_format,
+                            progress=not args.no_progress)
     out = Path(metrics.pop("out_dir"))
     default = out.parent / runs.eval_name(metrics["step"])
     if args.out is None and out != default:
@@ -315,8 +337,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                              checkpoint_format=args.checkpoint_format,
                              score_threshold=args.score_threshold,
                              max_detections=args.max_detections, batch_size=args.batch_size,
-                             step=args.step, **({} if args.draw_threshold is None else
-                                                {"draw_threshold": args.draw_threshold}))
+                             step=args.step, progress=not args.no_progress,
+                             **({} if args.draw_threshold is None else
+                                {"draw_threshold": args.draw_threshold}))
     print(f"predicted {summary.line()}")
     for path, reason in summary.skipped:
         print(f"  skipped {path}: {reason}")
@@ -352,7 +375,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"jaxdet demo: {config.description}")
     print(f"  generated data and checkpoints under {workdir}/")
     t0 = time.perf_counter()
-    result = runs.train(config, workdir)
+    result = runs.train(config, workdir, progress=not args.no_progress)
     if result.stopped_by:
         print(_trained_line(result, workdir).replace("the same command", "the same demo command"))
         return 0
@@ -460,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     _quiet_background_errors()
     try:
-        return COMMANDS[args.command](args)
+        with _logs_above_progress_bars():
+            return COMMANDS[args.command](args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
@@ -470,6 +494,18 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # disk full, read-only, a file where a folder should be, ...
         print(f"error: {_os_error_line(err)}", file=sys.stderr)
         return 1
+
+
+def _logs_above_progress_bars():
+    """On a terminal, log lines printed above a running progress bar instead of glued onto
+    it (tqdm's logging redirect); in a log file there are no bars to avoid."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
 
 
 def _quiet_background_errors() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from jaxdet.backends import process
 from jaxdet.data.decode import CorruptImageError, load_record_image, read_image_bytes
 from jaxdet.data.label_map import write_label_map
 from jaxdet.data.masks import load_record_masks
@@ -144,7 +145,8 @@ def keypoint_features(keypoints, visibility, height: int, width: int) -> dict[st
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="img", disable=not enabled, leave=False)
+    return tqdm(total=total, desc=desc, unit="img", leave=False,
+                disable=not (enabled and process.draws_progress_bars()))
 
 
 def shard_paths(out: str | os.PathLike, shards: int) -> list[str]:
@@ -285,7 +287,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="boxes-json: one class given as normalized [ymin, xmin, ymax, xmax] "
                         "boxes per image file ({\"images\": {\"a.jpg\": [[...]]}}), the TF2 "
                         "few-shot example's layout")
-    p.add_argument("--to", dest="target_format", required=True, choices=("tfrecord", "coco"))
+    p.add_argument("--to", dest="target_format", required=True, choices=("tfrecord", "coco"),
+                   help="tfrecord (tf.train.Example with the TF OD API's feature keys, and a "
+                        "label map) or coco (an annotations JSON and an images folder)")
     p.add_argument("--annotations", help="coco / boxes-json: the JSON file; voc: the folder "
                    "of XML files")
     p.add_argument("--class-name", default="object", help="boxes-json: the class's name")
@@ -303,7 +307,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="coco / voc / tfrecord input: carry the instance masks (COCO "
                         "polygons or RLE, VOC SegmentationObject PNGs, TFRecord PNGs) into "
                         "the output (TFRecord image/object/mask PNGs, COCO RLE)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (a log file gets none anyway)")
 
 
 def open_source(args: argparse.Namespace):

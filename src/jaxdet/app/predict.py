@@ -59,6 +59,7 @@ from jaxdet.app.detections import Detections
 from jaxdet.app.detector import default_score_threshold, load_detector
 from jaxdet.app.labels import summary_classes
 from jaxdet.app.model_source import ModelSource
+from jaxdet.backends import process
 from jaxdet.config import schema as S
 from jaxdet.data.decode import CorruptImageError, load_image
 from jaxdet.data.eval_loader import make_eval_loader
@@ -250,7 +251,8 @@ def predict_images(
     results: list[dict] = []
     skipped: list[tuple[str, str]] = []
     total = 0
-    bar = tqdm(total=len(images), desc="predict", unit="img", disable=not progress)
+    bar = tqdm(total=len(images), desc="predict", unit="img",
+               disable=not (progress and process.draws_progress_bars()))
     try:
         for b, batch in enumerate(loader):
             output = detector.run_batch(batch["images"], batch["image_info"])

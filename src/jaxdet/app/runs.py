@@ -31,6 +31,7 @@ from jaxdet.eval.runner import (
     predict_callable,
 )
 from jaxdet.interop.formats import detect_format
+from jaxdet.interop.tf_checkpoint import TfCheckpoint, training_step
 from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.sharding import (
     batch_sharding,
@@ -397,11 +398,22 @@ def evaluate(
 def results_home(workdir: str | Path | None, checkpoint: str | Path | None) -> Path:
     """The folder an evaluation of these weights writes under by default (its ``eval/``): the
     workdir, else the folder beside the checkpoint's (a zoo model's folder for
-    ``.../checkpoint/ckpt-0``; a weight file's own folder)."""
+    ``.../checkpoint/ckpt-0``, a training run's folder for ``model_dir/ckpt-2``; a weight
+    file's own folder)."""
     if workdir is not None:
         return Path(workdir)
     source = Path(str(checkpoint)).absolute()
-    return source.parent if source.is_file() else source.parent.parent
+    if source.suffix == ".index":  # a TF checkpoint named by its index file
+        source = source.with_suffix("")
+    if source.is_dir() and any(source.glob("ckpt-*.index")):
+        folder = source  # a TF checkpoint folder
+    elif source.is_file() or source.is_dir():  # a weight file, or a workdir
+        return source.parent
+    else:  # a TF prefix
+        folder = source.parent
+    # a zoo model's model/checkpoint/ckpt-0 -> model/; a training run's model_dir/ckpt-2
+    # (what model_main_tf2 writes) -> model_dir/
+    return folder.parent if folder.name == "checkpoint" else folder
 
 
 def evaluate_model(config: Config, task: Task, state: dict, step: int | str, home: Path, *,
@@ -538,9 +550,23 @@ def load_for_inference(
     task = tasks.build_task(config)
     report = weights.load_weights(task.model, config, checkpoint, restore="full",
                                   format=checkpoint_format)
-    log.info("%s", report.line())
+    weights.log_report(report)  # every restored / unused tensor named at DEBUG (-v)
     params, batch_stats = task.initial_variables()
-    return task, {"params": params, "batch_stats": batch_stats}, Path(str(checkpoint)).name
+    return task, {"params": params, "batch_stats": batch_stats}, checkpoint_label(
+        checkpoint, checkpoint_format)
+
+
+def checkpoint_label(checkpoint: str | Path, checkpoint_format: str = "auto") -> int | str:
+    """How results name imported weights: a TF training checkpoint's own step (``600`` for a
+    ``ckpt-2`` saved at step 600), else the checkpoint's name (``ckpt-0``, a file's name)."""
+    if weights_format(checkpoint, checkpoint_format) == "tf":
+        try:
+            step = training_step(TfCheckpoint(checkpoint))
+        except (OSError, ValueError):
+            step = None
+        if step is not None:
+            return step
+    return Path(str(checkpoint)).name
 
 
 def inference_variables(config: Config, state: dict) -> tuple[dict, dict]:

@@ -131,8 +131,30 @@ def load_raw(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     base = raw.pop("base", None)
     if base is not None:
-        raw = _deep_merge(load_raw(base, _seen + (path,)), raw)
+        own = raw
+        raw = _deep_merge(load_raw(base, _seen + (path,)), own)
+        # the base's name and description describe the base (its classes, its data), not
+        # this file: a derived config that sets neither says what it is
+        if "name" not in own:
+            raw["name"] = path.stem
+        if "description" not in own:
+            fields = _leaf_paths(own)
+            raw["description"] = (f"based on {Path(str(base)).stem}, setting "
+                                  f"{', '.join(fields[:4])}{', ...' if len(fields) > 4 else ''}"
+                                  if fields else f"as {Path(str(base)).stem}")
     return raw
+
+
+def _leaf_paths(tree: Mapping, prefix: str = "") -> list[str]:
+    """The dotted paths of ``tree``'s fields, a section counted once when it is replaced
+    whole (a mapping with a ``type``/``name`` tag) and nested otherwise."""
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value and not ({"type", "name"} & set(value)):
+            out += _leaf_paths(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}")
+    return out
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:

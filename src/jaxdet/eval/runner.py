@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
+from jaxdet.backends import process
 from jaxdet.data.decode import CorruptImageError, load_record_image
 from jaxdet.eval.coco_eval import CocoEvaluator
 from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
@@ -82,7 +84,9 @@ def run_detection(
     them on with ``image_sizes``, each image's original (height, width) from ``image_info``.
     """
     seen = 0
-    bar = tqdm(batches, total=total_batches, desc="eval", unit="batch", disable=not progress,
+    show_bar = progress and process.draws_progress_bars()  # a log file: one line at the end
+    started = time.perf_counter()
+    bar = tqdm(batches, total=total_batches, desc="eval", unit="batch", disable=not show_bar,
                leave=False)
     for batch in bar:
         det = jax.device_get(predict(params, batch_stats, batch["images"], batch["image_info"]))
@@ -107,6 +111,8 @@ def run_detection(
         seen += int(keep.sum())
         if max_images is not None and seen >= max_images:
             break
+    if not show_bar:
+        log.info("eval: detections of %d images in %.1f s", seen, time.perf_counter() - started)
     return seen
 
 

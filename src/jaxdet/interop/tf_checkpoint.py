@@ -310,5 +310,24 @@ class TfCheckpoint:
         return out
 
 
-__all__ = ["DTYPES", "OBJECT_GRAPH_KEY", "VARIABLE_SUFFIX", "CheckpointError", "TensorEntry",
-           "TfCheckpoint", "resolve_prefix"]
+# where a TF2 training checkpoint keeps its global step: the TF OD API's model_main_tf2 saves
+# tf.train.Checkpoint(step=..., model=..., optimizer=...); a Keras optimizer counts its own
+STEP_PATHS = ("step", "optimizer/iter")
+
+
+def training_step(checkpoint: TfCheckpoint) -> int | None:
+    """The training step a TF2 checkpoint was saved at (its ``step`` variable, else its
+    optimizer's iteration count), None when it holds neither (a zoo model exported for
+    fine-tuning, a checkpoint of the model alone)."""
+    variables = checkpoint.variables()
+    for path in STEP_PATHS:
+        key = variables.get(path)
+        if key is not None:
+            value = checkpoint.read(key)
+            if value.size == 1 and np.issubdtype(value.dtype, np.integer):
+                return int(value.reshape(-1)[0])
+    return None
+
+
+__all__ = ["DTYPES", "OBJECT_GRAPH_KEY", "STEP_PATHS", "VARIABLE_SUFFIX", "CheckpointError",
+           "TensorEntry", "TfCheckpoint", "resolve_prefix", "training_step"]

@@ -7,6 +7,7 @@ call hooks. What a step computes, what a hook does and where data comes from are
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,11 +18,14 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxdet.backends import process
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
 
 TrainState = dict
+
+log = logging.getLogger("jaxdet.train")
 
 
 class TrainingDiverged(RuntimeError):
@@ -130,6 +134,8 @@ def train_loop(
     ``skipped_steps``: the steps of this call whose update was skipped so far.
     ``stop_after`` ends the loop early after that step without the end-of-run actions — it
     stands for a run killed mid-way (tests use it to prove resumption is exact).
+    ``progress``: a progress bar when stderr is a terminal; otherwise (a log file, or
+    ``progress=False``) a plain INFO line every ``log_every`` steps instead.
     ``stop`` (an active :class:`StopSignals`): after each step, if a stop was asked for, the
     step is checkpointed and the loop returns with ``stopped_by`` set, skipping the hooks and
     the end-of-run actions. If the batch cannot be read once a stop was asked for (the signal
@@ -144,8 +150,9 @@ def train_loop(
     metrics: dict = {}
     skipped = None  # fp16: steps whose update was skipped (non-finite gradients), on device
     in_flight: collections.deque = collections.deque()  # losses of the steps not yet awaited
+    show_bar = progress and process.draws_progress_bars()
     bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
-               disable=not progress, dynamic_ncols=True, bar_format=BAR_FORMAT)
+               disable=not show_bar, dynamic_ncols=True, bar_format=BAR_FORMAT)
     stopped_by = None
     try:  # the bar ends its line whatever happens: an error gets a line of its own
         while step < num_steps:
@@ -159,6 +166,8 @@ def train_loop(
             if place_batch is not None:
                 batch = place_batch(batch)
             t0 = time.perf_counter()
+            if step == start_step:
+                log.info("compiling the train step (the first step includes it) ...")
             state, metrics = step_fn(state, batch)
             step += 1
             in_flight.append(metrics["loss"])
@@ -169,6 +178,7 @@ def train_loop(
             if step == start_step + 1:  # the first call compiles; time it apart from throughput
                 jax.block_until_ready(metrics["loss"])
                 compile_seconds = time.perf_counter() - t0
+                log.info("step %d done in %.1f s, compile included", step, compile_seconds)
                 window_start, window_images, paused = time.perf_counter(), 0, 0.0
             else:
                 window_images += batch_size
@@ -190,6 +200,9 @@ def train_loop(
                         postfix["skipped"] = int(scalars["skipped_steps"])
                 logger.log(step, scalars, prefix="train")
                 bar.set_postfix(postfix)
+                if not show_bar:
+                    log.info("step %d/%d  %s", step, num_steps,
+                             "  ".join(f"{k} {v}" for k, v in postfix.items()))
             bar.update(1)
             stopping = stop is not None and stop.stop_now(step)
             checkpoint_due = stopping or step % checkpointer.every_steps == 0 or step == num_steps

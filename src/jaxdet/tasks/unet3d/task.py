@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdet.backends import process
 from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.tasks.base import ModelTask, model_graphdefs, run_model
@@ -195,7 +196,8 @@ class UNet3DTask(ModelTask):
         count = len(source) if max_images is None else min(len(source), max_images)
         per_case, drawn = [], []
         skipped = []
-        for i in tqdm(range(count), desc="eval", unit="volume", disable=not progress,
+        show_bar = progress and process.draws_progress_bars()  # a log file: no redraws
+        for i in tqdm(range(count), desc="eval", unit="volume", disable=not show_bar,
                       leave=False):
             try:
                 image, label = source[i]
