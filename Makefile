@@ -7,7 +7,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
 .PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
-	peer-venv bench-peer clean notebooks
+	peer-venv bench-peer clean notebooks docs
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,12 @@ demo: install
 test: install-test
 	$(VENV)/bin/ruff check src tests benchmarks examples/*.py
 	$(VENV)/bin/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+## The manual as a site in site/ (strict: a broken link or anchor fails the build).
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 ## The examples' .ipynb notebooks from their .py sources (jupytext pairs; no outputs kept).
 notebooks: install-test

@@ -1,10 +1,11 @@
-"""The README's CPU recipe for one's own data, run verbatim on a generated "user" dataset.
+"""The manual's CPU recipe for one's own data (docs/guides/choosing_a_config.md), run
+verbatim on a generated "user" dataset.
 
 Makes what a new user brings: a COCO train/val split of shape images of 240-520 px (JPEG, with
 every sixth image a grayscale PNG and every sixth an RGBA PNG, and 3% of the boxes marked
-``iscrowd``), then takes the YAML block of the README that starts with
+``iscrowd``), then takes the YAML block of that page that starts with
 ``# my_detector_cpu.yaml``, points its ``/data/...`` paths at the generated files, and runs the
-README's commands on it: ``jaxdet summary --data``, ``jaxdet train``, ``jaxdet eval``,
+page's commands on it: ``jaxdet summary --data``, ``jaxdet train``, ``jaxdet eval``,
 ``jaxdet predict``. Prints one JSON object (held-out AP, wall times, img/s).
 
     python benchmarks/own_data_recipe.py --out runs/own_data     # ~20 min on a 2-core CPU
@@ -25,7 +26,7 @@ from PIL import Image
 
 from jaxdet.data.shapes import generate_shapes
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "guides" / "choosing_a_config.md"
 MARKER = "# my_detector_cpu.yaml"
 
 
@@ -58,7 +59,7 @@ def make_user_dataset(root: Path, split: str, num_images: int, seed: int) -> Pat
 
 
 def readme_recipe(data_root: Path) -> str:
-    """The README's CPU recipe block, its /data/ paths pointed at ``data_root``."""
+    """The CPU recipe block, its /data/ paths pointed at ``data_root``."""
     for block in re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S):
         lines = block.splitlines()
         if lines and lines[0].strip().startswith(MARKER):

@@ -184,10 +184,13 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
         ``Detections.boxes``) or normalized (ymin, xmin, ymax, xmax)
         (``"normalized_yxyx"``, the TF colab's).
       workdir: the new run's folder.
-      class_names: the classes to learn; classes: per image, [n] indices into them (default:
-        every box is class 0).
-      steps, batch_size: the training length and batch (200 and 4: the recipe's).
+      class_names: the classes to learn.
+      classes: per image, [n] indices into ``class_names`` (default: every box is class 0).
+      box_format: ``"xyxy"`` (pixels, the default) or ``"normalized_yxyx"``.
+      steps: training steps (200: the recipe's).
+      batch_size: images per step (4: the recipe's).
       freeze: regexes of variables kept as restored (``jaxdet summary`` names them).
+      checkpoint: the pretrained weights when ``model`` is a config (as :func:`load`).
       overrides: further ``section.field=value`` overrides (``train.learning_rate...``).
       progress: show progress bars.
     Returns:

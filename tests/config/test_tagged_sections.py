@@ -1,6 +1,6 @@
 """``base:`` and ``--set`` with tagged sections: a section whose kind (``type``/``name``)
-changes is replaced, not merged; every YAML example of the README loads; short runs of
-shipped configs shorten a warm-up that does not fit (with a warning)."""
+changes is replaced, not merged; every YAML example of the manual (README and docs) loads;
+short runs of shipped configs shorten a warm-up that does not fit (with a warning)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import yaml
 from jaxdet.config.loader import ConfigError, load_config, load_raw
 from jaxdet.train import build as train_build
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+MANUAL = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _write(path: Path, data: dict) -> str:
@@ -102,12 +103,13 @@ def test_set_of_a_missing_field_under_a_new_kind_is_named():
     assert "output_dir" not in message
 
 
-def _readme_yaml_blocks() -> list[str]:
-    return re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+def _manual_yaml_blocks() -> list[str]:
+    return [block for page in MANUAL
+            for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S)]
 
 
-def test_every_yaml_example_of_the_readme_loads(tmp_path):
-    blocks = _readme_yaml_blocks()
+def test_every_yaml_example_of_the_manual_loads(tmp_path):
+    blocks = _manual_yaml_blocks()
     assert len(blocks) >= 4
     for k, text in enumerate(blocks):
         raw = yaml.safe_load(text)

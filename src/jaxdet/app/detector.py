@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -96,6 +97,10 @@ def _predictor(config: S.Config, task, variables: tuple, batch_size: int) -> tup
     return predict, jax.device_put(variables, replicated(mesh))
 
 
+ImageInput = np.ndarray | Image.Image | str | os.PathLike
+"""One image as ``Detector.predict`` takes it: an RGB array, a PIL image or a file path."""
+
+
 class Detector:
     """A model with its weights, ready to detect objects (see the module docstring); made by
     ``jaxdet.load``.
@@ -165,8 +170,9 @@ class Detector:
         predict, (params, batch_stats) = self._compiled(int(images.shape[0]))
         return jax.device_get(predict(params, batch_stats, images, image_info))
 
-    def predict(self, images, *, score_threshold: float | None = None,
-                max_detections: int | None = None, batch_size: int | None = None,
+    def predict(self, images: ImageInput | Sequence[ImageInput], *,
+                score_threshold: float | None = None, max_detections: int | None = None,
+                batch_size: int | None = None,
                 keep_images: bool = True) -> Detections | list[Detections]:
         """Detect objects.
 

@@ -1,7 +1,8 @@
-"""Markdown generated from the schema and the shipped configs, embedded in the README.
+"""Markdown generated from the schema and the shipped configs, embedded in the manual.
 
-``python -m jaxdet.config.reference --write README.md`` refreshes the config reference and the
-shipped-config table between their markers; a test fails when the README is stale.
+``python -m jaxdet.config.reference --write docs/reference/config.md docs/models/index.md``
+refreshes the config reference and the shipped-config table between their markers in the
+pages that hold them; a test fails when a page is stale.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _sections(model: type[BaseModel], path: str, out: list, seen: set, owner: st
                 owner = f"`{path}.type: {value}`"
     if not kind and shared_path and owner:
         kind = f" (in {owner})"
-    out.append(f"\n#### {title}{kind}\n")
+    out.append(f"\n## {title}{kind}\n")
     description = section_description(model)
     if description:
         out.append(f"{description}\n")
@@ -162,21 +163,26 @@ def _replace_between(text: str, begin: str, end: str, body: str) -> str:
     return text[:start] + "\n" + body + text[stop:]
 
 
-def render_readme(text: str) -> str:
-    """``text`` with both generated sections refreshed."""
-    text = _replace_between(text, BEGIN, END, config_reference())
-    return _replace_between(text, TABLE_BEGIN, TABLE_END, shipped_configs_table())
+def render_generated(text: str) -> str:
+    """``text`` with each generated part whose markers it holds refreshed."""
+    if BEGIN in text:
+        text = _replace_between(text, BEGIN, END, config_reference())
+    if TABLE_BEGIN in text:
+        text = _replace_between(text, TABLE_BEGIN, TABLE_END, shipped_configs_table())
+    return text
 
 
 if __name__ == "__main__":
     import argparse
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(description="print or refresh the generated README parts")
-    parser.add_argument("--write", metavar="README", help="update this README in place")
+    parser = argparse.ArgumentParser(description="print or refresh the generated doc parts")
+    parser.add_argument("--write", metavar="PAGE", nargs="+",
+                        help="update these Markdown pages in place")
     args = parser.parse_args()
     if args.write:
-        path = Path(args.write)
-        path.write_text(render_readme(path.read_text()))
+        for page in args.write:
+            path = Path(page)
+            path.write_text(render_generated(path.read_text()))
     else:
         print(config_reference())

@@ -1,17 +1,23 @@
-"""The README's generated sections (config reference, shipped configs) match the code."""
+"""The manual's generated parts (the config reference, the shipped-config table) match the
+code."""
 
 from pathlib import Path
 
-from jaxdet.config.reference import render_readme
+import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from jaxdet.config.reference import BEGIN, TABLE_BEGIN, render_generated
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGES = {"reference/config.md": BEGIN, "models/index.md": TABLE_BEGIN}
 
 
-def test_readme_generated_sections_are_current():
-    text = README.read_text()
-    assert render_readme(text) == text, (
-        "README.md is stale: run `python -m jaxdet.config.reference --write README.md`"
-    )
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_generated_parts_are_current(page):
+    text = (DOCS / page).read_text()
+    assert PAGES[page] in text
+    assert render_generated(text) == text, (
+        f"docs/{page} is stale: run `python -m jaxdet.config.reference --write "
+        "docs/reference/config.md docs/models/index.md`")
 
 
 def test_section_descriptions_are_whole_docstrings():
