@@ -113,7 +113,7 @@ class Detector:
     Attributes:
       config: the model's config.
       step: the checkpoint's step (a workdir), or its name (``ckpt-0``), or 0 (fresh weights).
-      labels: the model's class ids and names (:class:`~jaxdet.app.detections.Labels`).
+      labels: the model's class ids and names (:class:`~jaxdet.app.labels.Labels`).
       decode: how image files' JPEGs are decoded (``accurate``, or ``tf`` for a model whose
         weights came from a TF checkpoint).
       batch_size: images per compiled call unless ``predict`` is told otherwise.
@@ -336,12 +336,17 @@ def load_detector(source: ModelSource, *, step: int | None = None,
     names (default: the workdir, else the current folder).
 
     Raises:
+      ValueError: a model that does not detect objects in images (the 3D U-Net).
       FileNotFoundError: no checkpoint, or none for ``step``.
       WorkdirMismatch: the workdir's checkpoint belongs to another model configuration.
       CheckpointError: a checkpoint file of another model or damaged (the message names the
         file and the first tensors concerned).
     """
     config = source.config
+    if tasks.family(config).predict_files is not None:  # not an image detector
+        raise ValueError(f"model.type={config.model.type!r} predicts from files of its own kind "
+                         "(volumes), not images: use `jaxdet predict --workdir WORKDIR FILES "
+                         "--out OUT` and `jaxdet eval --workdir WORKDIR`")
     if source.has_weights:
         task, state, step = runs.load_for_inference(
             config, source.workdir, step=step, checkpoint=source.checkpoint,
