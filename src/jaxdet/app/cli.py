@@ -102,12 +102,20 @@ def _is_main_process() -> bool:
     return jax.process_index() == 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    from jaxdet import __version__
+def _version() -> str:
+    """The installed package's version (what pip installed from pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        return version("jaxdet")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxdet", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--version", action="version", version=f"jaxdet {__version__}")
+    parser.add_argument("--version", action="version", version=f"jaxdet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a detector (resumes from the workdir's checkpoint)")
