@@ -7,7 +7,8 @@ What varies from run to run is elided: ``...`` inside a line stands for any text
 rate, a time), a line that is only ``...`` for any number of lines (log lines).
 
 Commands run in a fresh temporary folder with the ``jaxdet`` of this checkout, one after the
-other (a later command may use what an earlier one wrote).
+other (a later command may use what an earlier one wrote); the repository's ``examples/`` is
+there too, as users of a clone have it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def check_page(page: Path, write: bool = False) -> list[str]:
     text = page.read_text()
     problems, pieces, last = [], [], 0
     with tempfile.TemporaryDirectory(prefix="jaxdet-doc-") as tmp:
+        (Path(tmp) / "examples").symlink_to(ROOT / "examples")
         for match in BLOCK.finditer(text):
             shown = match.group(1)
             now = render(shown, Path(tmp))
