@@ -7,7 +7,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
 .PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
-	peer-venv bench-peer clean notebooks docs
+	peer-venv bench-peer clean notebooks notebooks-run docs
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,9 +47,14 @@ test: install-test
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-## The examples' .ipynb notebooks from their .py sources (jupytext pairs; no outputs kept).
+## The examples' .ipynb notebooks from their .py sources (jupytext pairs; outputs kept).
 notebooks: install-test
-	$(VENV)/bin/jupytext --quiet --to ipynb examples/*.py
+	$(VENV)/bin/jupytext --quiet --update --to ipynb examples/*.py
+
+## Run every notebook at full size in a scratch folder and keep its outputs in the .ipynb
+## (what the docs site shows; about 10 minutes on a 2-core CPU).
+notebooks-run: notebooks
+	$(PY) tests/docs/run_notebooks.py examples/*.ipynb
 
 ## TF SavedModel / TFLite export needs TensorFlow (~600 MB): its own venv (with the ONNX
 ## extras too: every runtime in one place), never in make test.

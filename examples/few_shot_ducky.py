@@ -27,6 +27,7 @@
 
 # %%
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from PIL import Image, ImageDraw
 
 import jaxdet
 
+logging.basicConfig(format="%(message)s")  # every library's warnings, shown in the notebook
+logging.getLogger("jaxdet").setLevel(logging.INFO)  # and jaxdet's progress lines
 QUICK = os.environ.get("JAXDET_EXAMPLES_QUICK") == "1"  # the test suite's tiny run
 PRETRAINED = None  # a TF2 zoo model folder or a jaxdet workdir
 DUCKY = Path(jaxdet.__file__).resolve().parents[3] / "shared" / "data" / "ducky"
@@ -46,11 +49,12 @@ assert DUCKY.is_dir(), f"the duck photos are not at {DUCKY}"
 
 # %%
 if PRETRAINED is None:
-    pretrain = ["train.num_steps=1500"] if not QUICK else [
+    pretrain = ["train.num_steps=1500", "train.log_every=250"] if not QUICK else [
         "train.num_steps=4", "train.batch_size=2", "data.train.num_images=8",
         "model.backbone.depth_multiplier=0.25", "parallel.data=1"]
     PRETRAINED = "runs/shapes_pretrained"
-    done = jaxdet.fit("shapes_demo", PRETRAINED, overrides=pretrain, evaluate=False)
+    done = jaxdet.fit("shapes_demo", PRETRAINED, overrides=pretrain, evaluate=False,
+                      progress=False)
     print(f"pretrained {done.step} steps on generated shapes")
 
 # %% [markdown]
@@ -98,7 +102,8 @@ display(grid([with_boxes(p, b) for p, b in zip(photos, boxes, strict=True)]))
 # %%
 result = jaxdet.fine_tune(
     PRETRAINED, photos, boxes, "runs/ducky", class_names=["rubber ducky"],
-    box_format="normalized_yxyx", steps=4 if QUICK else 200, batch_size=4)
+    box_format="normalized_yxyx", steps=4 if QUICK else 200, batch_size=4, progress=False,
+    overrides=["train.log_every=50"])
 print(f"fine-tuned to step {result.step}: {result.images_per_second:.0f} img/s, "
       f"last loss {result.train_metrics.get('loss', float('nan')):.3f}")
 

@@ -24,6 +24,7 @@
 # the boxes cover.
 
 # %%
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ from IPython.display import display
 
 import jaxdet
 
+logging.basicConfig(format="%(message)s")  # every library's warnings, shown in the notebook
+logging.getLogger("jaxdet").setLevel(logging.INFO)  # and jaxdet's progress lines
 MODEL = None  # a TF2 zoo model folder, e.g. Path("ssd_mobilenet_v2_320x320_coco17_tpu-8")
 REPO = Path(jaxdet.__file__).resolve().parents[2]  # a clone of jaxdet (pip install -e .)
 FIXTURE = REPO / "tests/interop/fixtures/tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"

@@ -21,6 +21,7 @@
 
 # %%
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -30,13 +31,15 @@ from PIL import Image
 import jaxdet
 from jaxdet.data.shapes import generate_shapes
 
+logging.basicConfig(format="%(message)s")  # every library's warnings, shown in the notebook
+logging.getLogger("jaxdet").setLevel(logging.INFO)  # and jaxdet's progress lines
 QUICK = os.environ.get("JAXDET_EXAMPLES_QUICK") == "1"  # the test suite's tiny run
 DATA = Path("my_data").absolute()
 TRAIN = generate_shapes(DATA / "train", 16 if QUICK else 600, seed=1, image_size=(96, 128))
 EVAL = generate_shapes(DATA / "eval", 8 if QUICK else 60, seed=2, image_size=(96, 128))
 coco = json.loads(TRAIN.read_text())
-print(f"{TRAIN}: {len(coco['images'])} images, {len(coco['annotations'])} boxes, classes "
-      f"{[c['name'] for c in coco['categories']]}")
+print(f"{TRAIN.relative_to(Path.cwd())}: {len(coco['images'])} images, "
+      f"{len(coco['annotations'])} boxes, classes {[c['name'] for c in coco['categories']]}")
 
 # %% [markdown]
 # ## A config
@@ -58,7 +61,7 @@ train:
   num_steps: {steps}
   batch_size: {4 if QUICK else 16}
   checkpoint_every: {steps // 2}
-  log_every: {1 if QUICK else 20}
+  log_every: {1 if QUICK else 100}
 eval:
   batch_size: 4
   num_visualizations: 8
@@ -85,7 +88,7 @@ except jaxdet.ConfigError as error:
 # preemption too).
 
 # %%
-result = jaxdet.fit("my_detector.yaml", "runs/my_detector", overrides=overrides)
+result = jaxdet.fit("my_detector.yaml", "runs/my_detector", overrides=overrides, progress=False)
 print(f"step {result.step}: {result.images_per_second:.0f} img/s after a "
       f"{result.compile_seconds:.0f} s compile; AP {result.eval_metrics['AP']:.3f}, "
       f"AP50 {result.eval_metrics['AP50']:.3f}")

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from jaxdet import tasks
 from jaxdet.app.detections import Detections

@@ -14,7 +14,7 @@ from jaxdet.backends.cpu.allocator import reexec_with_fast_allocator
 
 def draws_progress_bars() -> bool:
     """Whether progress bars are worth drawing: stderr is a terminal, or this process is a
-    Jupyter kernel (``tqdm.auto`` draws a widget or a cell line there). Output to a file or a
+    Jupyter kernel (the bar redraws in its cell there). Output to a file or a
     pipe gets plain log lines instead of redraws."""
     if sys.stderr.isatty():
         return True

@@ -66,6 +66,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import grain
@@ -253,8 +254,18 @@ def _describe(source: Any) -> str:
         return str(source.describe())
     for attr in ("annotation_file", "annotation_dir"):
         if hasattr(source, attr):
-            return str(getattr(source, attr))
+            return _shown(str(getattr(source, attr)))
     return type(source).__name__
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working folder when it lies inside it (shorter log lines),
+    else as given."""
+    try:
+        relative = Path(path).resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        return path
+    return str(relative) if Path(path).is_absolute() else path
 
 
 def _image_dir(source: Any) -> str:

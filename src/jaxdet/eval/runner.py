@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from jaxdet.backends import process
 from jaxdet.data.decode import CorruptImageError, load_record_image

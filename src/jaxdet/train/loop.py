@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from jaxdet.backends import process
 from jaxdet.train.checkpoint import Checkpointer

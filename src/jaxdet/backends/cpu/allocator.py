@@ -141,7 +141,9 @@ def hint() -> None:
     env = fast_allocator_environment(os.environ)
     if env is None:
         return
-    wanted = " ".join(f"{k}={env[k]}" for k in ("LD_PRELOAD", "GLIBC_TUNABLES")
+    home = os.path.expanduser("~")
+    wanted = " ".join(f"{k}={env[k]}".replace(home + os.sep, "~" + os.sep)
+                      for k in ("LD_PRELOAD", "GLIBC_TUNABLES")
                       if env.get(k) != os.environ.get(k))
     log.info("CPU steps run faster with XLA's buffers kept mapped: start Python with %s "
              "(the jaxdet command does this itself).", wanted)
