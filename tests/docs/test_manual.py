@@ -1,6 +1,6 @@
-"""The manual speaks to users: the README stays a front page, and no page but the
-development one talks about how the project is developed (issue or run numbers, test files,
-paths outside the repository)."""
+"""The manual speaks to users: the README stays a front page, and no page of it talks about how
+the project is developed (issue or run numbers, test files, paths outside the repository);
+that is CONTRIBUTING.md's."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-USER_PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md")
-                                          if p.name != "development.md")]
+USER_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 DEVELOPMENT_WORDS = re.compile(
     r"\bissues? #?\d+|\bruns? \d+\b|\bchange \d+|tests/[\w/]+\.py|\btest_\w+\.py|\.\./shared|"
     r"shared/data|/work/", re.IGNORECASE)
