@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from jaxdet.app.cli import _parser
+from jaxdet.config.reference import replace_between
 
 BEGIN = "<!-- cli-reference:begin -->"
 END = "<!-- cli-reference:end -->"
@@ -36,8 +37,7 @@ def cli_reference() -> str:
 
 def render(text: str) -> str:
     """``text`` with the part between the markers replaced by :func:`cli_reference`."""
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:start] + "\n" + cli_reference() + text[stop:]
+    return replace_between(text, BEGIN, END, cli_reference())
 
 
 if __name__ == "__main__":

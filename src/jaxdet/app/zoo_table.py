@@ -16,6 +16,7 @@ from flax import nnx
 
 from jaxdet import tasks
 from jaxdet.config.loader import apply_overrides, validate
+from jaxdet.config.reference import replace_between
 from jaxdet.config.tfod import convert_pipeline_config
 from jaxdet.data.build import input_size
 from jaxdet.interop.tfod_names import UnmappedModelError
@@ -70,8 +71,7 @@ def zoo_table(configs: Path) -> str:
 
 def render(text: str, configs: Path) -> str:
     """``text`` with the table between the markers refreshed."""
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:start] + "\n" + zoo_table(configs) + text[stop:]
+    return replace_between(text, BEGIN, END, zoo_table(configs))
 
 
 __all__ = ["zoo_row", "zoo_table"]

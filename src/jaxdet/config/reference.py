@@ -158,7 +158,9 @@ def shipped_configs_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def _replace_between(text: str, begin: str, end: str, body: str) -> str:
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    """``text`` with what lies between the markers ``begin`` and ``end`` replaced by ``body``
+    (the markers kept): how every generated part of the manual is refreshed in its page."""
     start, stop = text.index(begin) + len(begin), text.index(end)
     return text[:start] + "\n" + body + text[stop:]
 
@@ -166,9 +168,9 @@ def _replace_between(text: str, begin: str, end: str, body: str) -> str:
 def render_generated(text: str) -> str:
     """``text`` with each generated part whose markers it holds refreshed."""
     if BEGIN in text:
-        text = _replace_between(text, BEGIN, END, config_reference())
+        text = replace_between(text, BEGIN, END, config_reference())
     if TABLE_BEGIN in text:
-        text = _replace_between(text, TABLE_BEGIN, TABLE_END, shipped_configs_table())
+        text = replace_between(text, TABLE_BEGIN, TABLE_END, shipped_configs_table())
     return text
 
 
