@@ -5,7 +5,8 @@
     found = detector.predict(image)
 
 The Python API (:mod:`jaxdet.api`: ``load``, ``fit``, ``fine_tune``, ``Detector`` with ``predict``,
-``evaluate`` and ``export``, ``Detections``, and the errors they raise) is importable from
+``evaluate`` and ``export``, ``Detections``, the 3D U-Net's ``Segmenter`` and
+``Segmentation``, and the errors they raise) is importable from
 here; it loads on first use, so ``import jaxdet`` alone stays light.
 """
 
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _API = ("CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
-        "ExportError", "Labels", "TrainResult", "WorkdirMismatch", "fine_tune", "fit", "load")
+        "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult", "VolumeReadError",
+        "WorkdirMismatch", "fine_tune", "fit", "load")
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ loads them
     from jaxdet.api import (  # noqa: F401
@@ -28,7 +30,10 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ load
         Detector,
         ExportError,
         Labels,
+        Segmentation,
+        Segmenter,
         TrainResult,
+        VolumeReadError,
         WorkdirMismatch,
         fine_tune,
         fit,

@@ -24,9 +24,14 @@ Every name here is importable from ``jaxdet`` itself. Errors are exceptions a pr
 catch; each message names the input, field or file concerned: :class:`ConfigError` (a config
 or a model argument), :class:`CheckpointError` (a checkpoint of another model, or damaged),
 :class:`WorkdirMismatch` (a workdir trained with another model configuration),
-:class:`CorruptImageError` (an image file that cannot be decoded), :class:`ExportError`
-(what cannot be exported), ``FileNotFoundError``, ``TypeError`` / ``ValueError`` (an array
-that is not an image, a bad argument).
+:class:`CorruptImageError` (an image file that cannot be decoded), :class:`VolumeReadError`
+(a volume file that cannot be read), :class:`ExportError` (what cannot be exported),
+``FileNotFoundError``, ``TypeError`` / ``ValueError`` (an array that is not an image, a bad
+argument).
+
+The 3D U-Net (``model.type: unet3d``) segments volumes instead: ``jaxdet.load`` gives a
+:class:`Segmenter` whose ``predict`` takes a volume array or file and returns a
+:class:`Segmentation` (a label volume on the input's grid, per-class millilitres).
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ from jaxdet.app.runs import WorkdirMismatch
 from jaxdet.config.loader import ConfigError
 from jaxdet.config.schema import Config
 from jaxdet.data.decode import CorruptImageError
+from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.export.exporter import ExportError
 from jaxdet.interop.tf_checkpoint import CheckpointError
+from jaxdet.tasks.unet3d.segmenter import Segmentation, Segmenter
 
 ModelLike = str | os.PathLike | Config
 
@@ -56,8 +63,8 @@ ModelLike = str | os.PathLike | Config
 def load(model: ModelLike | None = None, *, workdir: str | os.PathLike | None = None,
          checkpoint: str | os.PathLike | None = None, checkpoint_format: str = "auto",
          step: int | None = None, overrides: Iterable[str] = (),
-         batch_size: int = 1) -> Detector:
-    """A detector ready to predict.
+         batch_size: int | None = None) -> Detector | Segmenter:
+    """A detector ready to predict (a :class:`Segmenter` for the 3D U-Net).
 
     Args:
       model: a jaxdet workdir (its config and latest checkpoint); a TF2 model-zoo folder
@@ -72,9 +79,11 @@ def load(model: ModelLike | None = None, *, workdir: str | os.PathLike | None = 
       checkpoint_format: ``auto`` (from the path), ``tf``, ``jaxdet`` or ``torch``.
       step: a workdir checkpoint's step (default: the latest intact one).
       overrides: ``section.field=value`` config overrides, as ``--set``.
-      batch_size: images per compiled predict call (default 1).
+      batch_size: images per compiled predict call (default 1); for the 3D U-Net, sliding
+        windows per network call (default ``model.sliding_window.batch_size``).
     Returns:
-      A :class:`~jaxdet.app.detector.Detector`.
+      A :class:`~jaxdet.app.detector.Detector`; for a ``unet3d`` model a
+      :class:`~jaxdet.tasks.unet3d.segmenter.Segmenter` (volumes in, label volumes out).
     Raises:
       ConfigError, FileNotFoundError, WorkdirMismatch, CheckpointError (see the module
       docstring).
@@ -122,9 +131,10 @@ class TrainResult:
     train_metrics: dict
     eval_metrics: dict | None
 
-    def detector(self, *, batch_size: int = 1) -> Detector:
-        """The trained detector (the workdir's latest checkpoint), as :func:`load` loads it
-        with ``batch_size`` images per compiled call."""
+    def detector(self, *, batch_size: int | None = None) -> Detector | Segmenter:
+        """The trained detector (the workdir's latest checkpoint; a :class:`Segmenter` for
+        the 3D U-Net), as :func:`load` loads it with ``batch_size`` images per compiled call
+        (default 1)."""
         return load(self.workdir, batch_size=batch_size)
 
 
@@ -214,4 +224,5 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
 
 
 __all__ = ["CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
-           "ExportError", "Labels", "TrainResult", "WorkdirMismatch", "fine_tune", "fit", "load"]
+           "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult",
+           "VolumeReadError", "WorkdirMismatch", "fine_tune", "fit", "load"]

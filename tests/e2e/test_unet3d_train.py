@@ -2,16 +2,19 @@
 patches of 24^3 generated volumes): training lowers the loss and the held-out mean Dice
 beats a fresh network's; a run killed half-way resumes to the same weights as an
 uninterrupted one; ``jaxdet eval``, ``predict`` (NIfTI and NumPy in, the same format,
-spacing and affine out, a truncated file named and skipped) and ``summary`` work on it."""
+spacing and affine out, a truncated file named and skipped) and ``summary`` work on it, and
+``jaxdet.load`` gives a Segmenter whose predictions and evaluation equal the commands'."""
 
 from __future__ import annotations
 
 import json
 
 import jax
+import nibabel as nib
 import numpy as np
 import pytest
 
+import jaxdet
 from jaxdet import tasks
 from jaxdet.app import runs
 from jaxdet.app.cli import main
@@ -114,3 +117,49 @@ def test_cli_eval_predict_and_summary(trained, tmp_path, capsys):
     assert main(["summary", "--config", str(tmp_path / "config.yaml"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["type"] == "unet3d" and summary["parameters"]["total"] == 21447
+
+
+def test_the_python_segmenter_equals_the_commands(trained, tmp_path):
+    config, workdir = trained
+    segmenter = jaxdet.load(workdir)
+    assert isinstance(segmenter, jaxdet.Segmenter) and segmenter.step == STEPS
+    assert segmenter.class_names == ("sphere", "cube")
+    image, _ = generated_volume((7, 0), (20, 24, 28))
+    nifti = write_volume(tmp_path / "case_a.nii.gz", image[..., 0], (2.0, 1.5, 1.0))
+    assert main(["predict", "--workdir", str(workdir), str(nifti),
+                 "--out", str(tmp_path / "cli")]) == 0
+    written = tmp_path / "cli" / "case_a_label.nii.gz"
+    expected = read_volume(written)[0]
+    listed = json.loads((tmp_path / "cli" / "predictions.json").read_text())["volumes"][0]
+
+    found = segmenter.predict(nifti)
+    assert isinstance(found, jaxdet.Segmentation) and found.source == str(nifti)
+    np.testing.assert_array_equal(found.labels, expected)
+    assert found.spacing == pytest.approx((2.0, 1.5, 1.0))
+    assert found.to_dict()["classes"] == listed["classes"]
+    assert found.voxels()["sphere"] == int(np.sum(expected == 1)) > 0
+    assert found.millilitres()["cube"] == listed["classes"]["cube"]["ml"]
+    saved = found.save(tmp_path / "saved.nii.gz")  # as the command writes it
+    np.testing.assert_array_equal(read_volume(saved)[0], expected)
+    np.testing.assert_allclose(nib.load(saved).affine, nib.load(written).affine)
+    # the same voxels as an array with its spacing, and in a list with the file
+    as_array, again = segmenter.predict([image[..., 0], nifti], spacing=(2.0, 1.5, 1.0))
+    np.testing.assert_array_equal(as_array.labels, expected)
+    np.testing.assert_array_equal(again.labels, expected)
+    assert as_array.source is None and as_array.to_dict()["file"] is None
+
+    with pytest.raises(ValueError, match=r"expected a volume \[D, H, W\].*\(20, 24\)"):
+        segmenter.predict(image[:, :, 0, 0])
+    with pytest.raises(ValueError, match=r"got shape \(8, 8, 8, 2\)"):
+        segmenter.predict(np.zeros((8, 8, 8, 2), np.float32))
+    with pytest.raises(FileNotFoundError, match="absent.nii.gz"):
+        segmenter.predict(tmp_path / "absent.nii.gz")
+    broken = tmp_path / "broken.nii.gz"
+    broken.write_bytes(nifti.read_bytes()[:200])
+    with pytest.raises(jaxdet.VolumeReadError, match="broken.nii.gz"):
+        segmenter.predict(broken)
+
+    metrics = segmenter.evaluate(tmp_path / "eval", progress=False)
+    saved_metrics = json.loads((workdir / "eval" / f"step_{STEPS}" / "metrics.json").read_text())
+    assert metrics["mean_dice"] == pytest.approx(saved_metrics["mean_dice"], abs=1e-6)
+    assert metrics["step"] == STEPS

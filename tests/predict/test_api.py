@@ -138,8 +138,6 @@ def test_bad_models_raise_naming_them(trained, tmp_path, tiny_overrides):
         jaxdet.load(tmp_path)
     with pytest.raises(jaxdet.ConfigError, match="no_such_config"):
         jaxdet.load("no_such_config")
-    with pytest.raises(ValueError, match="model.type='unet3d' predicts from files"):
-        jaxdet.load("unet3d_demo")  # volumes, not images
     # a workdir trained with another model configuration
     with pytest.raises(jaxdet.WorkdirMismatch):
         jaxdet.load("shapes_demo", workdir=trained,

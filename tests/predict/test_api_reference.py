@@ -12,7 +12,7 @@ import jaxdet
 from jaxdet import api
 
 EXCEPTIONS = {"CheckpointError", "ConfigError", "CorruptImageError", "ExportError",
-              "WorkdirMismatch"}
+              "VolumeReadError", "WorkdirMismatch"}
 
 
 def _public_callables():

@@ -13,10 +13,12 @@ batch size compiles once and is reused; the last batch of a list is padded to it
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -254,18 +256,9 @@ class Detector:
             metrics = jaxdet.load("runs/demo").evaluate()
             print(metrics["AP"], metrics["out_dir"])
         """
-        if self.source is not None and self.source.has_weights:
-            home = runs.results_home(self.source.workdir, self.source.checkpoint)
-        elif out_dir is not None:
-            home = Path(out_dir)
-        else:
-            raise ValueError("these weights come from no workdir or checkpoint: give "
-                             "evaluate(out_dir=...)")
-        params, batch_stats = self.variables
-        return runs.evaluate_model(self.config, self.task,
-                                   {"params": params, "batch_stats": batch_stats}, self.step,
-                                   home, out_dir=out_dir, overwrite=overwrite,
-                                   progress=progress, weights_format=self.weights_format)
+        return evaluate_loaded(self.config, self.task, self.variables, self.step, self.source,
+                               self.weights_format, out_dir, overwrite=overwrite,
+                               progress=progress)
 
     def export(self, out_dir: str | os.PathLike, *, format: str = "stablehlo",
                input_type: str = "image_tensor", batch_size: int | None = None,
@@ -326,27 +319,54 @@ def _as_items(images) -> tuple[list, bool]:
                     "or a list of them")
 
 
+def evaluate_loaded(config: S.Config, task: Any, variables: tuple[Any, Any], step: int | str,
+                    source: ModelSource | None, weights_format: str | None,
+                    out_dir: str | os.PathLike | None = None, *, overwrite: bool = False,
+                    progress: bool = True) -> dict:
+    """Evaluate loaded inference ``variables`` (params, batch_stats) of checkpoint ``step`` on
+    the config's ``data.eval`` as ``jaxdet eval`` does (results in ``out_dir``, default
+    ``eval/step_N`` beside the weights ``source`` names); see :meth:`Detector.evaluate`."""
+    if source is not None and source.has_weights:
+        home = runs.results_home(source.workdir, source.checkpoint)
+    elif out_dir is not None:
+        home = Path(out_dir)
+    else:
+        raise ValueError("these weights come from no workdir or checkpoint: give "
+                         "evaluate(out_dir=...)")
+    params, batch_stats = variables
+    return runs.evaluate_model(config, task, {"params": params, "batch_stats": batch_stats},
+                               step, home, out_dir=out_dir, overwrite=overwrite,
+                               progress=progress, weights_format=weights_format)
+
+
 def load_detector(source: ModelSource, *, step: int | None = None,
-                  checkpoint_format: str = "auto", batch_size: int = 1,
-                  data_dir: str | Path | None = None) -> Detector:
+                  checkpoint_format: str = "auto", batch_size: int | None = None,
+                  data_dir: str | Path | None = None) -> Any:
     """Build the model a :class:`~jaxdet.app.model_source.ModelSource` names and load its
     weights (a workdir's checkpoint, latest or ``step``; or ``source.checkpoint`` imported in
     full; or, when it names neither, the initializers' fresh weights, with a warning).
     ``data_dir``: where relative dataset paths of the config are read from for the class
     names (default: the workdir, else the current folder).
 
+    ``batch_size``: images per compiled call (default 1); for a family whose inputs are
+    not images, its own (the 3D U-Net's sliding windows per network call).
+
+    Returns a :class:`Detector`, or the family's own predictor for a family whose inputs are
+    not images (``TaskFamily.predictor``: the 3D U-Net's ``Segmenter``).
+
     Raises:
-      ValueError: a model that does not detect objects in images (the 3D U-Net).
+      ValueError: a family that has no Python predictor.
       FileNotFoundError: no checkpoint, or none for ``step``.
       WorkdirMismatch: the workdir's checkpoint belongs to another model configuration.
       CheckpointError: a checkpoint file of another model or damaged (the message names the
         file and the first tensors concerned).
     """
     config = source.config
-    if tasks.family(config).predict_files is not None:  # not an image detector
-        raise ValueError(f"model.type={config.model.type!r} predicts from files of its own kind "
-                         "(volumes), not images: use `jaxdet predict --workdir WORKDIR FILES "
-                         "--out OUT` and `jaxdet eval --workdir WORKDIR`")
+    family = tasks.family(config)
+    if family.predict_files is not None and family.predictor is None:  # not images
+        raise ValueError(f"model.type={config.model.type!r} predicts from files of its own kind, "
+                         "not images, and has no Python predictor: use `jaxdet predict "
+                         "--workdir WORKDIR FILES --out OUT` and `jaxdet eval --workdir WORKDIR`")
     if source.has_weights:
         task, state, step = runs.load_for_inference(
             config, source.workdir, step=step, checkpoint=source.checkpoint,
@@ -359,13 +379,19 @@ def load_detector(source: ModelSource, *, step: int | None = None,
                     "initializers (untrained)", config.model.type)
         task = tasks.build_task(config)
         variables, step = task.initial_variables(), 0
+    weights_format = runs.weights_format(source.checkpoint, checkpoint_format)
+    if family.predictor is not None:
+        evaluator = functools.partial(evaluate_loaded, config, task, variables, step, source,
+                                      weights_format)
+        return family.predictor(config, task, variables, step=step, batch_size=batch_size,
+                                evaluator=evaluator)
     if data_dir is None:
         data_dir = source.workdir if source.workdir is not None else Path.cwd()
     labels = labels_of(config, data_dir)
-    weights_format = runs.weights_format(source.checkpoint, checkpoint_format)
     return Detector(config, task, variables, step=step, labels=labels,
                     decode=data_build.decode_mode(config, weights_format),
-                    batch_size=batch_size, source=source, weights_format=weights_format)
+                    batch_size=batch_size or 1, source=source, weights_format=weights_format)
 
 
-__all__ = ["Detector", "default_score_threshold", "load_detector", "preprocess_images"]
+__all__ = ["Detector", "default_score_threshold", "evaluate_loaded", "load_detector",
+           "preprocess_images"]

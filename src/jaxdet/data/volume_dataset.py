@@ -31,12 +31,7 @@ from typing import Any
 import numpy as np
 
 from jaxdet.data.volume_io import Spacing, VolumeReadError, read_header, read_listing, read_volume
-from jaxdet.data.volume_transforms import (
-    PatchAugment,
-    clip_and_normalize,
-    foreground_voxels,
-    resample_to_spacing,
-)
+from jaxdet.data.volume_transforms import PatchAugment, foreground_voxels, prepare_volume
 
 logger = logging.getLogger("jaxdet")
 
@@ -221,11 +216,9 @@ class VolumeDataset:
                 raise VolumeReadError(label_path, f"label shape {raw.shape} differs from the "
                                                   f"image's {image.shape[:3]}")
             label = self._check_labels(raw, label_path)
-        if self.target_spacing is not None:
-            image, label, _ = resample_to_spacing(image, label, spacing, self.target_spacing)
         # no clip, mean or std: each volume by its own statistics (as the class docstring)
-        image = clip_and_normalize(image, clip=self.clip, mean=self.mean, std=self.std)
-        return np.ascontiguousarray(image, np.float32), label
+        return prepare_volume(image, label, spacing, target_spacing=self.target_spacing,
+                              clip=self.clip, mean=self.mean, std=self.std)
 
     def _check_labels(self, raw: np.ndarray, path: str) -> np.ndarray:
         """Labels as i32[D, H, W]; VolumeReadError unless integers in [0, num_classes)."""

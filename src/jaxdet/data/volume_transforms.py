@@ -97,6 +97,20 @@ def clip_and_normalize(image: np.ndarray, *, clip: tuple[float, float] | None = 
     return ((x - m) / s).astype(np.float32, copy=False)
 
 
+def prepare_volume(image: np.ndarray, label: np.ndarray | None, spacing: Sequence[float], *,
+                   target_spacing: Sequence[float] | None = None,
+                   clip: tuple[float, float] | None = None, mean: float | None = None,
+                   std: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A volume as the network reads it: ``image`` f32[D, H, W, C] with voxel size
+    ``spacing`` resampled to ``target_spacing`` (if given; ``label`` i32[D, H, W] too,
+    nearest), then clipped and normalized (:func:`clip_and_normalize`). Returns (image
+    f32[D', H', W', C] contiguous, label or None)."""
+    if target_spacing is not None:
+        image, label, _ = resample_to_spacing(image, label, spacing, target_spacing)
+    image = clip_and_normalize(image, clip=clip, mean=mean, std=std)
+    return np.ascontiguousarray(image, np.float32), label
+
+
 # ----------------------------------------------------------------------------- patches
 
 
@@ -319,5 +333,5 @@ class PatchAugment:
 
 
 __all__ = ["PatchAugment", "Spacing", "clip_and_normalize", "foreground_voxels",
-           "random_brightness", "random_flip", "random_noise", "random_rotate_scale",
-           "resample_to_spacing", "rotate_scale", "sample_patch"]
+           "prepare_volume", "random_brightness", "random_flip", "random_noise",
+           "random_rotate_scale", "resample_to_spacing", "rotate_scale", "sample_patch"]

@@ -37,6 +37,7 @@ from jaxdet.tasks.ssd.torch_detectors import torch_detector_map as ssd_torch_det
 from jaxdet.tasks.unet3d import build as unet3d
 from jaxdet.tasks.unet3d.data import volume_pipeline
 from jaxdet.tasks.unet3d.predict import predict_volumes
+from jaxdet.tasks.unet3d.segmenter import Segmenter
 
 
 def image_pipeline() -> DataPipeline:
@@ -63,9 +64,12 @@ class TaskFamily:
     resizer's padding holds black pixels that are normalized with the image (TF's CenterNet
     resizes then normalizes) instead of zeros after normalization (TF's SSD); ``data``: a
     :class:`DataPipeline` factory (default :func:`image_pipeline`); ``predict_files``:
-    ``jaxdet predict`` (default ``predict.predict_images``); ``tf_name_map(model, config) ->
-    {tf object path: (jaxdet path, transform)}``: where each tensor of a TF OD API checkpoint
-    goes in the family's model (None: no TF checkpoint fits the family);
+    ``jaxdet predict`` (default ``predict.predict_images``); ``predictor(config, task,
+    variables, step=, batch_size=, evaluator=)``: what ``jaxdet.load`` returns for a family
+    whose inputs are not images (default: ``app.detector.Detector``, for images);
+    ``tf_name_map(model, config) -> {tf object path: (jaxdet path, transform)}``: where each
+    tensor of a TF OD API checkpoint goes in the family's model (None: no TF checkpoint fits
+    the family);
     ``torch_detector_map(model, state, source) -> interop.torch_names.TorchDetectorMap |
     None``: the family's map of a whole detector's torch state dict (``source`` names the
     file), None for a file it does not read (None: it reads none; a backbone alone is
@@ -78,6 +82,7 @@ class TaskFamily:
     pads_raw_pixels: bool = False
     data: Callable[[], DataPipeline] = image_pipeline
     predict_files: Callable[..., Any] | None = None
+    predictor: Callable[..., Any] | None = None
     tf_name_map: Callable[[nnx.Module, S.Config], dict[str, Target]] | None = None
     torch_detector_map: Callable[[nnx.Module, Mapping[str, np.ndarray], str],
                                  TorchDetectorMap | None] | None = None
@@ -101,7 +106,8 @@ def _shipped_families() -> dict[str, TaskFamily]:
                                   tf_name_map=faster_rcnn_tf.tf_name_map),
         "unet3d": TaskFamily(unet3d.build_unet3d_task, unet3d.unet3d_fingerprint_fields,
                              unet3d.unet3d_summary, unet3d.format_unet3d_summary,
-                             data=volume_pipeline, predict_files=predict_volumes),
+                             data=volume_pipeline, predict_files=predict_volumes,
+                             predictor=Segmenter),
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from jaxdet.config import schema as S
 from jaxdet.data.volume_dataset import VolumeDataset
 from jaxdet.data.volume_io import VolumeReadError, read_header, read_listing, write_volume
+from jaxdet.data.volume_transforms import prepare_volume
 
 log = logging.getLogger("jaxdet")
 
@@ -67,6 +69,63 @@ def nearest_resize(labels: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     index = [np.minimum(((np.arange(n) + 0.5) * m / n).astype(np.int64), m - 1)
              for n, m in zip(shape, labels.shape, strict=True)]
     return labels[np.ix_(*index)]
+
+
+def prepare_volume_for(config: S.Config, image: np.ndarray, spacing: Sequence[float],
+                       in_channels: int, *, name: str = "the volume") -> np.ndarray:
+    """An image volume [D, H, W] or [D, H, W, C] with voxel size ``spacing`` as the network
+    of ``config`` reads it: f32[D', H', W', C], resampled, clipped and normalized as its eval
+    data (``data.volume_transforms.prepare_volume``). Raises ValueError naming ``name`` for
+    another rank or another channel count than ``in_channels``."""
+    image = np.asarray(image, np.float32)
+    if image.ndim == 3:
+        image = image[..., None]
+    if image.ndim != 4 or image.shape[3] != in_channels:
+        raise ValueError(f"{name}: expected a volume [D, H, W] or [D, H, W, {in_channels}], got "
+                         f"shape {tuple(image.shape)}")
+    d = config.data
+    return prepare_volume(image, None, spacing, target_spacing=d.target_spacing,
+                          clip=d.intensity_clip, mean=d.intensity_mean, std=d.intensity_std)[0]
+
+
+def segment_function(task: Any, variables: tuple[Any, Any], batch_size: int | None = None
+                     ) -> Callable[[jax.Array], jax.Array]:
+    """The jitted ``f32[D, H, W, C] -> i32[D, H, W]``: the argmax of ``task``'s (a
+    ``UNet3DTask``) sliding-window segmentation with inference ``variables`` (params,
+    batch_stats), ``batch_size`` windows per network call (default
+    ``model.sliding_window.batch_size``); compiled once per volume shape."""
+    params, batch_stats = variables
+    return jax.jit(lambda volume: jnp.argmax(task.segment_volume(
+        params, batch_stats, volume, batch_size=batch_size), axis=-1).astype(jnp.int32))
+
+
+def labels_on_grid(segment: Callable[[jax.Array], jax.Array], prepared: np.ndarray,
+                   shape: tuple[int, ...]) -> np.ndarray:
+    """The labels of a prepared volume (:func:`prepare_volume_for`) by ``segment``
+    (:func:`segment_function`), brought back to the input's grid ``shape`` (D, H, W)
+    by :func:`nearest_resize`: i32[shape]."""
+    labels = np.asarray(segment(jnp.asarray(prepared)))
+    return labels if labels.shape == tuple(shape) else nearest_resize(labels, tuple(shape))
+
+
+def class_counts(labels: np.ndarray, names: Sequence[str], spacing: Sequence[float]
+                 ) -> dict[str, dict[str, Any]]:
+    """``{name of class k: {"voxels", "ml"}}`` for classes 1..len(names) of ``labels``
+    (i32[D, H, W]) with voxel size ``spacing`` (mm; 1 ml = 1000 mm^3, rounded to 1e-3)."""
+    voxel_ml = float(np.prod(spacing)) / 1000.0
+    counts = np.bincount(np.asarray(labels).ravel(), minlength=len(names) + 1)
+    return {n: {"voxels": int(c), "ml": round(float(c) * voxel_ml, 3)}
+            for n, c in zip(names, counts[1:len(names) + 1], strict=True)}
+
+
+def stored_labels(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Labels as a label file stores them: uint8 (int16 from 256 classes)."""
+    return labels.astype(np.uint8 if num_classes < 256 else np.int16)
+
+
+def class_names_of(task: Any) -> tuple[str, ...]:
+    """The names of classes 1..K-1 of ``task`` (``class_<k>`` where it has none)."""
+    return tuple(task.class_names or (f"class_{k}" for k in range(1, task.num_classes)))
 
 
 def _unlabelled_volumes(config: S.Config, paths: list[Path], in_channels: int
@@ -128,12 +187,10 @@ def predict_volumes(config: S.Config, task: Any, variables: tuple[Any, Any], inp
     ``model.sliding_window.batch_size``). Detection options (score thresholds) are ignored.
     Returns the summary."""
     paths = collect_volumes(inputs)
-    params, batch_stats = variables
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    segment = jax.jit(lambda volume: jnp.argmax(task.segment_volume(
-        params, batch_stats, volume, batch_size=batch_size), axis=-1).astype(jnp.int32))
-    names = task.class_names or tuple(f"class_{k}" for k in range(1, task.num_classes))
+    segment = segment_function(task, variables, batch_size)
+    names = class_names_of(task)
     dataset, skipped = _unlabelled_volumes(config, paths, task.in_channels)
     used: set[str] = set()
     records = []
@@ -146,19 +203,13 @@ def predict_volumes(config: S.Config, task: Any, variables: tuple[Any, Any], inp
             skipped.append((str(path), str(e)))
             continue
         shape = read_header(path)[0][:3]
-        labels = np.asarray(segment(jnp.asarray(image)))
-        if labels.shape != shape:
-            labels = nearest_resize(labels, shape)
+        labels = labels_on_grid(segment, image, shape)
         target = out / _output_name(path, used)
-        write_volume(target, labels.astype(np.uint8 if task.num_classes < 256 else np.int16),
-                     spacing, like=path)
-        voxel_ml = float(np.prod(spacing)) / 1000.0
-        counts = np.bincount(labels.ravel(), minlength=task.num_classes)
+        write_volume(target, stored_labels(labels, task.num_classes), spacing, like=path)
         records.append({
             "file": str(path), "labels": str(target), "shape": list(shape),
             "spacing": [float(s) for s in spacing],
-            "classes": {n: {"voxels": int(c), "ml": round(float(c) * voxel_ml, 3)}
-                        for n, c in zip(names, counts[1:], strict=True)},
+            "classes": class_counts(labels, names, spacing),
         })
     (out / "predictions.json").write_text(json.dumps(
         {"step": step if isinstance(step, int) else str(step), "volumes": records,
@@ -166,5 +217,6 @@ def predict_volumes(config: S.Config, task: Any, variables: tuple[Any, Any], inp
     return VolumePredictSummary(len(records), skipped, out, step, records)
 
 
-__all__ = ["VolumePredictSummary", "collect_volumes", "nearest_resize", "predict_volumes",
-           "volume_suffix"]
+__all__ = ["VolumePredictSummary", "class_counts", "class_names_of", "collect_volumes",
+           "labels_on_grid", "nearest_resize", "predict_volumes", "prepare_volume_for",
+           "segment_function", "stored_labels", "volume_suffix"]
