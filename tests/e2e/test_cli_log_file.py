@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import jaxdet
 from jaxdet.app.cli import _parser, main
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -41,7 +42,8 @@ def test_version_and_help(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip().startswith("jaxdet ")
+    # the installed package's version is the one written in jaxdet/__init__.py
+    assert capsys.readouterr().out.strip() == f"jaxdet {jaxdet.__version__}"
     parser = _parser()
     assert parser.description.endswith(".")  # a whole sentence, not a cut line
     unexplained = []
