@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 _API = ("CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
         "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult", "VolumeReadError",
-        "WorkdirMismatch", "fine_tune", "fit", "load")
+        "WorkdirMismatch", "fine_tune", "fit", "load", "watch_and_evaluate")
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ loads them
     from jaxdet.api import (  # noqa: F401
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ load
         fine_tune,
         fit,
         load,
+        watch_and_evaluate,
     )
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from jaxdet.app import runs
 from jaxdet.app.detections import Detections
 from jaxdet.app.detector import Detector, load_detector
+from jaxdet.app.eval_watch import watch_run
 from jaxdet.app.fine_tune import FROZEN, prepare_fine_tune
 from jaxdet.app.labels import Labels
 from jaxdet.app.model_source import model_source
@@ -174,6 +175,43 @@ def fit(config: ModelLike, workdir: str | os.PathLike, *, overrides: Iterable[st
                        eval_metrics)
 
 
+def watch_and_evaluate(workdir: str | os.PathLike, *, config: ModelLike | None = None,
+                       overrides: Iterable[str] = (), timeout: float = 3600.0,
+                       poll: float = 10.0, progress: bool = False) -> list[dict]:
+    """Evaluate each checkpoint of a training run as it is written, as ``jaxdet eval --watch``
+    does: the TF OD API's evaluation side job, for a run trained without pausing to evaluate
+    (``fit(..., evaluate=False)`` or ``jaxdet train --no-eval``, e.g. in another process or on
+    another machine sharing the folder). The newest checkpoint not evaluated yet is evaluated
+    into ``WORKDIR/eval/step_N``; its metrics also go to ``WORKDIR/eval_watch/`` (JSON lines
+    and TensorBoard).
+
+    Args:
+      workdir: the training run's folder (it may not exist yet: the run's ``config.yaml`` is
+        waited for).
+      config: the model's config (default: the run's own ``config.yaml``).
+      overrides: ``section.field=value`` overrides of the run's config (e.g. other
+        ``data.eval``).
+      timeout: stop when no new checkpoint has appeared for this many seconds (the run's last
+        step, ``train.num_steps``, ends it at once).
+      poll: seconds between looks at the checkpoints folder.
+      progress: show a progress bar per evaluation.
+    Returns:
+      The metrics of each evaluation, oldest first, each with ``out_dir`` and ``step``.
+    Raises:
+      TimeoutError: no run started in ``workdir`` within ``timeout``.
+      WorkdirMismatch: the checkpoints belong to another model configuration.
+      ValueError: the config has no ``data.eval``.
+
+    Example::
+
+        for metrics in jaxdet.watch_and_evaluate("runs/big", timeout=600):
+            print(metrics["step"], metrics["AP"])
+    """
+    loaded = None if config is None else model_source(config, overrides=overrides).config
+    return watch_run(workdir, loaded, overrides=overrides, timeout=timeout, poll=poll,
+                     progress=progress)
+
+
 def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
               workdir: str | os.PathLike, *, class_names: Sequence[str] = ("object",),
               classes: Sequence | None = None, box_format: str = "xyxy", steps: int = 200,
@@ -225,4 +263,4 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
 
 __all__ = ["CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
            "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult",
-           "VolumeReadError", "WorkdirMismatch", "fine_tune", "fit", "load"]
+           "VolumeReadError", "WorkdirMismatch", "fine_tune", "fit", "load", "watch_and_evaluate"]

@@ -8,14 +8,13 @@ Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD AP
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import logging
-import re
 import sys
 import time
 from pathlib import Path
 
+from jaxdet.app import cli_errors
 from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 
@@ -136,6 +135,15 @@ def _parser() -> argparse.ArgumentParser:
                         "when step_N already holds an evaluation, e.g. training's)")
     p.add_argument("--overwrite", action="store_true",
                    help="write to WORKDIR/eval/step_N even if it holds an evaluation")
+    p.add_argument("--watch", action="store_true",
+                   help="evaluate each new checkpoint of --workdir as training writes it, until "
+                        "its last step (the TF OD API's evaluation side job); may start "
+                        "before the training run")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="with --watch: stop when no new checkpoint appears for this long "
+                        "(default 3600)")
+    p.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
+                   help="with --watch: how often to look for new checkpoints (default 10)")
     _add_progress_arg(p)
 
     p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint "
@@ -292,6 +300,8 @@ def _trained_line(result, workdir) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from jaxdet.app import runs
 
+    if args.watch:
+        return _watch(args)
     config = _config_for_workdir(args)
     _check_checkpoint_args(args)
     metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
@@ -305,6 +315,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
               "(--overwrite replaces the first)")
     _print_metrics(metrics, out)
     return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """``jaxdet eval --watch``: ``app.eval_watch``."""
+    from jaxdet.app import eval_watch
+
+    given = [f for f, v in (("--checkpoint", args.checkpoint), ("--step", args.step),
+                            ("--out", args.out), ("--overwrite", args.overwrite)) if v]
+    if args.workdir is None or given:
+        raise ConfigError("--watch follows the checkpoints of a --workdir as they are written"
+                          + (f"; it does not take {', '.join(given)}" if given else ""))
+    config = _load(args) if args.config or args.pipeline_config else None
+    results = eval_watch.watch_run(args.workdir, config, overrides=args.overrides,
+                                   timeout=args.timeout, poll=args.poll,
+                                   progress=not args.no_progress, on_result=_print_step_metrics)
+    steps = [m["step"] for m in results]
+    print(f"evaluated {len(steps)} checkpoint(s)" + (f": steps {', '.join(map(str, steps))}"
+                                                     if steps else ""))
+    return 0
+
+
+def _print_step_metrics(metrics: dict) -> None:
+    print(f"step {metrics['step']}:")
+    _print_metrics(metrics, Path(metrics["out_dir"]))
 
 
 def _check_checkpoint_args(args: argparse.Namespace) -> None:
@@ -489,89 +523,19 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    _quiet_background_errors()
+    cli_errors.quiet_background_errors()
     try:
-        with _logs_above_progress_bars():
+        with cli_errors.logs_above_progress_bars():
             return COMMANDS[args.command](args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {_disk_full_line(err) or err}", file=sys.stderr)
+        print(f"error: {cli_errors.disk_full_line(err) or err}", file=sys.stderr)
         return 1
     except OSError as err:  # disk full, read-only, a file where a folder should be, ...
-        print(f"error: {_os_error_line(err)}", file=sys.stderr)
+        print(f"error: {cli_errors.os_error_line(err)}", file=sys.stderr)
         return 1
-
-
-def _logs_above_progress_bars():
-    """On a terminal, log lines printed above a running progress bar instead of glued onto
-    it (tqdm's logging redirect); in a log file there are no bars to avoid."""
-    import contextlib
-
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext()
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    return logging_redirect_tqdm()
-
-
-def _quiet_background_errors() -> None:
-    """A failure in a background thread (orbax's checkpoint writers, its event loops) also
-    reaches the main thread, which reports it in one line: the threads' own tracebacks, the
-    event loops' follow-up errors and the libraries' logged tracebacks go to the debug log
-    instead of the terminal."""
-    import threading
-
-    def thread_hook(args) -> None:
-        logging.getLogger("jaxdet").debug("in thread %s", getattr(args.thread, "name", "?"),
-                                          exc_info=(args.exc_type, args.exc_value,
-                                                    args.exc_traceback))
-
-    def unraisable_hook(args) -> None:
-        logging.getLogger("jaxdet").debug("unraisable in %r: %s", args.object, args.exc_value)
-
-    def main_thread_only(record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and (record.threadName != "MainThread"
-                                                or record.exc_info):
-            logging.getLogger("jaxdet").debug("in thread %s: %s", record.threadName,
-                                              record.getMessage())
-            return False
-        return True
-
-    threading.excepthook = thread_hook
-    sys.unraisablehook = unraisable_hook
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    for name in ("absl", "orbax"):
-        logger = logging.getLogger(name)
-        if not any(getattr(f, "__name__", "") == "main_thread_only" for f in logger.filters):
-            logger.addFilter(main_thread_only)  # once, however often main() runs in a process
-
-
-def _disk_full_line(err: Exception) -> str | None:
-    """orbax's report of a full disk (TensorStore's RESOURCE_EXHAUSTED) in one line."""
-    text = str(err)
-    if "RESOURCE_EXHAUSTED" not in text and "No space left" not in text:
-        return None
-    match = re.search(r'"([^"]*?)/(\d+)\.orbax-checkpoint-tmp', text)
-    where = f" writing checkpoint step {match[2]} in {match[1]}" if match else ""
-    return (f"the disk is full{where}; the checkpoints written before are complete and kept "
-            "(the one being written is not used): free space and run the same command to "
-            "resume")
-
-
-def _os_error_line(err: OSError) -> str:
-    """A file-system failure in one line, with what survives it where that is known."""
-    where = f": {err.filename}" if err.filename else ""
-    line = f"{err.strerror or err}{where}"
-    if err.errno == errno.ENOSPC:
-        line += ("; nothing written so far is lost (a checkpoint being written when the disk "
-                 "filled is not used): free space and run the same command again")
-    elif err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        line += "; choose a folder this process may write (--workdir / --out)"
-    elif err.errno in (errno.EEXIST, errno.ENOTDIR):
-        line += "; a file stands where a folder is needed"
-    return line
 
 
 if __name__ == "__main__":

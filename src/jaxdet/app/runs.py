@@ -6,6 +6,7 @@ Workdir layout::
     checkpoints/<step>/    orbax checkpoints (state + metadata: config fingerprint, data position)
     metrics.jsonl          one JSON object per logged step; tensorboard/ holds the same
     eval/step_<N>/         detections.json, metrics.json and samples.png of each evaluation
+    eval_watch/            metrics.jsonl + tensorboard/ of ``jaxdet eval --watch`` (eval_watch.py)
 """
 
 from __future__ import annotations
@@ -78,11 +79,15 @@ def config_fingerprint(config: Config) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _checkpointer(config: Config, workdir: Path) -> Checkpointer:
+def open_checkpoints(config: Config, workdir: Path, *, read_only: bool = False
+                     ) -> Checkpointer:
+    """The workdir's checkpoints; ``read_only`` for a reader beside a run that may be
+    writing (``Checkpointer``)."""
     return Checkpointer(
         workdir / "checkpoints",
         keep=config.train.keep_checkpoints,
         every_steps=config.train.checkpoint_every,
+        read_only=read_only,
     )
 
 
@@ -235,7 +240,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
     if dispatch.on_cpu():
         process.allocator_hint()
     task = tasks.build_task(config)
-    checkpointer = _checkpointer(config, workdir)
+    checkpointer = open_checkpoints(config, workdir)
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint
     variable_names = _variable_names(
@@ -426,15 +431,22 @@ def evaluate_model(config: Config, task: Task, state: dict, step: int | str, hom
     checkpoint's weights (TF's JPEG decode). Returns the metrics with ``out_dir`` and
     ``step``."""
     data_build.check_data_paths(config, splits=("eval",))
-    mesh = None
-    if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
-        mesh = parallel_build.build_mesh(config)
-        parallel_build.check_mesh_layout(config, mesh, task, splits=("eval",))
-    ctx = EvalContext.build(config, task, Path(home), mesh, weights_format=weights_format)
+    ctx = eval_context(config, task, Path(home), weights_format=weights_format)
     out = Path(out_dir) if out_dir else eval_dir(home, step, overwrite=overwrite)
     metrics = ctx(state, out, step=step, progress=progress)
     metrics["out_dir"], metrics["step"] = str(out), step
     return metrics
+
+
+def eval_context(config: Config, task: Task, home: Path, *,
+                 weights_format: str | None = None) -> EvalContext:
+    """The :class:`EvalContext` of an evaluation outside training: over the config's mesh on
+    one process (process 0 alone with several); ``home`` holds generated eval data."""
+    mesh = None
+    if jax.process_count() == 1:  # several processes: process 0 evaluates alone (EvalContext)
+        mesh = parallel_build.build_mesh(config)
+        parallel_build.check_mesh_layout(config, mesh, task, splits=("eval",))
+    return EvalContext.build(config, task, home, mesh, weights_format=weights_format)
 
 
 def restore_for_inference(
@@ -454,7 +466,7 @@ def restore_for_inference(
     """
     workdir = Path(workdir)
     task = tasks.build_task(config)
-    checkpointer = _checkpointer(config, workdir)
+    checkpointer = open_checkpoints(config, workdir, read_only=True)
     try:
         if step is None:
             step = checkpointer.latest_intact_step()
@@ -470,15 +482,22 @@ def restore_for_inference(
             raise FileNotFoundError(f"the checkpoint of step {step} in {workdir / 'checkpoints'}"
                                     f" is damaged: {why}")
         step = int(step)
-        _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
-        params, batch_stats = task.abstract_variables()
-        parts = {"params": params, "batch_stats": batch_stats}
-        if config.train.ema_decay is not None:
-            parts["ema_params"] = params
-        state = checkpointer.restore_parts(step, parts)
+        state = restore_inference_state(config, task, checkpointer, step, workdir)
     finally:
         checkpointer.close()
     return task, state, step
+
+
+def restore_inference_state(config: Config, task: Task, checkpointer: Checkpointer, step: int,
+                            workdir: str | Path) -> dict:
+    """The params / batch_stats [/ ema_params] of checkpoint ``step`` (its fingerprint
+    checked against ``config``: :class:`WorkdirMismatch`), for ``task``'s model."""
+    _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
+    params, batch_stats = task.abstract_variables()
+    parts = {"params": params, "batch_stats": batch_stats}
+    if config.train.ema_decay is not None:
+        parts["ema_params"] = params
+    return checkpointer.restore_parts(step, parts)
 
 
 def import_weights(
@@ -495,7 +514,7 @@ def import_weights(
       WorkdirMismatch: ``workdir`` already holds checkpoints (nothing is overwritten).
     """
     workdir = Path(workdir)
-    checkpointer = _checkpointer(config, workdir)
+    checkpointer = open_checkpoints(config, workdir)
     try:
         if checkpointer.latest_step() is not None:
             raise WorkdirMismatch(f"{workdir} already holds checkpoints "

@@ -231,8 +231,7 @@ def _workdir_variables(workdir: Path) -> dict[str, np.ndarray]:
     evaluated with them) of a workdir's latest checkpoint, whatever model it holds."""
     import yaml
 
-
-    checkpointer = Checkpointer(workdir / "checkpoints")
+    checkpointer = Checkpointer(workdir / "checkpoints", read_only=True)  # another run's
     try:
         step = checkpointer.latest_intact_step()
         if step is None:

@@ -46,10 +46,13 @@ class Checkpointer:
     """Save every ``every_steps`` steps, keep the last ``keep``, restore to given shardings.
 
     Every JAX process must call ``save``/``restore`` (orbax coordinates the hosts).
+    ``read_only``: a reader beside a training run that may be writing (evaluation,
+    prediction): it creates nothing and leaves the run's unfinished saves (orbax's temporary
+    folders) alone; ``save`` refuses.
     """
 
     def __init__(self, directory: str | Path, *, keep: int = 3, every_steps: int = 1000,
-                 async_save: bool = True):
+                 async_save: bool = True, read_only: bool = False):
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}.")
         if every_steps < 1:
@@ -61,13 +64,14 @@ class Checkpointer:
             # preemption: the training loop's own signal handling (``train.preemption``)
             # forces a save at the step every process agreed on
             save_decision_policy=policies.FixedIntervalPolicy(self.every_steps),
-            create=True,
-            cleanup_tmp_directories=True,
+            create=not read_only,
+            cleanup_tmp_directories=not read_only,
             enable_async_checkpointing=async_save,
         )
         # handlers named up front (not only item names), so a fresh manager can read a
         # step's metadata before restoring anything (``restore_parts``)
         self._unsealed: list[int] = []
+        self.read_only = read_only
         self._manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={_STATE: ocp.StandardCheckpointHandler(),
@@ -81,6 +85,8 @@ class Checkpointer:
         Not due: ``step % every_steps != 0``, or ``step`` is not newer than the latest
         checkpoint. The save runs in the background; call ``wait()`` before reading it.
         """
+        if self.read_only:
+            raise RuntimeError(f"{self.directory} was opened read-only: nothing is saved")
         step = int(step)
         if step in self._manager.all_steps():
             return False
@@ -138,6 +144,12 @@ class Checkpointer:
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
+
+    def reload(self) -> list[int]:
+        """Read the folder again (a reader sees the steps a training run saved since) and
+        return :meth:`all_steps`."""
+        self._manager.reload()
+        return self.all_steps()
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
