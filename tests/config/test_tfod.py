@@ -263,6 +263,16 @@ def test_defaults_from_tf_when_fields_are_absent(tmp_path):
     assert c.data.train is None and c.data.eval is None
 
 
+def test_an_empty_fine_tune_checkpoint_starts_from_the_initializers(tmp_path):
+    """TF skips ``fine_tune_checkpoint: ""`` (what config_util writes once it is cleared)."""
+    empty = 'batch_size: 4\n  fine_tune_checkpoint: ""\n  fine_tune_checkpoint_type: "detection"'
+    c = _config(tmp_path, edit=("batch_size: 4", empty))
+    assert c.train.init_checkpoint is None
+    named = _config(tmp_path, edit=("batch_size: 4",
+                                    'batch_size: 4\n  fine_tune_checkpoint: "ckpt/ckpt-0"'))
+    assert named.train.init_checkpoint.path == "ckpt/ckpt-0"
+
+
 def test_backbone_activation_follows_override_flag(tmp_path):
     assert _config(tmp_path).model.backbone.activation is None
     c = _config(tmp_path, edit=("depth_multiplier: 0.25", "depth_multiplier: 0.25 "

@@ -197,12 +197,14 @@ FINE_TUNE_TYPES = {"detection": "detection", "classification": "classification",
 
 
 def _fine_tune_checkpoint(m: Mapper, tc: Message) -> dict | None:
-    """``fine_tune_checkpoint`` (+ ``_type``, ``_version``) -> ``train.init_checkpoint``."""
-    if not tc.has("fine_tune_checkpoint"):
-        for name in ("fine_tune_checkpoint_type", "fine_tune_checkpoint_version"):
+    """``fine_tune_checkpoint`` (+ ``_type``, ``_version``) -> ``train.init_checkpoint``; an
+    empty one, as TF reads it, starts from the initializers."""
+    path = str(tc.take("fine_tune_checkpoint", ""))
+    if not path:
+        for name in ("fine_tune_checkpoint_type", "fine_tune_checkpoint_version",
+                     "load_all_detection_checkpoint_vars"):
             tc.take(name, None)
         return None
-    path = str(tc.take("fine_tune_checkpoint"))
     kind = m.only(tc, "fine_tune_checkpoint_type", list(FINE_TUNE_TYPES), "detection")
     m.only(tc, "fine_tune_checkpoint_version", ["V2"], "V2")
     if tc.take("load_all_detection_checkpoint_vars", False):

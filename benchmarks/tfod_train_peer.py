@@ -1,0 +1,75 @@
+"""The TF Object Detection API's own training, as ``model_main_tf2.py`` runs it; for
+``benchmarks/train_vs_tfod.py``. Run under the TF peer's Python (``../shared/peer/setup_tfod.sh``):
+
+    TF_USE_LEGACY_KERAS=1 PYTHONPATH=~/tfod-peer/tfod-src ~/tfod-peer/tfod-venv/bin/python \\
+        benchmarks/tfod_train_peer.py --pipeline-config CONFIG --write-config edited.config \\
+        --tfrecord pets.record --label-map pet_label_map.pbtxt --num-classes 37 --batch-size 8
+    ... benchmarks/tfod_train_peer.py --pipeline-config edited.config --model-dir D --steps 30
+
+``--write-config``: the pipeline.config with its training input, label map, class count and
+batch size replaced, no fine-tune checkpoint (there are no weights to start from) and
+``use_bfloat16: false`` (fp32 on both sides), written with TF's own ``config_util`` so both
+frameworks read the same file. Otherwise: ``model_lib_v2.train_loop`` (what
+``model_main_tf2.py`` calls) for ``--steps`` steps into ``--model-dir``, checkpointing only at
+the end; prints one JSON line with the seconds it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def write_config(args) -> None:
+    from object_detection.utils import config_util
+
+    configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
+    configs = config_util.merge_external_params_with_configs(configs, kwargs_dict={
+        "train_input_path": args.tfrecord,
+        "label_map_path": args.label_map,
+        "num_classes": args.num_classes,
+        "batch_size": args.batch_size,
+    })
+    train = configs["train_config"]
+    train.fine_tune_checkpoint = ""
+    train.use_bfloat16 = False
+    configs["eval_input_configs"][0].label_map_path = args.label_map
+    configs["eval_input_configs"][0].tf_record_input_reader.input_path[:] = args.tfrecord
+    proto = config_util.create_pipeline_proto_from_configs(configs)
+    with open(args.write_config, "w") as f:
+        from google.protobuf import text_format
+
+        f.write(text_format.MessageToString(proto))
+
+
+def train(args) -> dict:
+    t0 = time.perf_counter()
+    from object_detection import model_lib_v2
+
+    model_lib_v2.train_loop(pipeline_config_path=args.pipeline_config,
+                            model_dir=args.model_dir, train_steps=args.steps,
+                            checkpoint_every_n=10**9, record_summaries=False)
+    return {"steps": args.steps, "seconds_in_process": round(time.perf_counter() - t0, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline-config", required=True)
+    parser.add_argument("--write-config")
+    parser.add_argument("--tfrecord", nargs="+")
+    parser.add_argument("--label-map")
+    parser.add_argument("--num-classes", type=int)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--model-dir")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    if args.write_config:
+        write_config(args)
+        print(json.dumps({"wrote": args.write_config}))
+    else:
+        print(json.dumps(train(args)))
+
+
+if __name__ == "__main__":
+    main()
