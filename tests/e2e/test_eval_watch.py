@@ -1,12 +1,14 @@
 """Evaluation beside training (``jaxdet eval --watch``, ``jaxdet.watch_and_evaluate``): a
 watcher started before the run evaluates its checkpoints as they are written and ends at its
 last step; on a stopped run it ends after the timeout; on a finished run it evaluates the
-newest checkpoint once, as ``jaxdet eval`` does; and no reader of a workdir removes the
-run's unfinished saves."""
+newest checkpoint once, as ``jaxdet eval`` does; a checkpoint the run removes before it is
+read is passed over; and no reader of a workdir removes the run's unfinished saves."""
 
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import subprocess
 import sys
 
@@ -83,9 +85,24 @@ def test_a_finished_run_is_evaluated_once_and_a_stopped_one_until_the_timeout(
     assert "evaluated 0 checkpoint(s)" in capsys.readouterr().out
 
 
-def test_readers_leave_a_runs_unfinished_save_alone(tiny_config, tmp_path, capsys):
+def test_readers_leave_a_runs_unfinished_save_alone_and_a_removed_step_is_passed_over(
+        tiny_config, tmp_path, monkeypatch, caplog):
     workdir = tmp_path / "run"
     runs.train(tiny_config, workdir, progress=False, evaluate=False)
+    step_dir = workdir / "checkpoints" / "6"
+    kept = tmp_path / "kept"
+    shutil.copytree(step_dir, kept)
+
+    def removed_meanwhile(*args, **kwargs):  # the run's keep_checkpoints rotated it out
+        shutil.rmtree(step_dir)
+        raise FileNotFoundError(step_dir / "state")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(runs, "restore_inference_state", removed_meanwhile)
+        with caplog.at_level(logging.INFO, logger="jaxdet"):
+            assert jaxdet.watch_and_evaluate(workdir, timeout=0.5, poll=0.1) == []
+    assert "step 6 was removed by the run" in caplog.text
+    shutil.copytree(kept, step_dir)
     unfinished = workdir / "checkpoints" / "9.orbax-checkpoint-tmp-1234"
     unfinished.mkdir()
     (unfinished / "part").write_text("being written")

@@ -132,7 +132,17 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                     log.info("step %d is already evaluated (%s)", step,
                              workdir / "eval" / runs.eval_name(step))
                     continue
-                state = runs.restore_inference_state(config, task, checkpointer, step, workdir)
+                try:
+                    state = runs.restore_inference_state(config, task, checkpointer, step,
+                                                         workdir)
+                except runs.WorkdirMismatch:
+                    raise
+                except Exception:
+                    if checkpointer.step_dir(step).is_dir():
+                        raise
+                    log.info("step %d was removed by the run (train.keep_checkpoints) before "
+                             "it could be read: not evaluated", step)
+                    continue
                 if context is None:
                     context = runs.eval_context(config, task, workdir)
                 out = runs.eval_dir(workdir, step)
