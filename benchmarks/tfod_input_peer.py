@@ -24,6 +24,21 @@ import resource
 import time
 
 
+def configs_for_data(args) -> dict:
+    """TF's ``config_util`` configs of ``args.pipeline_config`` with its training input,
+    label map, class count and batch size replaced by ``args.tfrecord``, ``.label_map``,
+    ``.num_classes`` and ``.batch_size``, as ``model_main_tf2.py``'s overrides do."""
+    from object_detection.utils import config_util
+
+    configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
+    return config_util.merge_external_params_with_configs(configs, kwargs_dict={
+        "train_input_path": args.tfrecord,
+        "label_map_path": args.label_map,
+        "num_classes": args.num_classes,
+        "batch_size": args.batch_size,
+    })
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline-config", required=True)
@@ -38,18 +53,11 @@ def main() -> None:
 
     import tensorflow as tf
     from object_detection import inputs
-    from object_detection.utils import config_util
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
-    configs = config_util.merge_external_params_with_configs(configs, kwargs_dict={
-        "train_input_path": args.tfrecord,
-        "label_map_path": args.label_map,
-        "num_classes": args.num_classes,
-        "batch_size": args.batch_size,
-    })
+    configs = configs_for_data(args)
     dataset = inputs.train_input(configs["train_config"], configs["train_input_config"],
                                  configs["model"])
     iterator = iter(dataset)

@@ -28,13 +28,9 @@ import time
 def write_config(args) -> None:
     from object_detection.utils import config_util
 
-    configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
-    configs = config_util.merge_external_params_with_configs(configs, kwargs_dict={
-        "train_input_path": args.tfrecord,
-        "label_map_path": args.label_map,
-        "num_classes": args.num_classes,
-        "batch_size": args.batch_size,
-    })
+    from tfod_input_peer import configs_for_data  # this script's folder is on sys.path
+
+    configs = configs_for_data(args)
     train = configs["train_config"]
     train.fine_tune_checkpoint = ""
     train.use_bfloat16 = False
