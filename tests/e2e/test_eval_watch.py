@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import jaxdet
-from jaxdet.app import runs
+from jaxdet.app import plots, runs
 from jaxdet.app.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
@@ -71,11 +71,17 @@ def test_a_finished_run_is_evaluated_once_and_a_stopped_one_until_the_timeout(
     assert results[0]["out_dir"] == str(workdir / "eval" / "step_3")
 
     runs.train(config, workdir, progress=False, evaluate=False)  # resumed to its end
+    (workdir / "curves.png").unlink(missing_ok=True)
     assert main(["eval", "--watch", "--workdir", str(workdir), "--poll", "0.1",
                  "--timeout", "60", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "step 6:" in printed and "evaluated 1 checkpoint(s): steps 6" in printed
     assert [row["step"] for row in _watch_rows(workdir)] == [3, 6]
+    # the run evaluated nothing itself: its curves show the watcher's points, redrawn
+    assert (workdir / "curves.png").is_file()
+    steps, aps = plots.read_training_metrics(workdir)["eval/AP"]
+    assert steps.tolist() == [3, 6]
+    assert aps[1] == pytest.approx(_watch_rows(workdir)[1]["metrics"]["eval/AP"])
     # the same numbers as evaluating that checkpoint on its own
     alone = runs.evaluate(config, workdir, step=6, out_dir=tmp_path / "alone", progress=False)
     watched = json.loads((workdir / "eval" / "step_6" / "metrics.json").read_text())

@@ -93,7 +93,7 @@ def test_plot_training_curves_draws_every_panel(tmp_path):
     # matplotlib's default cycle: loss components / AP (blue, orange), the learning rate
     # (green), the total loss (black).
     assert {TAB_BLUE, TAB_ORANGE, TAB_GREEN, (0, 0, 0)} <= colours
-    assert not (tmp_path / ".curves.png.tmp").exists()
+    assert not list(tmp_path.glob(".curves.png*"))  # the temporary file was renamed
 
 
 def test_plot_without_eval_or_lr(tmp_path):
@@ -101,6 +101,31 @@ def test_plot_without_eval_or_lr(tmp_path):
     _write(tmp_path / "metrics.jsonl", lines, tail="")
     colours = _colours(plot_training_curves(tmp_path))
     assert (0, 0, 0) in colours and TAB_GREEN not in colours
+
+
+def test_a_watchers_evaluations_join_the_runs_own(tmp_path):
+    # the run evaluated step 2 (AP 0.1) and step 4 (AP 0.25); a watcher beside it evaluated
+    # steps 3 and 4 (its step-4 value differs here only to show which one wins) and step 6
+    _write(tmp_path / "metrics.jsonl", LINES)
+    watched = [{"step": s, "time": 0, "metrics": {"eval/AP": ap, "eval/AP50": ap50}}
+               for s, ap, ap50 in ((3, 0.2, 0.4), (4, 0.9, 0.9), (6, 0.35, 0.6))]
+    watched.append({"step": 6, "time": 0, "metrics": {"other": 1.0}})  # not an eval/ series
+    _write(tmp_path / "eval_watch" / "metrics.jsonl", watched, tail="")
+    m = plots.read_training_metrics(tmp_path)
+    np.testing.assert_array_equal(m["eval/AP"][0], [2, 3, 4, 6])
+    np.testing.assert_array_equal(m["eval/AP"][1], [0.1, 0.2, 0.25, 0.35])  # the run's wins
+    np.testing.assert_array_equal(m["eval/AP50"][1], [0.3, 0.4, 0.5, 0.6])
+    assert "other" not in m
+    np.testing.assert_array_equal(m["train/loss"][1], [10.0, 4.0, 0.5, np.nan])  # untouched
+
+
+def test_a_run_without_evaluations_shows_the_watchers(tmp_path):
+    lines = [{"step": s, "time": 0, "metrics": {"train/loss": 1.0 / s}} for s in (1, 2, 3)]
+    _write(tmp_path / "metrics.jsonl", lines, tail="")
+    assert TAB_BLUE not in _colours(plot_training_curves(tmp_path))  # black loss, a note
+    watched = [{"step": 3, "time": 0, "metrics": {"eval/AP": 0.3, "eval/AP50": 0.5}}]
+    _write(tmp_path / "eval_watch" / "metrics.jsonl", watched, tail="")
+    assert {TAB_BLUE, TAB_ORANGE} <= _colours(plot_training_curves(tmp_path))  # AP, AP50
 
 
 def test_log_scale_only_when_the_loss_spans_a_decade():

@@ -7,7 +7,8 @@ writes. Every ``poll`` seconds the workdir's checkpoints are read again; the new
 evaluated yet is evaluated (older ones that appeared meanwhile are skipped and named: the
 evaluation follows the newest weights, as TF's does), into ``WORKDIR/eval/step_N`` like any
 evaluation, and its scalar metrics are logged to ``WORKDIR/eval_watch/metrics.jsonl`` and
-TensorBoard (``WORKDIR/eval_watch/tensorboard``, tags ``eval/AP``, ...). A step that already
+TensorBoard (``WORKDIR/eval_watch/tensorboard``, tags ``eval/AP``, ...), and the run's
+``curves.png`` is redrawn with them (``app.plots``). A step that already
 has ``eval/step_N/metrics.json`` (training evaluated it, or an earlier watch did) is not
 evaluated again.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from jaxdet import tasks
 from jaxdet.app import runs
 from jaxdet.app.model_source import model_source
+from jaxdet.app.plots import try_plot_training_curves
 from jaxdet.config.schema import Config
 from jaxdet.data import build as data_build
 from jaxdet.eval.runner import headline_metrics
@@ -152,6 +154,8 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                                   if isinstance(v, (int, float)) and k != "step"}, prefix="eval")
                 logger.flush()
                 log.info("eval at step %d: %s", step, headline_metrics(metrics))
+                if (workdir / "metrics.jsonl").is_file():  # curves.png shows this point too
+                    try_plot_training_curves(workdir)
                 results.append(metrics)
                 if on_result is not None:
                     on_result(metrics)

@@ -1,5 +1,6 @@
 """Training pictures from a workdir's ``metrics.jsonl``: ``curves.png`` with the loss
-components, the learning rate and the evaluation AP over steps.
+components, the learning rate and the evaluation AP over steps (the run's own evaluations and
+those of ``jaxdet eval --watch``, logged to ``eval_watch/metrics.jsonl``).
 
 ``metrics.jsonl`` holds one JSON object per logged step, ``{"step": int, "time": float,
 "metrics": {name: value or null}}`` (see ``train.metrics_log``); training metrics are named
@@ -21,6 +22,7 @@ import numpy as np
 log = logging.getLogger("jaxdet")
 
 CURVES_FILE = "curves.png"
+WATCH_METRICS = Path("eval_watch") / "metrics.jsonl"  # written by ``jaxdet eval --watch``
 # metrics.jsonl name (after "eval/") -> legend label
 EVAL_CURVES = {"AP": "AP", "AP50": "AP50", "PascalBoxes_Precision/mAP@0.5IOU": "VOC mAP@0.5"}
 
@@ -55,6 +57,34 @@ def read_metrics_jsonl(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarr
     return out
 
 
+def read_training_metrics(workdir: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The series ``curves.png`` draws: ``workdir/metrics.jsonl`` (as :func:`read_metrics_jsonl`)
+    with the ``eval/*`` series of ``workdir/eval_watch/metrics.jsonl`` merged in, when a watcher
+    wrote one. At a step both evaluated, the run's own value wins.
+
+    Raises FileNotFoundError when ``workdir/metrics.jsonl`` does not exist.
+    """
+    workdir = Path(workdir)
+    jsonl = workdir / "metrics.jsonl"
+    if not jsonl.is_file():
+        raise FileNotFoundError(f"{jsonl} does not exist: nothing to plot")
+    metrics = read_metrics_jsonl(jsonl)
+    watched = workdir / WATCH_METRICS
+    if not watched.is_file():
+        return metrics
+    for name, (steps, values) in read_metrics_jsonl(watched).items():
+        if not name.startswith("eval/"):
+            continue
+        merged = dict(zip(steps.tolist(), values.tolist(), strict=True))
+        if name in metrics:
+            own_steps, own_values = metrics[name]
+            merged.update(zip(own_steps.tolist(), own_values.tolist(), strict=True))
+        order = sorted(merged)
+        metrics[name] = (np.array(order, dtype=np.int64),
+                         np.array([merged[s] for s in order], dtype=np.float64))
+    return metrics
+
+
 def _loss_names(metrics: dict) -> list[str]:
     """``train/loss`` (the total) last, after its components ``train/*_loss``."""
     parts = sorted(n for n in metrics if n.startswith("train/") and n.endswith("_loss"))
@@ -74,20 +104,20 @@ def _note(ax, text: str) -> None:
 
 
 def plot_training_curves(workdir: str | Path) -> Path:
-    """Draw ``workdir/curves.png`` from ``workdir/metrics.jsonl`` and return its path.
+    """Draw ``workdir/curves.png`` from ``workdir/metrics.jsonl`` (and the evaluations of a
+    ``jaxdet eval --watch`` beside the run, see :func:`read_training_metrics`) and return its
+    path.
 
     Panels: (1) loss components and total over steps (log y when the values span more than
     one decade), (2) learning rate, (3) evaluation AP and AP50 over steps, or a note when
-    there has been no evaluation yet. The file is replaced atomically.
+    there has been no evaluation yet. The file is replaced atomically, so the run and a
+    watcher may both redraw it.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     workdir = Path(workdir)
-    jsonl = workdir / "metrics.jsonl"
-    if not jsonl.is_file():
-        raise FileNotFoundError(f"{jsonl} does not exist: nothing to plot")
-    metrics = read_metrics_jsonl(jsonl)
+    metrics = read_training_metrics(workdir)
 
     fig = Figure(figsize=(15, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
@@ -137,7 +167,7 @@ def plot_training_curves(workdir: str | Path) -> Path:
         ax.grid(True, alpha=0.3)
 
     out = workdir / CURVES_FILE
-    tmp = workdir / f".{CURVES_FILE}.tmp"
+    tmp = workdir / f".{CURVES_FILE}.{os.getpid()}.tmp"  # one per writer: run and watcher
     fig.savefig(tmp, format="png")
     os.replace(tmp, out)
     return out
@@ -154,4 +184,5 @@ def try_plot_training_curves(workdir: str | Path) -> Path | None:
         return None
 
 
-__all__ = ["read_metrics_jsonl", "plot_training_curves", "try_plot_training_curves"]
+__all__ = ["read_metrics_jsonl", "read_training_metrics", "plot_training_curves",
+           "try_plot_training_curves"]
