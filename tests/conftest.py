@@ -31,6 +31,9 @@ TINY = [
     "name=tiny",
     "model.backbone.depth_multiplier=0.25",
     "model.neck.depth=16",
+    # two pyramid levels (P3-P4) instead of three: each train step ~20% faster to compile
+    "model.neck.max_level=4",
+    "model.anchors.max_level=4",
     "model.head.depth=16",
     "model.head.num_layers_before_predictor=1",
     "model.post_processing.pre_nms_top_k=64",

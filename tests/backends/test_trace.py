@@ -10,6 +10,7 @@ from jaxdet.backends import trace
 from jaxdet.backends.cpu import conv2d as depthwise
 from jaxdet.backends.cpu import kernels as cpu_kernels
 from jaxdet.core.portable import exportable
+from random_arrays import normal
 
 
 def test_levels_nest_and_the_strictest_wins():
@@ -37,8 +38,8 @@ def test_a_depthwise_convolution_is_rewritten_unless_traced_as_reference():
     """A 3x3 depthwise convolution: shifted multiply-adds (no convolution) by default and in
     the portable forms, one ``conv_general_dilated`` within ``trace.reference()``; the values
     agree."""
-    x = jax.random.normal(jax.random.key(0), (1, 8, 8, 4))
-    w = jax.random.normal(jax.random.key(1), (3, 3, 1, 4))
+    x = normal(0, (1, 8, 8, 4))
+    w = normal(1, (3, 3, 1, 4))
 
     def conv(x, w):
         return depthwise.conv_general_dilated(x, w, (1, 1), "SAME",

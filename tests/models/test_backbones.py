@@ -4,16 +4,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import BatchNormParams
+from random_arrays import normal
 
 BN = BatchNormParams()
 
 
 def _abstract_outputs(factory, image_hw, batch=2):
     """Output shapes of ``factory()(images)`` traced abstractly (no weights, no FLOPs)."""
-    graphdef, state = nnx.split(nnx.eval_shape(factory))
+    graphdef, state = nnx.split(abstract_build(factory))
     model = nnx.merge(graphdef, state)
     x = jax.ShapeDtypeStruct((batch, *image_hw, 3), jnp.float32)
     out = jax.eval_shape(lambda m, x: m(x), model, x)
@@ -21,9 +23,9 @@ def _abstract_outputs(factory, image_hw, batch=2):
 
 
 def test_resnet50_runs_at_64x64(build_fast):
-    model = build_fast(lambda: ResNet(50, batch_norm=BN, rngs=nnx.Rngs(0)))
+    model = build_fast(lambda: ResNet(50, batch_norm=BN, rngs=model_rngs(0)))
     model.eval()
-    x = jax.random.normal(jax.random.key(0), (2, 64, 64, 3))
+    x = normal(0, (2, 64, 64, 3))
     out = nnx.jit(lambda m, x: m(x))(model, x)
     assert sorted(out) == [2, 3, 4, 5]
     assert model.out_channels == {2: 256, 3: 512, 4: 1024, 5: 2048}
@@ -38,7 +40,7 @@ def test_resnet152_abstract_shapes():
     """ResNet-101/152 differ from 50 only in block counts (their parameter shapes are checked
     against torchvision in test_torch_names); trace 152 abstractly, odd-sized input."""
     model, out = _abstract_outputs(
-        lambda: ResNet(152, batch_norm=BN, rngs=nnx.Rngs(0)), (96, 130)
+        lambda: ResNet(152, batch_norm=BN, rngs=model_rngs(0)), (96, 130)
     )
     assert out == {2: (2, 24, 33, 256), 3: (2, 12, 17, 512), 4: (2, 6, 9, 1024),
                    5: (2, 3, 5, 2048)}
@@ -47,7 +49,7 @@ def test_resnet152_abstract_shapes():
 
 
 def test_resnet_structure_mirrors_torchvision():
-    model = nnx.eval_shape(lambda: ResNet(50, batch_norm=BN, rngs=nnx.Rngs(0)))
+    model = abstract_build(lambda: ResNet(50, batch_norm=BN, rngs=model_rngs(0)))
     stages = (model.layer1, model.layer2, model.layer3, model.layer4)
     assert [len(s) for s in stages] == [3, 4, 6, 3]
     block = model.layer2[0]
@@ -56,7 +58,7 @@ def test_resnet_structure_mirrors_torchvision():
     assert model.layer2[1].downsample is None
     assert not hasattr(model, "fc")
     with pytest.raises(ValueError, match=r"\[18, 34, 50, 101, 152\]"):
-        ResNet(26, batch_norm=BN, rngs=nnx.Rngs(0))
+        ResNet(26, batch_norm=BN, rngs=model_rngs(0))
 
 
 V1_CHANNELS = {
@@ -75,7 +77,7 @@ V2_CHANNELS = {
 @pytest.mark.parametrize("multiplier", sorted(V1_CHANNELS))
 def test_mobilenet_v1_levels(multiplier):
     model, out = _abstract_outputs(
-        lambda: MobileNetV1(multiplier, batch_norm=BN, rngs=nnx.Rngs(0)), (64, 96)
+        lambda: MobileNetV1(multiplier, batch_norm=BN, rngs=model_rngs(0)), (64, 96)
     )
     assert model.out_channels == V1_CHANNELS[multiplier]
     for level, shape in out.items():
@@ -87,7 +89,7 @@ def test_mobilenet_v1_levels(multiplier):
 def test_mobilenet_v2_levels(multiplier, from_expansion):
     model, out = _abstract_outputs(
         lambda: MobileNetV2(multiplier, level4_from_expansion=from_expansion, batch_norm=BN,
-                            rngs=nnx.Rngs(0)),
+                            rngs=model_rngs(0)),
         (64, 96),
     )
     expected, expansion = V2_CHANNELS[multiplier]
@@ -100,23 +102,23 @@ def test_mobilenet_v2_levels(multiplier, from_expansion):
 
 
 def test_mobilenet_min_depth_and_head_channels():
-    model = nnx.eval_shape(lambda: MobileNetV2(0.35, min_depth=16, batch_norm=BN,
-                                               rngs=nnx.Rngs(0)))
+    model = abstract_build(lambda: MobileNetV2(0.35, min_depth=16, batch_norm=BN,
+                                               rngs=model_rngs(0)))
     assert model.out_channels == {2: 16, 3: 16, 4: 32, 5: 1280}
     assert model.blocks[0][0].conv_pw.kernel.shape[-1] == 16
-    big = nnx.eval_shape(lambda: MobileNetV2(1.4, batch_norm=BN, rngs=nnx.Rngs(0)))
+    big = abstract_build(lambda: MobileNetV2(1.4, batch_norm=BN, rngs=model_rngs(0)))
     assert big.out_channels[5] == 1792
-    lite = nnx.eval_shape(lambda: MobileNetV2(1.0, head_channels=256, batch_norm=BN,
-                                              rngs=nnx.Rngs(0)))
+    lite = abstract_build(lambda: MobileNetV2(1.0, head_channels=256, batch_norm=BN,
+                                              rngs=model_rngs(0)))
     assert lite.out_channels[5] == 256
 
 
 @pytest.mark.parametrize("cls", [MobileNetV1, MobileNetV2])
 def test_mobilenets_run_and_expansion_level_is_the_expansion_output(cls, build_fast):
     kwargs = {"level4_from_expansion": True} if cls is MobileNetV2 else {}
-    model = build_fast(lambda: cls(0.25, batch_norm=BN, rngs=nnx.Rngs(0), **kwargs))
+    model = build_fast(lambda: cls(0.25, batch_norm=BN, rngs=model_rngs(0), **kwargs))
     model.eval()
-    x = jax.random.normal(jax.random.key(0), (1, 64, 64, 3))
+    x = normal(0, (1, 64, 64, 3))
     out = nnx.jit(lambda m, x: m(x))(model, x)
     for level, y in out.items():
         assert y.shape == (1, 64 // 2**level, 64 // 2**level, model.out_channels[level])

@@ -9,6 +9,7 @@ from flax import nnx
 
 from jaxdet.backends.cpu import batch_norm as batch_norm_grad
 from jaxdet.models.layers import BatchNorm
+from random_arrays import normal, uniform
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU-only rewrite")
 
@@ -16,8 +17,8 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU-on
 def _pair(channels: int):
     ours = BatchNorm(channels, momentum=0.9, epsilon=1e-3, rngs=nnx.Rngs(0))
     theirs = nnx.BatchNorm(channels, momentum=0.9, epsilon=1e-3, rngs=nnx.Rngs(0))
-    scale = jax.random.uniform(jax.random.key(3), (channels,), minval=0.5, maxval=2.0)
-    bias = jax.random.normal(jax.random.key(4), (channels,))
+    scale = uniform(3, (channels,), 0.5, 2.0)
+    bias = normal(4, (channels,))
     for module in (ours, theirs):
         module.scale[...] = scale
         module.bias[...] = bias
@@ -41,10 +42,10 @@ def _loss_and_grads(module, x, weights):
 
 @pytest.mark.parametrize("shape", [(4, 6, 5, 7), (3, 11), (2, 3, 4, 5, 6)])
 def test_matches_flax_values_statistics_and_gradients(shape):
-    x = jax.random.normal(jax.random.key(0), shape) * 3.0 + 1.5
+    x = normal(0, shape) * 3.0 + 1.5
     # A constant channel: its variance is 0 (or rounds below it) and is clipped.
     x = x.at[..., 0].set(2.0)
-    weights = jax.random.normal(jax.random.key(1), shape)
+    weights = normal(1, shape)
     ours, theirs = _pair(shape[-1])
     assert ours._hand_written_gradient(x, None)
     got, want = _loss_and_grads(ours, x, weights), _loss_and_grads(theirs, x, weights)

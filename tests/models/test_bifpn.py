@@ -26,6 +26,7 @@ from jaxdet.tasks.ssd.bifpn import (
     pool_same,
     upsample_like,
 )
+from random_arrays import normal, seeds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BN = BatchNormParams()  # TF / effdet tf_* models: eps 1e-3
@@ -223,8 +224,8 @@ def _random_model(factory, seed: int = 0):
 def test_levels_3_to_7_shapes_and_jit_matches_eager(image_hw):
     channels = {3: 6, 4: 8, 5: 10}
     sizes = {lvl: (-(-image_hw[0] // 2**lvl), -(-image_hw[1] // 2**lvl)) for lvl in range(3, 8)}
-    keys = jax.random.split(jax.random.key(0), 3)
-    features = {lvl: jax.random.normal(k, (2, *sizes[lvl], c))
+    keys = seeds(0, 3)
+    features = {lvl: normal(k, (2, *sizes[lvl], c))
                 for k, (lvl, c) in zip(keys, channels.items(), strict=True)}
     model = _random_model(lambda: BiFPN(channels, 3, 7, 8, 1, weight_method="attn",
                                         batch_norm=BN, rngs=nnx.Rngs(0)))

@@ -8,6 +8,7 @@ from jax import lax
 
 from jaxdet.backends import trace
 from jaxdet.backends.cpu import conv2d as depthwise
+from random_arrays import normal
 
 DN = ("NHWC", "HWIO", "NHWC")
 
@@ -15,8 +16,8 @@ DN = ("NHWC", "HWIO", "NHWC")
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("padding", [((1, 1), (1, 1)), "SAME"])
 def test_depthwise_matches_lax_values_and_gradients(stride, padding):
-    x = jax.random.normal(jax.random.key(0), (2, 9, 11, 6))
-    w = jax.random.normal(jax.random.key(1), (3, 3, 1, 6))
+    x = normal(0, (2, 9, 11, 6))
+    w = normal(1, (3, 3, 1, 6))
 
     def ref(x, w):
         return lax.conv_general_dilated(x, w, (stride, stride), padding, dimension_numbers=DN,
@@ -45,8 +46,8 @@ def test_depthwise_hand_written_gradient_matches_lax(hw, kernel, stride, padding
     and even sizes, 5x5 kernels, strides 2-3, TF-style asymmetric and VALID padding, and
     kernels no larger than the stride (phases no tap reaches, rows past the last window);
     jitted and eager."""
-    x = jax.random.normal(jax.random.key(0), (2, *hw, 6))
-    w = jax.random.normal(jax.random.key(1), (kernel, kernel, 1, 6))
+    x = normal(0, (2, *hw, 6))
+    w = normal(1, (kernel, kernel, 1, 6))
     dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
     def ours(x, w):
@@ -66,15 +67,15 @@ def test_depthwise_hand_written_gradient_matches_lax(hw, kernel, stride, padding
 
 
 def test_pointwise_matches_lax_and_grouped_non_depthwise_falls_back():
-    x = jax.random.normal(jax.random.key(0), (2, 5, 7, 8))
-    w = jax.random.normal(jax.random.key(1), (1, 1, 8, 4))
+    x = normal(0, (2, 5, 7, 8))
+    w = normal(1, (1, 1, 8, 4))
     dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
     ours = jax.jit(lambda x, w: depthwise.conv_general_dilated(x, w, (1, 1), "VALID",
                                                                  dimension_numbers=dn))
     ref = lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=DN)
     np.testing.assert_allclose(ours(x, w), ref, rtol=1e-5, atol=1e-5)
     # groups=2 (not depthwise) goes to lax unchanged
-    wg = jax.random.normal(jax.random.key(2), (3, 3, 4, 4))
+    wg = normal(2, (3, 3, 4, 4))
     got = depthwise.conv_general_dilated(x, wg, (1, 1), "SAME", dimension_numbers=dn,
                                          feature_group_count=2)
     want = lax.conv_general_dilated(x, wg, (1, 1), "SAME", dimension_numbers=DN,
@@ -88,8 +89,8 @@ def test_pointwise_gradients_match_lax_with_either_operand_order(cin, cout, hw):
     """The 1x1 kernel gradient of a large map (8,192 positions, jaxdet's kernels off) puts the
     narrower of x and the output gradient on the left, a small one x; each order (and the tie)
     gives lax's gradients, jitted and eager."""
-    x = jax.random.normal(jax.random.key(0), (2, *hw, cin))
-    w = jax.random.normal(jax.random.key(1), (1, 1, cin, cout))
+    x = normal(0, (2, *hw, cin))
+    w = normal(1, (1, 1, cin, cout))
     dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
     def ours(x, w):
@@ -111,8 +112,8 @@ def test_pointwise_gradients_match_lax_with_either_operand_order(cin, cout, hw):
 @pytest.mark.parametrize("hw", [(8, 10), (7, 9)])
 @pytest.mark.parametrize("padding", ["SAME", "VALID", ((0, 0), (0, 0))])
 def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):
-    x = jax.random.normal(jax.random.key(0), (2, *hw, 6))
-    w = jax.random.normal(jax.random.key(1), (1, 1, 6, 5))
+    x = normal(0, (2, *hw, 6))
+    w = normal(1, (1, 1, 6, 5))
     dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
     def ours(x, w):
@@ -134,8 +135,8 @@ def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):
 def test_image_convolution_as_patch_matmul_matches_lax(stride, padding, dilation, channels):
     """A 3x3 convolution of an image (<= 4 channels: MobileNet's and EfficientNet's stems) is
     a matmul of its patches on CPU, with lax's values and gradients; wider patches stay lax."""
-    x = jax.random.normal(jax.random.key(0), (2, 11, 9, channels))
-    w = jax.random.normal(jax.random.key(1), (3, 3, channels, 5))
+    x = normal(0, (2, 11, 9, channels))
+    w = normal(1, (3, 3, channels, 5))
     dn = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
     def ours(x, w):
@@ -153,5 +154,5 @@ def test_image_convolution_as_patch_matmul_matches_lax(stride, padding, dilation
     for a, b in zip(jax.grad(loss(ours), (0, 1))(x, w), jax.grad(loss(ref), (0, 1))(x, w),
                     strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-    wide = jax.random.normal(jax.random.key(2), (7, 7, channels, 5))  # a 7x7 stem stays lax
+    wide = normal(2, (7, 7, channels, 5))  # a 7x7 stem stays lax
     assert "conv_general_dilated" in str(jax.make_jaxpr(ours)(x, wide))

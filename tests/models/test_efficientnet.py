@@ -17,6 +17,7 @@ from jaxdet.interop.torch_names import (
     torch_shape_to_ours,
     torch_state_dict_map,
 )
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.backbones.efficientnet import (
     VARIANTS,
     EfficientNet,
@@ -25,6 +26,7 @@ from jaxdet.models.backbones.efficientnet import (
     stage_repeats,
 )
 from jaxdet.models.layers import BatchNormParams
+from random_arrays import normal
 
 from .conftest import torch_deterministic_weights
 
@@ -47,7 +49,7 @@ def _b0():
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_mapping_matches_timm_shapes_and_counts(variant):
     fixture = _fixture(f"tf_efficientnet_{variant}")
-    model = nnx.eval_shape(lambda: EfficientNet(variant, batch_norm=BN, rngs=nnx.Rngs(0)))
+    model = abstract_build(lambda: EfficientNet(variant, batch_norm=BN, rngs=model_rngs(0)))
     mapping = torch_state_dict_map(model)  # raises unless it covers every variable once
     assert set(mapping) == set(fixture["shapes"]), (
         f"only in ours: {sorted(set(mapping) - set(fixture['shapes']))[:5]}, "
@@ -121,7 +123,7 @@ def test_block_jit_equals_eager_on_odd_input(build_fast, stride):
     block = build_fast(lambda: MBConv(8, 16, 5, stride, 6, drop_rate=0.1, bn_params=BN,
                                       activation_name="swish", dtype=None, rngs=nnx.Rngs(0)))
     block.eval()
-    x = jax.random.normal(jax.random.key(0), (2, 9, 9, 8))
+    x = normal(0, (2, 9, 9, 8))
     eager = block(x)
     assert eager.shape == ((2, 5, 5, 16) if stride == 2 else (2, 9, 9, 16))
     jitted = nnx.jit(lambda m, x: m(x, rngs=nnx.Rngs(dropout=0)))(block, x)
@@ -142,7 +144,7 @@ def test_block_drop_connect_modes(build_fast):
     block = build_fast(lambda: MBConv(8, 8, 3, 1, 6, drop_rate=rate, bn_params=BN,
                                       activation_name="swish", dtype=None, rngs=nnx.Rngs(0)))
     assert block.has_skip and block.deterministic is False  # built in train mode
-    x = jax.random.normal(jax.random.key(0), (16, 4, 4, 8))
+    x = normal(0, (16, 4, 4, 8))
 
     # Train mode without rngs: deterministic (batch-statistics BN, plain residual).
     plain = block(x)

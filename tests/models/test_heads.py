@@ -1,6 +1,5 @@
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ from jaxdet.models.layers import BatchNorm, BatchNormParams
 from jaxdet.tasks.ssd.heads.common import prior_probability_bias
 from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
+from random_arrays import normal, seeds
 
 BN = BatchNormParams()
 apply = nnx.jit(lambda model, features: model(features))
@@ -18,8 +18,8 @@ SIZES = {3: (8, 6), 4: (4, 3), 5: (2, 2)}
 
 
 def _features(depth, batch=2, seed=0):
-    keys = jax.random.split(jax.random.key(seed), len(LEVELS))
-    return {lvl: jax.random.normal(k, (batch, *SIZES[lvl], depth))
+    keys = seeds(seed, len(LEVELS))
+    return {lvl: normal(k, (batch, *SIZES[lvl], depth))
             for k, lvl in zip(keys, LEVELS, strict=True)}
 
 
@@ -119,8 +119,8 @@ def _conv_predictor(**kw):
 
 
 def _conv_features(batch=2):
-    keys = jax.random.split(jax.random.key(1), 3)
-    return [jax.random.normal(k, (batch, *SIZES[lvl], c))
+    keys = seeds(1, 3)
+    return [normal(k, (batch, *SIZES[lvl], c))
             for k, lvl, c in zip(keys, LEVELS, [16, 24, 8], strict=True)]
 
 
@@ -167,7 +167,7 @@ def test_separable_head_starts_alive():
     assert depthwise.shape == (3, 3, 1, 32) and pointwise.shape == (1, 1, 32, 32)
     assert float(jnp.std(depthwise)) == pytest.approx(1 / 3, rel=0.15)  # fan_in 3*3*1
     assert float(jnp.std(pointwise)) == pytest.approx(32 ** -0.5, rel=0.15)  # fan_in 32
-    x = jax.random.normal(jax.random.key(0), (2, 16, 16, 32))
+    x = normal(0, (2, 16, 16, 32))
     assert 0.2 < float(jnp.var(tower(x)[:, 1:-1, 1:-1])) < 5.0
     np.testing.assert_allclose(head.class_predictor.pointwise.bias[...], -math.log(99.0),
                                rtol=1e-6)

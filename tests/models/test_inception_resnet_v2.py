@@ -26,6 +26,7 @@ from jaxdet.models.backbones.inception_resnet_v2 import (
     avg_pool_same,
 )
 from jaxdet.models.layers import BatchNorm, BatchNormParams
+from random_arrays import normal
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -90,7 +91,7 @@ def test_parameter_counts_equal_tf(abstract_model):
                                     BatchNormParams(num_groups=2)])
 @pytest.mark.parametrize("train", [True, False])
 def test_scaleless_batch_norm_is_batch_norm_with_unit_scale(params, train):
-    x = jax.random.normal(jax.random.key(0), (4, 3, 3, 5)) * 2.0 + 1.0
+    x = normal(0, (4, 3, 3, 5)) * 2.0 + 1.0
     ours = ScalelessBatchNorm(5, params, rngs=nnx.Rngs(0))
     ref = BatchNorm(5, frozen=params.frozen, num_groups=params.num_groups, rngs=nnx.Rngs(0))
     for bn in (ours, ref):

@@ -14,6 +14,7 @@ from jaxdet.models.layers import (
     make_divisible,
     max_pool_symmetric,
 )
+from random_arrays import normal
 
 
 def _bn_state(bn):
@@ -59,7 +60,7 @@ def test_frozen_batch_norm_keeps_stats_and_gives_zero_grads_in_train_mode():
     bn = _randomized_bn(BatchNormParams(epsilon=1e-3, frozen=True))
     bn.train()
     assert bn.use_running_average is False  # train mode reached it; frozen wins anyway
-    x = jax.random.normal(jax.random.key(0), (4, 5, 5, 3)) * 3.0 + 1.0
+    x = normal(0, (4, 5, 5, 3)) * 3.0 + 1.0
     before = _bn_state(bn)
     y = bn(x)
     after = _bn_state(bn)
@@ -81,7 +82,7 @@ def test_frozen_batch_norm_keeps_stats_and_gives_zero_grads_in_train_mode():
 
 def test_trainable_batch_norm_updates_stats_in_train_mode_only():
     bn = _randomized_bn(BatchNormParams(momentum=0.9))
-    x = jax.random.normal(jax.random.key(1), (8, 4, 4, 3)) + 5.0
+    x = normal(1, (8, 4, 4, 3)) + 5.0
     before = _bn_state(bn)
     bn.eval()
     y_eval = bn(x)
@@ -109,7 +110,7 @@ def test_batch_norm_bf16_compute_keeps_float32_params():
 @pytest.mark.parametrize(("kernel", "size"), [(1, 8), (3, 7), (3, 8), (7, 7)])
 def test_symmetric_conv_matches_pytorch_padding(kernel, size):
     c = conv(2, 3, kernel, 2, rngs=nnx.Rngs(0))
-    x = jax.random.normal(jax.random.key(0), (1, size, size, 2))
+    x = normal(0, (1, size, size, 2))
     y = c(x)
     pad = kernel // 2
     expected = jax.lax.conv_general_dilated(

@@ -7,15 +7,16 @@ from flax import nnx
 from jaxdet.models.layers import BatchNormParams
 from jaxdet.models.necks.fpn import FPN, upsample2x_like
 from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
+from random_arrays import normal, seeds
 
 BN = BatchNormParams()
 apply = nnx.jit(lambda model, features: model(features))
 
 
 def _features(channels: dict[int, int], sizes: dict[int, tuple[int, int]], batch=2, seed=0):
-    keys = jax.random.split(jax.random.key(seed), len(channels))
+    keys = seeds(seed, len(channels))
     return {
-        lvl: jax.random.normal(k, (batch, *sizes[lvl], channels[lvl]))
+        lvl: normal(k, (batch, *sizes[lvl], channels[lvl]))
         for k, lvl in zip(keys, sorted(channels), strict=True)
     }
 

@@ -11,6 +11,7 @@ from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.tasks.ssd.heads.weight_shared import WeightSharedBoxPredictor
 from jaxdet.tasks.ssd.model import SSDDetector, concat_levels
 from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
+from random_arrays import normal
 
 try:
     from jaxdet.core.anchors import MultiscaleAnchorGenerator, SSDAnchorGenerator
@@ -57,7 +58,7 @@ def retinanet_eval(build_fast):
     (one compile shared by the tests below)."""
     model = build_fast(_retinanet)
     model.eval()
-    images = jax.random.normal(jax.random.key(0), (2, *IMAGE_HW, 3))
+    images = normal(0, (2, *IMAGE_HW, 3))
     graphdef, state = nnx.split(model)
 
     @jax.jit

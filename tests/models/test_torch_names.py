@@ -1,6 +1,6 @@
 """The PyTorch checkpoint mapping is a bijection onto our parameters, checked against
 reference ``{key: shape}`` dumps of torchvision / timm models (see fixtures/make_fixtures.py).
-Models are built abstractly (``nnx.eval_shape``): no weights are allocated."""
+Models are built abstractly (``abstract_build``): no weights are allocated."""
 
 import json
 from pathlib import Path
@@ -16,6 +16,7 @@ from jaxdet.interop.torch_names import (
     torch_shape_to_ours,
     torch_state_dict_map,
 )
+from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import BatchNormParams
@@ -24,13 +25,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 BN = BatchNormParams(epsilon=1e-5)
 
 BUILDERS = {
-    "resnet50": lambda: ResNet(50, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "resnet101": lambda: ResNet(101, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "resnet152": lambda: ResNet(152, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "mobilenetv1_100": lambda: MobileNetV1(1.0, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "mobilenetv2_100": lambda: MobileNetV2(1.0, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "mobilenetv2_035": lambda: MobileNetV2(0.35, batch_norm=BN, rngs=nnx.Rngs(0)),
-    "mobilenetv2_140": lambda: MobileNetV2(1.4, batch_norm=BN, rngs=nnx.Rngs(0)),
+    "resnet50": lambda: ResNet(50, batch_norm=BN, rngs=model_rngs(0)),
+    "resnet101": lambda: ResNet(101, batch_norm=BN, rngs=model_rngs(0)),
+    "resnet152": lambda: ResNet(152, batch_norm=BN, rngs=model_rngs(0)),
+    "mobilenetv1_100": lambda: MobileNetV1(1.0, batch_norm=BN, rngs=model_rngs(0)),
+    "mobilenetv2_100": lambda: MobileNetV2(1.0, batch_norm=BN, rngs=model_rngs(0)),
+    "mobilenetv2_035": lambda: MobileNetV2(0.35, batch_norm=BN, rngs=model_rngs(0)),
+    "mobilenetv2_140": lambda: MobileNetV2(1.4, batch_norm=BN, rngs=model_rngs(0)),
 }
 
 
@@ -45,7 +46,7 @@ def _flat_shapes(model, filt):
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_mapping_is_a_bijection_with_matching_shapes_and_counts(name):
     fixture = _fixture(name)
-    model = nnx.eval_shape(BUILDERS[name])
+    model = abstract_build(BUILDERS[name])
     mapping = torch_state_dict_map(model)
     ours = _flat_shapes(model, (nnx.Param, nnx.BatchStat))
 
@@ -69,12 +70,12 @@ def test_resnet50_reference_count():
 
 
 def test_transform_names():
-    model = nnx.eval_shape(BUILDERS["mobilenetv2_100"])
+    model = abstract_build(BUILDERS["mobilenetv2_100"])
     mapping = torch_state_dict_map(model)
     assert mapping["conv_stem.weight"] == (("conv_stem", "kernel"), "conv")
     assert mapping["blocks.1.0.conv_dw.weight"] == (("blocks", 1, 0, "conv_dw", "kernel"), "dwconv")
     assert mapping["bn2.running_var"] == (("bn2", "var"), "identity")
-    resnet = torch_state_dict_map(nnx.eval_shape(BUILDERS["resnet50"]))
+    resnet = torch_state_dict_map(abstract_build(BUILDERS["resnet50"]))
     assert resnet["layer2.0.downsample.1.running_mean"] == (
         ("layer2", 0, "downsample", 1, "mean"), "identity")
     w = np.arange(2 * 3 * 5 * 7).reshape(2, 3, 5, 7)  # OIHW

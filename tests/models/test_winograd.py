@@ -10,6 +10,7 @@ from jax import lax
 from jaxdet.backends import trace
 from jaxdet.backends.cpu import conv2d as depthwise
 from jaxdet.backends.cpu import winograd
+from random_arrays import normal
 
 DN = ("NHWC", "HWIO", "NHWC")
 DN_NNX = lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
@@ -35,8 +36,8 @@ def test_one_dimensional_transforms_compute_a_correlation():
                                    (3, 1, 1, 2, 3)])
 def test_matches_lax_for_sizes_not_multiple_of_the_tile(shape):
     batch, height, width, cin, cout = shape
-    x = jax.random.normal(jax.random.key(0), (batch, height, width, cin))
-    k = jax.random.normal(jax.random.key(1), (3, 3, cin, cout))
+    x = normal(0, (batch, height, width, cin))
+    k = normal(1, (3, 3, cin, cout))
     want = _lax_conv(x, k)
     scale = float(jnp.max(jnp.abs(want)))
     for fn in (winograd.winograd_conv3x3, jax.jit(winograd.winograd_conv3x3)):
@@ -48,8 +49,8 @@ def test_matches_lax_for_sizes_not_multiple_of_the_tile(shape):
 def test_gradients_match_lax():
     """The input gradient (Winograd with the flipped kernel) and the kernel gradient (the
     transposed algorithm) are lax's."""
-    x = jax.random.normal(jax.random.key(0), (2, 10, 7, 6))
-    k = jax.random.normal(jax.random.key(1), (3, 3, 6, 5))
+    x = normal(0, (2, 10, 7, 6))
+    k = normal(1, (3, 3, 6, 5))
     loss = lambda f: (lambda x, k: jnp.sum(jnp.sin(f(x, k))))  # noqa: E731
     want = jax.grad(loss(_lax_conv), (0, 1))(x, k)
     for grad in (jax.grad(loss(winograd.winograd_conv3x3), (0, 1)),
@@ -71,8 +72,8 @@ def _uses_winograd(*args, **kwargs) -> bool:
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU-only rewrite")
 def test_router_picks_winograd_for_large_float32_3x3_stride_1_only():
-    x = jax.random.normal(jax.random.key(0), (1, 32, 32, 64))
-    k = jax.random.normal(jax.random.key(1), (3, 3, 64, 64)) * 0.05
+    x = normal(0, (1, 32, 32, 64))
+    k = normal(1, (3, 3, 64, 64)) * 0.05
     assert winograd.worth_it(x.shape, k.shape, x.dtype)
     assert _uses_winograd(x, k)
     assert _uses_winograd(x, k, padding=((1, 1), (1, 1)))

@@ -20,6 +20,7 @@ from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_s
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
+from random_arrays import normal
 
 BATCH = 8
 # Height 128 = largest stride 32 x spatial 4, so the (2, 4) mesh is a legal layout. SGD with
@@ -77,7 +78,7 @@ def _random_bn(num_groups: int, dtype=None) -> BatchNorm:
 
 def _slice_batch() -> jax.Array:
     """[8, 5, 4, 3] with a different offset and spread per 2-row slice."""
-    x = jax.random.normal(jax.random.key(0), (BATCH, 5, 4, 3))
+    x = normal(0, (BATCH, 5, 4, 3))
     per_row = jnp.repeat(jnp.arange(4.0), 2)[:, None, None, None]
     return x * (1.0 + per_row) + 3.0 * per_row
 

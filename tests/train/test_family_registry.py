@@ -39,25 +39,25 @@ TOY = tasks.TaskFamily(build_toy_task, ssd_build.ssd_fingerprint_fields,
                        ssd_summary.model_summary, ssd_summary.format_summary)
 
 
-def _toy_config(steps: int):
-    return load_config("shapes_demo", ["model.type=toy_detector", f"train.num_steps={steps}",
-                                       "train.checkpoint_every=2"])
+def _toy_config(steps: int, tiny: list[str]):
+    return load_config("shapes_demo", [*tiny, "model.type=toy_detector",
+                                       f"train.num_steps={steps}", "train.checkpoint_every=2"])
 
 
-def test_a_registered_family_trains_resumes_and_summarizes(tmp_path):
+def test_a_registered_family_trains_resumes_and_summarizes(tmp_path, tiny_overrides):
     with pytest.raises((ConfigError, ValidationError), match="toy_detector"):
-        _toy_config(2)  # not a model type before registration
+        _toy_config(2, tiny_overrides)  # not a model type before registration
     name = tasks.register_family(TOY, ToyModelConfig)
     try:
         assert name == "toy_detector"
         with pytest.raises(ValueError, match="already taken"):
             tasks.register_family(TOY, ToyModelConfig)
-        config = _toy_config(2)
+        config = _toy_config(2, tiny_overrides)
         assert isinstance(config.model, ToyModelConfig)
         assert tasks.family(config) is TOY
         runs.train(config, tmp_path, progress=False, evaluate=False)
         assert BUILT, "the toy builder was not called"
-        resumed = _toy_config(4)
+        resumed = _toy_config(4, tiny_overrides)
         runs.train(resumed, tmp_path, progress=False, evaluate=False)
         with Checkpointer(tmp_path / "checkpoints") as checkpointer:
             assert checkpointer.latest_step() == 4
@@ -67,4 +67,4 @@ def test_a_registered_family_trains_resumes_and_summarizes(tmp_path):
     finally:
         tasks.unregister_family("toy_detector")
     with pytest.raises((ConfigError, ValidationError), match="toy_detector"):
-        _toy_config(2)
+        _toy_config(2, tiny_overrides)

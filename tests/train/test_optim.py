@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from jaxdet.train import optim
+from random_arrays import normal, seeds
 
 
 def _check(schedule, expected: dict[int, float]):
@@ -120,11 +121,11 @@ def test_momentum_with_decay_and_clipping_by_hand():
 
 
 def test_adamw_matches_optax():
-    keys = jax.random.split(jax.random.key(0), 4)
-    params = {"conv": {"kernel": jax.random.normal(keys[0], (3, 3, 2, 4)),
-                       "bias": jax.random.normal(keys[1], (4,))}}
-    grads = {"conv": {"kernel": jax.random.normal(keys[2], (3, 3, 2, 4)),
-                      "bias": jax.random.normal(keys[3], (4,))}}
+    keys = seeds(0, 4)
+    params = {"conv": {"kernel": normal(keys[0], (3, 3, 2, 4)),
+                       "bias": normal(keys[1], (4,))}}
+    grads = {"conv": {"kernel": normal(keys[2], (3, 3, 2, 4)),
+                      "bias": normal(keys[3], (4,))}}
     lr = optim.cosine_decay_with_warmup(1e-2, total_steps=10, warmup_steps=2)
     ours = _run(optim.make_optimizer("adamw", lr, weight_decay=0.05, beta2=0.99), params, grads, 4)
     mask = jax.tree.map(lambda p: p.ndim > 1, params)

@@ -26,6 +26,7 @@ from jaxdet.models.layers import BatchNormParams
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.ssd.heads.convolutional import ConvolutionalBoxPredictor
 from jaxdet.train.step import init_train_state, make_train_step
+from random_arrays import normal
 
 LR = 0.1
 EPS32 = float(np.finfo(np.float32).eps)
@@ -141,7 +142,7 @@ def test_recomputed_drop_connect_masks_equal_the_forward_ones():
     """Two EfficientNet MBConv blocks with drop-connect 0.5: recomputing them in the backward
     pass draws the same per-sample masks (the gradients match), and the masks are real (the
     loss differs from the one without rngs, i.e. without drop-connect)."""
-    x = jax.random.normal(jax.random.key(0), (8, 8, 8, 16))
+    x = normal(0, (8, 8, 8, 16))
 
     rngs = nnx.Rngs(0)
     base = nnx.List([MBConv(16, 16, 3, 1, 6, drop_rate=0.5, bn_params=BatchNormParams(),
@@ -167,7 +168,7 @@ def test_recomputed_drop_connect_masks_equal_the_forward_ones():
 def test_recomputed_head_dropout_equals_the_forward():
     """The SSD convolutional head with dropout (its own RNG stream), recomputed per level:
     same gradients; the dropout is real (switching it off changes the loss)."""
-    maps = [jax.random.normal(jax.random.key(i), (2, s, s, 8)) for i, s in enumerate((8, 4))]
+    maps = [normal(i, (2, s, s, 8)) for i, s in enumerate((8, 4))]
 
     base = ConvolutionalBoxPredictor([8, 8], 3, [3, 3], kernel_size=3,
                                      num_layers_before_predictor=1, depth=8,
