@@ -76,12 +76,13 @@ def test_a_finished_run_is_evaluated_once_and_a_stopped_one_until_the_timeout(
                  "--timeout", "60", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "step 6:" in printed and "evaluated 1 checkpoint(s): steps 6" in printed
-    assert [row["step"] for row in _watch_rows(workdir)] == [3, 6]
+    rows = _watch_rows(workdir)
+    assert [row["step"] for row in rows] == [3, 6]
     # the run evaluated nothing itself: its curves show the watcher's points, redrawn
     assert (workdir / "curves.png").is_file()
     steps, aps = plots.read_training_metrics(workdir)["eval/AP"]
     assert steps.tolist() == [3, 6]
-    assert aps[1] == pytest.approx(_watch_rows(workdir)[1]["metrics"]["eval/AP"])
+    assert aps[1] == pytest.approx(rows[1]["metrics"]["eval/AP"])
     # the same numbers as evaluating that checkpoint on its own
     alone = runs.evaluate(config, workdir, step=6, out_dir=tmp_path / "alone", progress=False)
     watched = json.loads((workdir / "eval" / "step_6" / "metrics.json").read_text())
