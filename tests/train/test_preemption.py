@@ -13,6 +13,7 @@ import time
 import jax.numpy as jnp
 import pytest
 
+from compile_settings import users_compile_env
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loop import PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
@@ -172,8 +173,9 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
              "--no-eval", "--set", "train.log_every=1", "--set", "train.num_steps=60",
              "--set", "train.checkpoint_every=100"]
     stopped = tmp_path / "stopped"
+    env = users_compile_env()  # the users' XLA:CPU settings: this command is their path
     proc = subprocess.Popen([*train, "--workdir", str(stopped)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     log = stopped / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while not (log.is_file() and len(log.read_text().splitlines()) >= 3):
@@ -192,11 +194,11 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
                   if p.name.isdigit()) == [step]
     assert "Traceback" not in err
     done = subprocess.run([*train, "--workdir", str(stopped)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"trained {60 - step} steps ({step + 1}-60)" in done.stdout
     full = subprocess.run([*train, "--workdir", str(tmp_path / "full")], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
     assert full.returncode == 0, full.stderr[-3000:]
     rows = {r["step"]: r for r in map(json.loads, log.read_text().splitlines())}
     want = {r["step"]: r for r in map(json.loads, (tmp_path / "full" / "metrics.jsonl")

@@ -77,8 +77,11 @@ def _step(config):
         task, tx, ema=False)
 
 
+# RetinaNet's everything-recomputed step is compared with the plain one-device step on a (2, 4)
+# mesh in the default suite too (test_mesh_equivalence.py); here it runs under -m exhaustive
 @pytest.mark.parametrize("name, everything", [
-    ("retinanet", EVERYTHING), ("center_net", "train.remat=[backbone, neck]")])
+    pytest.param("retinanet", EVERYTHING, marks=pytest.mark.exhaustive),
+    ("center_net", "train.remat=[backbone, neck]")])
 def test_remat_step_equals_plain_step(name, everything):
     batch = _batch()
     results = []

@@ -10,6 +10,7 @@ import sys
 import jax
 import pytest
 
+from compile_settings import FAST_COMPILE_XLA_FLAGS, users_compile_env
 from jaxdet.backends.cpu import compile_options as xla_cpu
 from jaxdet.config.loader import load_config
 from jaxdet.train import build as train_build
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU 
 
 _CHILD = """
 import json, re, jax, jax.numpy as jnp, numpy as np
+from compile_settings import FAST_COMPILE_XLA_FLAGS, users_compile_env
 from jaxdet.backends.cpu import compile_options as xla_cpu
 from jaxdet.train import build as train_build
 from jaxdet.config.loader import load_config
@@ -75,3 +77,16 @@ def test_predict_gets_eigen_convolutions_for_resnet_backbones_only(config, eigen
     options = train_build.predict_compiler_options(load_config(config))
     assert options == ({xla_cpu.YNN_FUSION_OPTION: xla_cpu.YNN_WITHOUT_CONVOLUTIONS}
                        if eigen else None)
+
+
+def test_the_suite_compiles_fast_and_its_canary_process_as_users_do():
+    """The suite's own processes carry the fast-compile flags (unless
+    JAXDET_TEST_USERS_COMPILE=1); ``users_compile_env``, which the SIGTERM-and-resume test
+    gives its ``jaxdet train`` commands, carries none of them."""
+    fast = set(FAST_COMPILE_XLA_FLAGS)
+    suite = set(os.environ.get("XLA_FLAGS", "").split())
+    if os.environ.get("JAXDET_TEST_USERS_COMPILE") == "1":
+        assert not fast & suite
+    else:
+        assert fast <= suite
+    assert not fast & set(users_compile_env().get("XLA_FLAGS", "").split())
