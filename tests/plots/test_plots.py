@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from PIL import Image
 
 from jaxdet.app import plots, runs
 from jaxdet.app.plots import (
+    curves_are_current,
     plot_training_curves,
     read_metrics_jsonl,
     try_plot_training_curves,
@@ -133,6 +135,27 @@ def test_log_scale_only_when_the_loss_spans_a_decade():
     assert not plots._spans_decades([np.array([2.0, 0.5]), np.array([np.nan, 0.3])])
     assert not plots._spans_decades([np.array([10.0, 0.0])])  # zero cannot go on a log axis
     assert not plots._spans_decades([np.array([np.nan])])
+
+
+def test_a_picture_newer_than_its_logs_is_left_as_it_is(tmp_path, monkeypatch):
+    log = _write(tmp_path / "metrics.jsonl", LINES)
+    assert not curves_are_current(tmp_path)  # no picture yet
+    picture = try_plot_training_curves(tmp_path, unless_current=True)
+    drawn = picture.stat().st_mtime_ns
+    os.utime(log, ns=(drawn - 10**9, drawn - 10**9))
+    assert curves_are_current(tmp_path)
+    calls = []
+    monkeypatch.setattr(plots, "plot_training_curves", calls.append)
+    assert try_plot_training_curves(tmp_path, unless_current=True) == picture and calls == []
+    try_plot_training_curves(tmp_path)  # without unless_current: always drawn
+    assert calls == [tmp_path]
+    # a log written at or after the drawing (the run's, or a watcher's) makes it stale
+    watched = _write(tmp_path / "eval_watch" / "metrics.jsonl", LINES[2:3], tail="")
+    os.utime(watched, ns=(drawn, drawn))
+    assert not curves_are_current(tmp_path)
+    os.utime(watched, ns=(drawn - 1, drawn - 1))
+    os.utime(log, ns=(drawn + 1, drawn + 1))
+    assert not curves_are_current(tmp_path)
 
 
 def test_try_plot_warns_instead_of_raising(tmp_path, caplog):

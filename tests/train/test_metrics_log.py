@@ -2,6 +2,8 @@
 
 import json
 import struct
+import subprocess
+import sys
 import time
 
 import jax.numpy as jnp
@@ -104,3 +106,17 @@ def test_fresh_run_clears_rows_of_a_run_killed_before_its_first_checkpoint(tmp_p
         logger.log(1, {"loss": 2.0})
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["metrics"]["loss"] for r in records] == [2.0]
+
+
+def test_tensorboard_starts_without_loading_torch(tmp_path):
+    """The logger leaves PyTorch (installed with the test extras) unloaded, its events are
+    written all the same, and a later ``import torch`` works as usual."""
+    code = (f"import sys\nfrom jaxdet.train.metrics_log import MetricsLogger\n"
+            f"logger = MetricsLogger({str(tmp_path)!r})\n"
+            f"logger.log(1, {{'loss': 0.5}})\nlogger.close()\n"
+            f"print('torch' in sys.modules)\nimport torch\nprint(torch.ones(2).sum().item())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "2.0"]
+    (events,) = (tmp_path / "tensorboard").glob("events.out.tfevents.*")
+    assert _read_scalars(events) == [("loss", 1, 0.5)]

@@ -173,9 +173,26 @@ def plot_training_curves(workdir: str | Path) -> Path:
     return out
 
 
-def try_plot_training_curves(workdir: str | Path) -> Path | None:
+def curves_are_current(workdir: str | Path) -> bool:
+    """True when ``workdir/curves.png`` is newer than every log it is drawn from
+    (``metrics.jsonl`` and a watcher's), so that drawing it again would give the same
+    picture."""
+    workdir = Path(workdir)
+    try:
+        drawn = (workdir / CURVES_FILE).stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+    logs = [workdir / "metrics.jsonl", workdir / WATCH_METRICS]
+    return all(not p.is_file() or p.stat().st_mtime_ns < drawn for p in logs)
+
+
+def try_plot_training_curves(workdir: str | Path, *, unless_current: bool = False
+                             ) -> Path | None:
     """:func:`plot_training_curves`, but a failure is logged as a warning and returns None:
-    drawing pictures must never stop a training run or hide the error that ended it."""
+    drawing pictures must never stop a training run or hide the error that ended it. With
+    ``unless_current``, a picture newer than its logs is left as it is (and returned)."""
+    if unless_current and curves_are_current(workdir):
+        return Path(workdir) / CURVES_FILE
     try:
         return plot_training_curves(workdir)
     except Exception as err:
@@ -185,4 +202,4 @@ def try_plot_training_curves(workdir: str | Path) -> Path | None:
 
 
 __all__ = ["read_metrics_jsonl", "read_training_metrics", "plot_training_curves",
-           "try_plot_training_curves"]
+           "curves_are_current", "try_plot_training_curves"]

@@ -347,7 +347,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         logger.close()
         checkpointer.close()
         if logger.enabled:  # also after a NaN stop or a crash; a plotting error only warns
-            try_plot_training_curves(workdir)
+            try_plot_training_curves(workdir, unless_current=True)  # not again after an eval
 
 
 def eval_name(step: int | str) -> str:
