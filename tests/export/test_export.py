@@ -33,6 +33,7 @@ from jaxdet.export.runtimes import (
     near_tie_differences,
     predict_as_signature,
 )
+from untrained_workdir import untrained_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]
 
@@ -74,8 +75,8 @@ RUNNER = textwrap.dedent("""
 
 
 class _Workdirs:
-    """name -> (config, workdir) of a toy model trained on its first request, once per test
-    process (each training compiles a train step: only the models a worker's tests use)."""
+    """name -> (config, workdir) of a toy model's step-0 workdir, made on its first request,
+    once per test process."""
 
     def __init__(self, tmp_path_factory):
         self._factory, self._made = tmp_path_factory, {}
@@ -85,7 +86,7 @@ class _Workdirs:
             base, extra = MODELS[name]
             config = load_config(base, [*TINY, *extra])
             workdir = self._factory.mktemp(name)
-            runs.train(config, workdir, progress=False, evaluate=False)
+            untrained_workdir(config, workdir)
             self._made[name] = (config, workdir)
         return self._made[name]
 

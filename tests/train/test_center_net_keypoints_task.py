@@ -71,7 +71,7 @@ def test_layout_and_targets_follow_the_keypoints():
     layout = task.batch_layout()
     assert layout["keypoints"].shape == (4, 3, 2)
     assert layout["keypoint_visibility"].shape == (4, 3)
-    prepared = task.prepare({k: jnp.asarray(v) for k, v in _batch().items()})
+    prepared = jax.jit(task.prepare)({k: jnp.asarray(v) for k, v in _batch().items()})
     corners, centre = prepared["keypoints"]
     assert corners["heatmap"].shape == (2, 16, 16, 2) and centre["heatmap"].shape == (2, 16, 16, 1)
     # image 0, object 0 (rows 8..32, cols 8..40): top-left quarter point (14, 16) px -> (3, 4)

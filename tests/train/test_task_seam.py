@@ -18,6 +18,7 @@ from jaxdet.tasks.ssd import SSDTask
 from jaxdet.train import build as train_build
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.step import abstract_train_batch, abstract_train_state
+from untrained_workdir import untrained_workdir
 
 
 def test_model_type_picks_the_task_and_its_layout_drives_step_and_sharding(tiny_overrides):
@@ -38,20 +39,20 @@ def test_model_type_picks_the_task_and_its_layout_drives_step_and_sharding(tiny_
 
 def test_restoring_for_inference_builds_no_optimizer(tiny_overrides, tmp_path, monkeypatch):
     config = load_config("shapes_demo", [*tiny_overrides, "train.num_steps=1"])
-    runs.train(config, tmp_path, progress=False, evaluate=False)
+    untrained_workdir(config, tmp_path)  # a step-0 checkpoint of the whole train state
     # the whole train state, restored as training does (optimizer included)
     tx, _ = train_build.build_optimizer(config.train)
     full = abstract_train_state(tasks.build_task(config), tx,
                                 ema=config.train.ema_decay is not None)
     with Checkpointer(tmp_path / "checkpoints") as checkpointer:
-        saved, _ = checkpointer.restore(1, full)
+        saved, _ = checkpointer.restore(0, full)
 
     def no_optimizer(*args, **kwargs):
         raise AssertionError("eval / predict built an optimizer")
 
     monkeypatch.setattr(train_build, "build_optimizer", no_optimizer)
     task, state, step = runs.restore_for_inference(config, tmp_path)
-    assert step == 1 and "opt_state" not in state
+    assert step == 0 and "opt_state" not in state
     assert set(state) == {"params", "batch_stats"}  # shapes_demo keeps no moving average
     for key in state:
         for a, b in zip(jax.tree.leaves(state[key]), jax.tree.leaves(saved[key]), strict=True):

@@ -159,8 +159,8 @@ def test_segment_volume_covers_a_larger_volume(task):
     np.testing.assert_allclose(np.sum(probs, -1), 1.0, rtol=1e-5)
     # a volume exactly one patch: the blend is the patch's own softmax
     patch = jnp.asarray(image[:PATCH, :PATCH, :PATCH])
-    one = task.segment_volume(params, stats, patch)
-    own = task.predict(params, stats, patch[None])["probabilities"][0]
+    one = jax.jit(lambda v: task.segment_volume(params, stats, v))(patch)
+    own = jax.jit(task.predict)(params, stats, patch[None])["probabilities"][0]
     np.testing.assert_allclose(one, own, rtol=1e-4, atol=1e-6)
 
 
