@@ -124,7 +124,7 @@ def _assert_same_step(ref, got):
     assert int(sk["step"]) == int(s1["step"]) == 1
 
 
-@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("k", [2, pytest.param(4, marks=pytest.mark.exhaustive)])
 def test_accumulated_step_equals_large_batch_step(one_step, frozen_task, k):
     batch = _batch(frozen_task, seed=0)
     _assert_same_step(one_step(1, batch), one_step(k, batch))

@@ -57,6 +57,11 @@ def test_bad_params():
         ls.LossScaleParams(initial_scale=1.0, min_scale=2.0)
 
 
+# one worker runs this file and test_precision.py: the second reads the float16 step that the
+# first compiled (13 s on 2 CPU cores) from the persistent cache
+pytestmark = pytest.mark.xdist_group("fp16")
+
+
 @pytest.fixture(scope="module")
 def fp16(tiny_overrides):
     # (test_precision.py trains with the same settings: one float16 compile in the cache)

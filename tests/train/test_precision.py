@@ -16,6 +16,7 @@ from jaxdet.train.step import init_train_state
 # serves that (slow on CPU) float16 compile to both files.
 SETTINGS = ["train.ema_decay=0.9", "train.loss_scale.initial_scale=1024",
             "train.loss_scale.growth_interval=2"]
+pytestmark = pytest.mark.xdist_group("fp16")  # on one worker with test_loss_scale.py
 
 
 def _one_step(overrides: list[str], make_batch):

@@ -77,11 +77,12 @@ def _step(config):
         task, tx, ema=False)
 
 
-# RetinaNet's everything-recomputed step is compared with the plain one-device step on a (2, 4)
-# mesh in the default suite too (test_mesh_equivalence.py); here it runs under -m exhaustive
+# Under -m exhaustive: the default suite compares RetinaNet's everything-recomputed step with
+# the plain one-device step on a (2, 4) mesh (test_mesh_equivalence.py); CenterNet recomputes
+# its backbone and neck through the same wrappers
 @pytest.mark.parametrize("name, everything", [
     pytest.param("retinanet", EVERYTHING, marks=pytest.mark.exhaustive),
-    ("center_net", "train.remat=[backbone, neck]")])
+    pytest.param("center_net", "train.remat=[backbone, neck]", marks=pytest.mark.exhaustive)])
 def test_remat_step_equals_plain_step(name, everything):
     batch = _batch()
     results = []
