@@ -41,9 +41,8 @@ TINY = ["data.resizer.height=64", "data.resizer.width=64",
         "data.train.num_images=8", "data.train.image_size=[64, 64]",
         "data.train.output_dir=data/train", "data.eval.num_images=4",
         "data.eval.image_size=[64, 64]", "data.eval.output_dir=data/eval",
-        "data.max_number_of_boxes=8", "train.batch_size=4", "train.num_steps=2",
-        "train.checkpoint_every=2", "train.eval_every=0", "train.log_every=1",
-        "train.learning_rate.warmup_steps=1", "eval.batch_size=4", "parallel.data=1"]
+        "data.max_number_of_boxes=8", "train.batch_size=4", "eval.batch_size=4",
+        "parallel.data=1"]
 FASTER_RCNN = ["model.first_stage_box_predictor_depth=16", "model.first_stage_max_proposals=16",
                "model.second_stage_batch_size=8", "model.initial_crop_size=6",
                "model.second_stage_post_processing.score_threshold=0.0",

@@ -22,6 +22,7 @@ import numpy as np
 log = logging.getLogger("jaxdet")
 
 CURVES_FILE = "curves.png"
+RUN_METRICS = Path("metrics.jsonl")  # written by the run (train.metrics_log)
 WATCH_METRICS = Path("eval_watch") / "metrics.jsonl"  # written by ``jaxdet eval --watch``
 # metrics.jsonl name (after "eval/") -> legend label
 EVAL_CURVES = {"AP": "AP", "AP50": "AP50", "PascalBoxes_Precision/mAP@0.5IOU": "VOC mAP@0.5"}
@@ -65,7 +66,7 @@ def read_training_metrics(workdir: str | Path) -> dict[str, tuple[np.ndarray, np
     Raises FileNotFoundError when ``workdir/metrics.jsonl`` does not exist.
     """
     workdir = Path(workdir)
-    jsonl = workdir / "metrics.jsonl"
+    jsonl = workdir / RUN_METRICS
     if not jsonl.is_file():
         raise FileNotFoundError(f"{jsonl} does not exist: nothing to plot")
     metrics = read_metrics_jsonl(jsonl)
@@ -182,7 +183,7 @@ def curves_are_current(workdir: str | Path) -> bool:
         drawn = (workdir / CURVES_FILE).stat().st_mtime_ns
     except FileNotFoundError:
         return False
-    logs = [workdir / "metrics.jsonl", workdir / WATCH_METRICS]
+    logs = [workdir / RUN_METRICS, workdir / WATCH_METRICS]
     return all(not p.is_file() or p.stat().st_mtime_ns < drawn for p in logs)
 
 
