@@ -98,6 +98,30 @@ def test_trainable_batch_norm_updates_stats_in_train_mode_only():
     assert np.abs(np.asarray(grads["scale"][...])).sum() > 0
 
 
+@pytest.mark.parametrize("path", ["backend form", "flax", "grouped"])
+def test_running_variance_is_the_unbiased_batch_variance(path, monkeypatch):
+    """As TF's fused batch norm (what the TF OD API trains with) and PyTorch's: the running
+    variance moves towards n / (n - 1) times the variance that normalizes the batch; on 8
+    values per feature (a 1x1 map of a batch of 8) that is 8 / 7. (TF 2.21's Keras
+    BatchNormalization on this input moves it to the same values.)"""
+    from jaxdet.backends import dispatch
+
+    x = normal(3, (8, 1, 1, 3))
+    groups = 2 if path == "grouped" else 1
+    if path == "flax":
+        monkeypatch.setattr(dispatch, "has_batch_norm_form", lambda dtype: False)
+    bn = BatchNorm(3, momentum=0.25, epsilon=1e-3, num_groups=groups, rngs=nnx.Rngs(0))
+    out = bn(x)
+    values = np.asarray(x, np.float64).reshape(groups, -1, 3)
+    unbiased = values.var(axis=1, ddof=1).mean(axis=0)
+    np.testing.assert_allclose(bn.var[...], 0.25 * 1.0 + 0.75 * unbiased, rtol=1e-5)
+    # normalization itself uses the biased variance
+    biased = values.var(axis=1).reshape(groups, 1, 3)
+    centred = values - values.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(out).reshape(groups, -1, 3),
+                               centred / np.sqrt(biased + 1e-3), rtol=1e-4, atol=1e-5)
+
+
 def test_batch_norm_bf16_compute_keeps_float32_params():
     bn = batch_norm(3, BatchNormParams(), jnp.bfloat16, nnx.Rngs(0))
     x = jnp.ones((2, 4, 4, 3), jnp.bfloat16)

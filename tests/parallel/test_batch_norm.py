@@ -55,15 +55,17 @@ def test_grouped_statistics_hand_computed():
     z = np.array([-1.0, 1.0, -1.0, 1.0])
     np.testing.assert_allclose(y[:, 0], 2.0 * z + 0.5, rtol=1e-6)
     np.testing.assert_allclose(y[:, 1], -z - 1.0, rtol=1e-6)
-    # running stats start at mean 0, var 1; new = 0.5 old + 0.5 mean over groups
+    # running stats start at mean 0, var 1; new = 0.5 old + 0.5 mean over groups, of the
+    # groups' unbiased variances (2 values each: twice the variances above: 2, 8 and 8, 32)
     mean, var = _stats(bn)
     np.testing.assert_allclose(mean, [0.5 * 7.0, 0.5 * -14.0], rtol=1e-6)
-    np.testing.assert_allclose(var, [0.5 + 0.5 * 2.5, 0.5 + 0.5 * 10.0], rtol=1e-6)
-    # the whole batch's variance (27.5 for channel 0) would also count the spread of the
-    # group means; num_groups=1 takes it
+    np.testing.assert_allclose(var, [0.5 + 0.5 * 5.0, 0.5 + 0.5 * 20.0], rtol=1e-6)
+    # the whole batch's variance (27.5 for channel 0, unbiased 4/3 of it) would also count
+    # the spread of the group means; num_groups=1 takes it
     bn1 = BatchNorm(2, num_groups=1, momentum=0.5, epsilon=0.0, rngs=nnx.Rngs(0))
     bn1(jnp.asarray(x))
-    np.testing.assert_allclose(_stats(bn1)[1], [0.5 + 0.5 * 27.5, 0.5 + 0.5 * 110.0], rtol=1e-6)
+    np.testing.assert_allclose(_stats(bn1)[1], [0.5 + 0.5 * 27.5 * 4 / 3,
+                                                0.5 + 0.5 * 110.0 * 4 / 3], rtol=1e-6)
 
 
 def _random_bn(num_groups: int, dtype=None) -> BatchNorm:
@@ -111,8 +113,14 @@ def test_one_group_is_flax_batch_norm_exactly_and_eval_ignores_groups():
     ours, ref = _random_bn(1), nnx.BatchNorm(3, momentum=0.9, epsilon=1e-3, rngs=nnx.Rngs(0))
     for name in ("scale", "bias", "mean", "var"):
         getattr(ref, name)[...] = getattr(ours, name)[...]
+    old = np.asarray(_stats(ours)[1])
     np.testing.assert_array_equal(ours(x), ref(x))
-    np.testing.assert_array_equal(_stats(ours)[1], _stats(ref)[1])
+    np.testing.assert_array_equal(_stats(ours)[0], _stats(ref)[0])
+    # flax averages in the biased batch variance; jaxdet the unbiased one (TF's, PyTorch's)
+    n = x.size // x.shape[-1]
+    flax_var = np.asarray(_stats(ref)[1])  # 0.9 old + 0.1 biased
+    np.testing.assert_allclose(_stats(ours)[1], flax_var + (flax_var - 0.9 * old) / (n - 1),
+                               rtol=1e-5)
     grouped, plain = _random_bn(4), _random_bn(1)
     grouped.eval()
     plain.eval()

@@ -93,6 +93,10 @@ class BatchNorm(nnx.BatchNorm):
       group means and of the group variances (the latter is not the whole batch's variance:
       it leaves out the spread of the group means).
 
+    The running variance averages the batches' unbiased variances (n / (n - 1) times the
+    variance normalization uses, n the values per feature), as TF's fused batch norm and
+    PyTorch's do; it matters where n is small (a 1x1 map of a batch of 8: 8 / 7).
+
     Eval mode and ``frozen`` normalize with the running statistics whatever ``num_groups``.
     Parameter names are nnx's (``scale``, ``bias``, ``mean``, ``var``), so checkpoints and
     optimizers see an ordinary BatchNorm.
@@ -132,7 +136,14 @@ class BatchNorm(nnx.BatchNorm):
             if self.num_groups == 1 and self._hand_written_gradient(x, mask):
                 return self._batch_normalize(x)
             if self.num_groups == 1:
-                return super().__call__(x, use_running_average=False, mask=mask)
+                old = self.var[...]
+                out = super().__call__(x, use_running_average=False, mask=mask)
+                # flax moved the running variance by (1 - m) * the batch's biased variance;
+                # make that the unbiased one, n / (n - 1) times it, as TF and PyTorch do
+                count = _count(x, mask)
+                self.var[...] = jax.lax.stop_gradient(
+                    self.var[...] + (self.var[...] - self.momentum * old) / (count - 1.0))
+                return out
             return self._grouped_batch_norm(x, mask)
         scale, bias = self.scale[...], self.bias[...]
         mean, var = self.mean[...], self.var[...]
@@ -159,9 +170,9 @@ class BatchNorm(nnx.BatchNorm):
         statistics updated with ``momentum``) with the hand-written gradient."""
         mean, raw_variance = dispatch.batch_statistics(x)
         m = self.momentum
+        unbiased = jnp.maximum(0.0, raw_variance) * _bessel(_count(x, None))
         self.mean[...] = jax.lax.stop_gradient(m * self.mean[...] + (1 - m) * mean)
-        self.var[...] = jax.lax.stop_gradient(
-            m * self.var[...] + (1 - m) * jnp.maximum(0.0, raw_variance))
+        self.var[...] = jax.lax.stop_gradient(m * self.var[...] + (1 - m) * unbiased)
         return dispatch.normalize_with_batch_statistics(x, mean, raw_variance, self.scale[...],
                                                self.bias[...], self.epsilon)
 
@@ -198,17 +209,38 @@ class BatchNorm(nnx.BatchNorm):
         var = jnp.maximum(0.0, mean2 - jnp.square(mean))
 
         m = self.momentum
+        per_group = (xf.size // xf.shape[0] // xf.shape[-1] if where is None
+                     else jnp.sum(where, axes, keepdims=True).astype(stat_dtype))
+        unbiased = var * _bessel(per_group)
         self.mean[...] = jax.lax.stop_gradient(
             m * self.mean[...] + (1 - m) * mean.mean(axis=0).reshape(-1)
         )
         self.var[...] = jax.lax.stop_gradient(
-            m * self.var[...] + (1 - m) * var.mean(axis=0).reshape(-1)
+            m * self.var[...] + (1 - m) * unbiased.mean(axis=0).reshape(-1)
         )
 
         y = (xg - mean) * (jax.lax.rsqrt(var + self.epsilon) * scale)
         y = y + bias
         out_dtype = self.dtype or jnp.result_type(x, scale, bias)
         return y.astype(out_dtype).reshape(shape)
+
+
+def _count(x: jax.Array, mask: jax.Array | None):
+    """How many values of each feature a training batch normalizes over: every position of
+    ``x`` [B, ..., C] but the features, or those ``mask`` selects."""
+    if mask is None:
+        return x.size // x.shape[-1]
+    full = jnp.broadcast_to(mask, x.shape)
+    return jnp.sum(full[..., 0]).astype(jnp.float32)
+
+
+def _bessel(count):
+    """``n / (n - 1)``: the factor from a batch's variance over n values to its unbiased
+    estimate, which TF's (fused) and PyTorch's batch norms average into the running variance;
+    1 for a single value."""
+    if isinstance(count, int):
+        return count / (count - 1) if count > 1 else 1.0
+    return jnp.where(count > 1, count / jnp.maximum(count - 1.0, 1.0), 1.0)
 
 
 def _check_groups(num_groups: int) -> int:
