@@ -1,6 +1,9 @@
 """Augment ops: image and boxes move together (a coloured block stays framed by its box)."""
 
 import dataclasses
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +14,11 @@ from jaxdet.data.augment import (
     RandomHorizontalFlip,
     RandomScaleCropAndPadToSquare,
     SSDRandomCrop,
+    TrainCrowdBoxes,
 )
 
 SEEDS = range(12)
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_horizontal_flip_moves_boxes_with_pixels(blocks):
@@ -82,19 +87,63 @@ def test_ssd_random_crop(seed, blocks):
     sample = blocks.sample()
     out = op(sample, np.random.default_rng(seed))
     blocks.assert_frame(out, tol=1e-3)
-    h, w = out["image"].shape[:2]
-    assert len(out["boxes"]) >= 1  # an image with boxes always keeps one
     assert np.all(out["boxes"] >= 0) and np.all(out["boxes"] <= 1)
-    # every kept box has its centre inside the crop (its original centre, measured in the
-    # crop: the block is at least half visible along each axis)
-    for box, cls in zip(out["boxes"], out["classes"], strict=True):
-        y0, x0, y1, x1 = sample["boxes"][cls] * [60, 80, 60, 80]
-        full_h, full_w = y1 - y0, x1 - x0
-        bh, bw = (box[2] - box[0]) * h, (box[3] - box[1]) * w
-        assert bh >= full_h / 2 - 1 and bw >= full_w / 2 - 1
     # is_crowd travels with its box
     for cls, crowd in zip(out["classes"], out["is_crowd"], strict=True):
         assert crowd == sample["is_crowd"][cls]
+
+
+def test_ssd_random_crop_keeps_what_tf_keeps(blocks):
+    """TF keeps a box that overlaps the crop when the crop covers overlap_thresh of it, its
+    centre inside or not (no SSD-paper centre rule); kept boxes are clipped to the crop."""
+    op = SSDRandomCrop(min_object_covered=(0.0,), overlap_thresh=(0.3,), random_coef=0.0)
+    centre_outside = 0
+    for seed in range(60):
+        sample = blocks.sample()
+        out = op(sample, np.random.default_rng(seed))
+        h, w = out["image"].shape[:2]
+        for box, cls in zip(out["boxes"], out["classes"], strict=True):
+            y0, x0, y1, x1 = sample["boxes"][cls] * [60, 80, 60, 80]
+            bh, bw = (box[2] - box[0]) * h, (box[3] - box[1]) * w
+            assert bh * bw >= 0.3 * (y1 - y0) * (x1 - x0) - 1e-3
+            centre_outside += bh < (y1 - y0) / 2 - 1 or bw < (x1 - x0) / 2 - 1
+    assert centre_outside > 0
+
+
+def test_ssd_random_crop_draws_crops_as_tf_does():
+    """jaxdet's SSDRandomCrop against TF's own ssd_random_crop (its seven default operations)
+    on the same 200 cases, 50 draws each (fixtures/make_tf_ssd_random_crop_stats.py): the
+    distributions of crop area, boxes kept and kept box sizes agree within sampling noise."""
+    sys.path.insert(0, str(FIXTURES))
+    from make_tf_ssd_random_crop_stats import DRAWS, cases, draw_sides, statistics
+
+    tf = json.loads((FIXTURES / "tf_ssd_random_crop_stats.json").read_text())["tf"]
+    op, rng, draws = SSDRandomCrop(), np.random.default_rng(0), []
+    for case in cases():
+        boxes = np.asarray(case["boxes"], np.float32)
+        sample = {"image": np.zeros((case["height"], case["width"], 1), np.uint8),
+                  "boxes": boxes, "classes": np.zeros(len(boxes), np.int32),
+                  "is_crowd": np.zeros(len(boxes), bool)}
+        for _ in range(DRAWS):
+            out = op(sample, rng)
+            h, w = out["image"].shape[:2]
+            draws.append((h * w / (case["height"] * case["width"]), len(out["boxes"]),
+                          draw_sides(out["boxes"])))
+    ours = statistics(draws)
+    np.testing.assert_allclose(ours["crop_area_quantiles"], tf["crop_area_quantiles"], atol=0.02)
+    np.testing.assert_allclose(ours["box_side_quantiles"], tf["box_side_quantiles"], atol=0.02)
+    for key, tol in (("crop_area_mean", 0.01), ("whole_image_share", 0.015),
+                     ("no_box_share", 0.006), ("boxes_kept_mean", 0.05)):
+        assert abs(ours[key] - tf[key]) <= tol, (key, ours[key], tf[key])
+
+
+def test_train_crowd_boxes_makes_crowd_objects_ordinary(blocks):
+    sample = blocks.sample()
+    sample["is_crowd"] = np.array([True, False])
+    out = TrainCrowdBoxes()(sample, np.random.default_rng(0))
+    np.testing.assert_array_equal(out["is_crowd"], [False, False])
+    np.testing.assert_array_equal(sample["is_crowd"], [True, False])  # input untouched
+    np.testing.assert_array_equal(out["boxes"], sample["boxes"])
 
 
 def test_ssd_random_crop_random_coef_one_keeps_image(blocks):

@@ -9,12 +9,12 @@ float32; ``"boxes"`` float32 [n, 4] NORMALIZED
 ``"masks"`` uint8 [n, H, W] (instance masks covering the image, see ``data.masks``), plus
 passthrough keys (``"image_info"``, ``"image_id"``, ...). Image, boxes, keypoints and masks
 always move together (a keypoint that leaves the image becomes unlabelled; masks are moved by
-nearest-neighbour sampling and stay binary); boxes
-that leave a crop are clipped, and dropped (with their classes / is_crowd) when nothing, or
-less than ``min_visible_fraction`` of their area, is left. Ops never modify their input.
+nearest-neighbour sampling and stay binary); boxes that leave a crop are clipped, and dropped
+(with their classes / is_crowd) when nothing of them is left. Ops never modify their input.
 
 Semantics follow the TF Object Detection API preprocessor (``random_horizontal_flip``,
-``random_scale_crop_and_pad_to_square``, ``ssd_random_crop``, ``random_distort_color``,
+``random_scale_crop_and_pad_to_square``, ``ssd_random_crop`` (TF's crop sampling itself),
+``random_distort_color``,
 and the colour jitter); the TF ops added for pipeline.config live in ``augment_crop.py`` and
 ``augment_color.py``. :class:`Normalize` goes last.
 """
@@ -22,23 +22,19 @@ and the colour jitter); the TF ops added for pipeline.config live in ``augment_c
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from jaxdet.data import resample
+from jaxdet.data.augment_crop import RandomCropImage
 from jaxdet.data.geometry import (
     Sample,
-    box_areas,
     filter_boxes,
     move_keypoints,
     reframe_boxes,
     set_content_size,
 )
 from jaxdet.data.masks import resample_masks, with_masks
-
-# Boxes with less than this fraction of their area left inside a crop are dropped.
-MIN_VISIBLE_FRACTION = 0.05
 
 
 def _check_probability(name: str, value: float) -> None:
@@ -49,6 +45,19 @@ def _check_probability(name: str, value: float) -> None:
 def _check_range(name: str, value, lo: float = 0.0) -> None:
     if len(value) != 2 or not lo <= value[0] <= value[1]:
         raise ValueError(f"{name} must be a (min, max) pair with {lo} <= min <= max, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainCrowdBoxes:
+    """Clears ``is_crowd``: crowd, difficult and group-of objects train as ordinary objects
+    (the TF OD API's training reads none of those flags), instead of being ignored. Goes
+    first, before the ops that crop."""
+
+    def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        del rng
+        if "is_crowd" not in sample:
+            return sample
+        return {**sample, "is_crowd": np.zeros_like(np.asarray(sample["is_crowd"], bool))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +106,15 @@ class RandomScaleCropAndPadToSquare:
     bottom/right with zeros where it is smaller. Outputs ``output_size x output_size``.
     ``method``: the resize (``tf_bilinear``: TF's ``resize_images``, what the TF OD API does;
     ``bilinear``: antialiased, see ``data.resample``). Only the crop is resampled: the same
-    pixels as resizing the whole image, then cropping.
+    pixels as resizing the whole image, then cropping. As TF, every box not completely
+    outside the crop is kept, clipped to it; ``min_visible_fraction`` > 0 also drops those
+    with less than that fraction of their area left.
     """
 
     output_size: int
     scale_min: float = 0.1
     scale_max: float = 2.0
-    min_visible_fraction: float = MIN_VISIBLE_FRACTION
+    min_visible_fraction: float = 0.0
     method: str = "bilinear"
 
     def __post_init__(self):
@@ -147,23 +158,18 @@ class RandomScaleCropAndPadToSquare:
 
 @dataclasses.dataclass(frozen=True)
 class SSDRandomCrop:
-    """SSD's random crop (TF OD API ``ssd_random_crop``).
+    """SSD's random crop as the TF OD API's ``ssd_random_crop`` makes it: one of
+    ``len(min_object_covered)`` operations picked uniformly, each TF's ``random_crop_image``
+    (``augment_crop.RandomCropImage``: TF's own crop sampling and box pruning, boxes clipped
+    to the crop) with that operation's ``min_object_covered`` and ``overlap_thresh``; with
+    probability ``random_coef`` the image is kept unchanged."""
 
-    Picks one of ``len(min_object_covered)`` operations uniformly. With probability
-    ``random_coef`` the image is kept unchanged. Otherwise up to ``max_attempts`` crops are
-    sampled (area fraction ~ U[area_range], aspect w/h ~ U[aspect_ratio_range]); a box is
-    kept when its centre is inside the crop and the crop covers at least ``overlap_thresh``
-    of it; a crop is accepted when it keeps at least one box (any crop, for an image without
-    boxes) and covers each kept box by at least ``min_object_covered``. Kept boxes are clipped
-    to the crop. When no attempt succeeds the image is kept unchanged.
-    """
-
-    min_object_covered: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    min_object_covered: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
     aspect_ratio_range: tuple[float, float] = (0.5, 2.0)
     area_range: tuple[float, float] = (0.1, 1.0)
-    overlap_thresh: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
+    overlap_thresh: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
     random_coef: float = 0.15
-    max_attempts: int = 50
+    max_attempts: int = 100
 
     def __post_init__(self):
         if len(self.min_object_covered) != len(self.overlap_thresh) or not self.overlap_thresh:
@@ -179,42 +185,14 @@ class SSDRandomCrop:
 
     def __call__(self, sample: Sample, rng: np.random.Generator) -> Sample:
         op = int(rng.integers(len(self.min_object_covered)))
-        if rng.random() < self.random_coef:
-            return sample
-        min_cover, overlap = self.min_object_covered[op], self.overlap_thresh[op]
-        image = sample["image"]
-        height, width = image.shape[:2]
-        px = np.asarray(sample["boxes"], np.float32).reshape(-1, 4) * np.array(
-            [height, width, height, width], np.float32)
-        areas = box_areas(px)
-        cy, cx = (px[:, 0] + px[:, 2]) / 2, (px[:, 1] + px[:, 3]) / 2
-        for _ in range(self.max_attempts):
-            area = rng.uniform(*self.area_range) * height * width
-            aspect = rng.uniform(*self.aspect_ratio_range)
-            ch, cw = int(round(math.sqrt(area / aspect))), int(round(math.sqrt(area * aspect)))
-            if not (1 <= ch <= height and 1 <= cw <= width):
-                continue
-            y0 = int(rng.integers(0, height - ch + 1))
-            x0 = int(rng.integers(0, width - cw + 1))
-            y1, x1 = y0 + ch, x0 + cw
-            if len(px):
-                ih = np.clip(np.minimum(px[:, 2], y1) - np.maximum(px[:, 0], y0), 0, None)
-                iw = np.clip(np.minimum(px[:, 3], x1) - np.maximum(px[:, 1], x0), 0, None)
-                cover = ih * iw / np.maximum(areas, 1e-12)
-                keep = (cy >= y0) & (cy < y1) & (cx >= x0) & (cx < x1) & (cover >= overlap)
-                keep &= cover > 0
-                if not keep.any() or cover[keep].min() < min_cover:
-                    continue
-            else:
-                keep = np.zeros((0,), bool)
-            cropped = with_masks(sample, lambda m: m[:, y0:y1, x0:x1].copy())  # noqa: B023
-            out = reframe_boxes(
-                cropped, src_size=(height, width), offset=(-y0, -x0), window=None,
-                canvas_size=(ch, cw), keep=keep,
-            )
-            out["image"] = image[y0:y1, x0:x1]  # a view: the resize reads it in place
-            return set_content_size(out, ch, cw, (height, width))
-        return sample
+        crop = RandomCropImage(
+            min_object_covered=self.min_object_covered[op],
+            min_aspect_ratio=self.aspect_ratio_range[0],
+            max_aspect_ratio=self.aspect_ratio_range[1],
+            min_area=self.area_range[0], max_area=self.area_range[1],
+            overlap_thresh=self.overlap_thresh[op], clip_boxes=True,
+            random_coef=self.random_coef, max_attempts=self.max_attempts)
+        return crop(sample, rng)
 
 
 def _rgb_to_hsv(r: np.ndarray, g: np.ndarray, b: np.ndarray):
@@ -334,7 +312,6 @@ class Normalize:
 
 
 __all__ = [
-    "MIN_VISIBLE_FRACTION",
     "Normalize",
     "RandomColorJitter",
     "RandomHorizontalFlip",

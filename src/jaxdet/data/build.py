@@ -119,7 +119,8 @@ def _build_tfod_augment_op(op: S.AugmentConfig):
 
 def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool = False,
                      normalize: bool = True) -> list:
-    """Per-sample transforms after decode: [augment ops] + resizer + normalize
+    """Per-sample transforms after decode: [augment ops] + resizer + normalize; in training
+    with ``data.crowd_boxes: train``, crowd objects are made ordinary ones first
     (``pads_raw_pixels``: the padding is normalized like black pixels, see
     ``augment.Normalize``; a config's family says which: ``jaxdet.tasks.transforms_of``).
     ``normalize=False`` stops at the resizer: the loaders do, and the device normalizes
@@ -127,6 +128,8 @@ def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool
     size = input_size(cfg)
     method = cfg.resizer.method
     ops = [build_augment_op(op, size, method) for op in cfg.augment] if training else []
+    if training and cfg.crowd_boxes == "train":
+        ops.insert(0, augment.TrainCrowdBoxes())
     ops.append(build_resizer(cfg))
     if normalize:
         ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std),
