@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from jaxdet.models.param_rules import ParamPattern
 from jaxdet.train import optim
 from random_arrays import normal, seeds
 
@@ -104,20 +105,74 @@ def _run(tx, params, grads, steps):
 
 
 def test_momentum_with_decay_and_clipping_by_hand():
+    """Coupled decay joins the gradient before clipping, as TF's regularization loss does."""
     params = {"w": jnp.array([[3.0, 4.0]]), "b": jnp.array([1.0])}
-    grads = {"w": jnp.array([[6.0, 8.0]]), "b": jnp.array([0.0])}  # global norm 10
+    grads = {"w": jnp.array([[6.0, 8.0]]), "b": jnp.array([0.0])}
     tx = optim.make_optimizer("momentum", optim.constant(0.1), momentum=0.9,
                               weight_decay=0.1, clip_gradient_norm=5.0)
-    # step 1: clip -> w' [3, 4]; + 0.1 * w [0.3, 0.4] -> [3.3, 4.4]; b not decayed (1-d)
-    #         trace = [3.3, 4.4]; update = -0.1 * trace
+    # step 1: + 0.1 * w -> [6.3, 8.4] (global norm 10.5; b is 1-d, not decayed)
+    #         clip to norm 5 -> [3, 4]; trace = [3, 4]; w = [3, 4] - 0.1 * trace
     p1 = _run(tx, params, grads, 1)
-    np.testing.assert_allclose(p1["w"], [[2.67, 3.56]], rtol=1e-6)
+    np.testing.assert_allclose(p1["w"], [[2.7, 3.6]], rtol=1e-6)
     np.testing.assert_allclose(p1["b"], [1.0])
-    # step 2: g = [3, 4] + 0.1 * [2.67, 3.56] = [3.267, 4.356]
-    #         trace = g + 0.9 * [3.3, 4.4] = [6.237, 8.316]; w = p1 - 0.1 * trace
+    # step 2: g = [6, 8] + 0.1 * [2.7, 3.6] = [6.27, 8.36] (norm 10.45) -> clipped [3, 4]
+    #         trace = [3, 4] + 0.9 * [3, 4] = [5.7, 7.6]; w = p1 - 0.1 * trace
     p2 = _run(tx, params, grads, 2)
-    np.testing.assert_allclose(p2["w"], [[2.67 - 0.6237, 3.56 - 0.8316]], rtol=1e-6)
+    np.testing.assert_allclose(p2["w"], [[2.7 - 0.57, 3.6 - 0.76]], rtol=1e-6)
     np.testing.assert_allclose(p2["b"], [1.0])
+
+
+def test_keras_momentum_carries_each_steps_rate_by_hand():
+    """TF2's Keras SGD: v = m v - lr_t g, w += v; optax's: t = m t + g, w -= lr_t t. With a
+    rate of 1, 2, 3 and a gradient of 1 at every step (m = 0.5): Keras moves by 1, 2.5, 4.25;
+    optax by 1, 3, 5.25."""
+    params, grads = {"w": jnp.zeros(())}, {"w": jnp.ones(())}
+    rate = lambda count: count + 1.0  # noqa: E731
+    keras = optim.make_optimizer("momentum", rate, momentum=0.5, momentum_form="keras")
+    plain = optim.make_optimizer("momentum", rate, momentum=0.5)
+    for steps, moved_keras, moved_optax in ((1, 1.0, 1.0), (2, 3.5, 4.0), (3, 7.75, 9.25)):
+        np.testing.assert_allclose(_run(keras, params, grads, steps)["w"], -moved_keras)
+        np.testing.assert_allclose(_run(plain, params, grads, steps)["w"], -moved_optax)
+
+
+def test_weight_decay_rules_by_hand():
+    """Each parameter's decay: the first matching rule's weight, else weight_decay on kernels
+    (ndim > 1) only; a depthwise narrowing; a rule matching nothing refused."""
+    params = {"backbone": {"dw": {"kernel": jnp.ones((3, 3, 1, 2))},
+                           "se": {"kernel": jnp.ones((1, 1, 2, 2)), "bias": jnp.ones((2,))},
+                           "pw": {"kernel": jnp.ones((1, 1, 2, 2)), "bias": jnp.ones((2,))}},
+              "head": {"kernel": jnp.ones((3, 3, 2, 2)), "bias": jnp.ones((2,))}}
+    rules = [(ParamPattern(r"^backbone/se/"), 1e-5),
+             (ParamPattern(r"^backbone/", depthwise=True), 0.0),
+             (ParamPattern(r"^backbone/.*kernel$"), 2e-5)]
+    weights = optim.decay_weights(params, 4e-5, rules)
+    assert weights == {"backbone": {"dw": {"kernel": 0.0},
+                                    "se": {"kernel": 1e-5, "bias": 1e-5},
+                                    "pw": {"kernel": 2e-5, "bias": 0.0}},
+                       "head": {"kernel": 4e-5, "bias": 0.0}}
+    # one momentum-SGD step: g + w * p, lr 0.5 (first step: the trace is the gradient)
+    grads = jax.tree.map(jnp.zeros_like, params)
+    tx = optim.make_optimizer("momentum", 0.5, weight_decay=4e-5, weight_decay_rules=rules)
+    new = _run(tx, params, grads, 1)
+    expected = jax.tree.map(lambda p, w: p - 0.5 * w * p, params, weights)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-7), new, expected)
+    bad = optim.make_optimizer("momentum", 0.5, weight_decay_rules=[(ParamPattern("^neck/"), 1.0)])
+    with pytest.raises(ValueError, match=r"weight_decay_rules\[0\]: params '\^neck/' matches no"):
+        _run(bad, params, grads, 1)
+
+
+def test_adamw_with_uniform_rules_matches_optax():
+    keys = seeds(0, 4)
+    params = {"conv": {"kernel": normal(keys[0], (3, 3, 2, 4)),
+                       "bias": normal(keys[1], (4,))}}
+    grads = {"conv": {"kernel": normal(keys[2], (3, 3, 2, 4)),
+                      "bias": normal(keys[3], (4,))}}
+    ours = _run(optim.make_optimizer("adamw", 1e-2, weight_decay=0.05,
+                                     weight_decay_rules=[(ParamPattern("kernel$"), 0.05)]),
+                params, grads, 3)
+    mask = jax.tree.map(lambda p: p.ndim > 1, params)
+    ref = _run(optax.adamw(1e-2, weight_decay=0.05, mask=mask), params, grads, 3)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), ours, ref)
 
 
 def test_adamw_matches_optax():

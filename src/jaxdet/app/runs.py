@@ -71,6 +71,8 @@ def config_fingerprint(config: Config) -> str:
         "ema": config.train.ema_decay is not None,
         "optimizer": config.train.optimizer.name,
     }
+    if config.train.optimizer.momentum_form != "optax":  # another optimizer-state layout
+        keyed["momentum_form"] = config.train.optimizer.momentum_form
     frozen = [list(config.train.freeze_variables), list(config.train.update_trainable_variables)]
     if any(frozen):  # frozen parameters have no optimizer state: another tree to restore
         keyed["frozen"] = frozen

@@ -71,6 +71,7 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     SSDFeatureMapsConfig,
     WeightSharedHeadConfig,
 )
+from jaxdet.config.schema_params import InitializerRule, WeightDecayRule
 from jaxdet.config.schema_unet3d import UNet3DModelConfig  # noqa: F401  (re-exported)
 from jaxdet.config.schema_volumes import (  # noqa: F401  (re-exported)
     GeneratedVolumesDataConfig,
@@ -206,6 +207,11 @@ class DataConfig(Strict):
     float32's bytes; an image resized or colour-jittered on the host is rounded to whole
     levels once) or ``float32`` (the exact values; eval and predict always use these).
 
+    ``crowd_boxes``: training on crowd objects (COCO ``iscrowd``, VOC ``difficult``, TFRecord
+    ``is_crowd`` / ``difficult`` / ``group_of`` / weight 0): ``ignore`` (anchors on them are
+    neither positives nor negatives) or ``train`` (ordinary objects, as the TF OD API trains
+    them; a converted pipeline.config's). Evaluation ignores them either way, as COCO's.
+
     ``worker_count``: who prepares the training batches: ``0``, threads of the training
     process (one per core; decoding and resampling release Python's lock); ``N``, N worker
     processes, each making whole batches; ``auto`` (the default): when training on a GPU or
@@ -229,6 +235,7 @@ class DataConfig(Strict):
     mask_stride: int = later_field(4, ge=1)
     jpeg_decode: Literal["auto", "accurate", "tf"] = later_field("auto")
     train_image_dtype: Literal["uint8", "float32"] = later_field("uint8")
+    crowd_boxes: Literal["ignore", "train"] = later_field("ignore")
 
     @field_validator("worker_count", mode="before")
     @classmethod
@@ -255,7 +262,10 @@ DATA_TYPE_OF_MODEL = {"unet3d": "volumes"}
 class OptimizerConfig(Strict):
     """The optimizer. ``momentum``/``nesterov`` apply to momentum SGD, ``beta1``/``beta2`` to
     Adam(W), ``rmsprop_decay`` (and ``momentum``) to RMSProp; ``weight_decay`` is coupled L2
-    for SGD/Adam/RMSProp and decoupled for AdamW."""
+    for SGD/Adam/RMSProp and decoupled for AdamW, on every kernel (no biases or norm scales)
+    unless a ``weight_decay_rules`` entry says otherwise. ``momentum_form``: ``keras`` scales
+    each gradient by its step's learning rate as it enters the velocity, as TF's Keras
+    optimizers (a converted pipeline.config's); ``optax`` scales the velocity by the current one."""
 
     # A base config's optimizer is replaced, not merged, when a derived config names another.
     TAG_SELECTS_KIND: ClassVar[bool] = True
@@ -268,6 +278,8 @@ class OptimizerConfig(Strict):
     epsilon: float = Field(1e-8, gt=0.0)
     rmsprop_decay: float = Field(0.9, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay_rules: tuple[WeightDecayRule, ...] = ()
+    momentum_form: Literal["optax", "keras"] = "optax"
     clip_gradient_norm: float | None = Field(None, gt=0.0)
 
     @model_validator(mode="after")
@@ -378,7 +390,8 @@ class TrainConfig(Strict):
     their activations (gradient checkpointing): ``backbone.levelN`` = the backbone blocks
     ending at stride 2**N (one checkpoint per block), ``backbone`` = all of them, ``neck``,
     ``head`` (one checkpoint per level). Same gradients, less memory, ~1 more forward pass of
-    those parts."""
+    those parts. ``initializers``: rules that draw some parameters of a freshly built model
+    with another initializer (a converted TF pipeline.config's own)."""
 
     batch_size: int = Field(8, ge=1)
     num_steps: int = Field(1000, ge=1)
@@ -399,6 +412,7 @@ class TrainConfig(Strict):
     freeze_variables: tuple[str, ...] = ()
     update_trainable_variables: tuple[str, ...] = ()
     init_checkpoint: InitCheckpointConfig | None = None
+    initializers: tuple[InitializerRule, ...] = ()
 
     @model_validator(mode="before")
     @classmethod

@@ -4,19 +4,24 @@ and the model-wide batch-norm setting of ``parallel.batch_norm_statistics``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 from flax import nnx
 
 from jaxdet.config import schema as S
+from jaxdet.config.schema_params import InitializerConfig, InitializerRule
 from jaxdet.models.backbones.efficientnet import EfficientNet
 from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS, Hourglass
 from jaxdet.models.backbones.inception_resnet_v2 import InceptionResNetV2
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
 from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.backbones.resnet_v2 import ResNetV2
+from jaxdet.models.initializers import InitSpec
 from jaxdet.models.layers import BatchNormParams, set_batch_norm_groups
 from jaxdet.models.necks.fpn import FPN
 from jaxdet.models.necks.identity import IdentityNeck
+from jaxdet.models.param_rules import ParamPattern, apply_initializer_rules
 
 
 def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
@@ -126,3 +131,19 @@ def apply_batch_norm_statistics(model: nnx.Module, config: S.Config) -> None:
         # predict or export elsewhere never uses it), build_mesh checks it for training
         groups = p.data if p.data > 0 else max(1, jax.device_count() // p.spatial)
         set_batch_norm_groups(model, groups)
+
+
+def init_spec(cfg: InitializerConfig) -> InitSpec:
+    """An initializer of ``train.initializers`` as the plain spec the models draw from."""
+    return InitSpec(**cfg.model_dump())
+
+
+def initializer_rules(rules: Sequence[InitializerRule]) -> list[tuple[ParamPattern, InitSpec]]:
+    """``train.initializers`` -> ``[(pattern, spec)]`` (``param_rules.apply_initializer_rules``)."""
+    return [(ParamPattern(r.params, r.depthwise), init_spec(r.initializer)) for r in rules]
+
+
+def apply_initializers(model: nnx.Module, rules: Sequence[InitializerRule], seed: int) -> None:
+    """Redraw ``model``'s parameters that ``train.initializers`` names (see
+    ``models.param_rules``); nothing when there are no rules."""
+    apply_initializer_rules(model, initializer_rules(rules), seed)

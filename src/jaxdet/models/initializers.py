@@ -22,6 +22,7 @@ the receptive field (a convolution kernel is ``(*spatial, in, out)``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import jax
@@ -155,3 +156,56 @@ def zeros_init() -> Initializer:
 def ones_init() -> Initializer:
     """Every entry 1."""
     return constant(1.0)
+
+
+# --------------------------------------------------------------------------- TF initializers
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """A TF OD API kernel initializer (``hyperparams.proto``'s ``initializer``, as Keras draws
+    it). ``name``: ``truncated_normal`` (``mean``, ``stddev``; redrawn beyond two deviations,
+    not rescaled), ``random_normal`` (``mean``, ``stddev``), ``variance_scaling`` (``factor``,
+    ``mode``, ``distribution``; a truncated normal is rescaled to the asked variance) or
+    ``glorot_uniform`` (Keras's default)."""
+
+    name: Literal["truncated_normal", "random_normal", "variance_scaling", "glorot_uniform"]
+    mean: float = 0.0
+    stddev: float = 1.0
+    factor: float = 1.0
+    mode: FanMode = "fan_in"
+    distribution: Distribution = "truncated_normal"
+
+
+def tf_fans(shape: Sequence[int], *, depthwise: bool = False) -> tuple[float, float]:
+    """(fan_in, fan_out) of a kernel as TF counts them. jaxdet's depthwise kernel is
+    ``(kh, kw, 1, C)``; TF's is ``(kh, kw, C, 1)``, so its fans are swapped."""
+    fan_in, fan_out = _fans(shape)
+    return (fan_out, fan_in) if depthwise else (fan_in, fan_out)
+
+
+def draw(spec: InitSpec, shape: Sequence[int], rng: np.random.Generator, *,
+         depthwise: bool = False) -> np.ndarray:
+    """float64 values of ``shape`` drawn as ``spec`` says (see :class:`InitSpec`);
+    ``depthwise``: the kernel of a depthwise convolution (its fans as TF counts them)."""
+    shape = tuple(shape)
+    if spec.name == "truncated_normal":
+        return spec.mean + spec.stddev * _truncated_unit_normal(rng, shape)
+    if spec.name == "random_normal":
+        return spec.mean + spec.stddev * rng.standard_normal(shape)
+    if len(shape) < 2:
+        raise ValueError(f"{spec.name} needs a kernel of at least 2 dims, got {shape}")
+    fan_in, fan_out = tf_fans(shape, depthwise=depthwise)
+    if spec.name == "glorot_uniform":
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-limit, limit, shape)
+    if spec.name != "variance_scaling":
+        raise ValueError(f"unknown initializer {spec.name!r}")
+    n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[spec.mode]
+    std = np.sqrt(spec.factor / max(n, 1.0))
+    if spec.distribution == "truncated_normal":
+        return _truncated_unit_normal(rng, shape) * (std / _TRUNCATED_STD)
+    if spec.distribution == "normal":
+        return rng.standard_normal(shape) * std
+    limit = np.sqrt(3.0) * std
+    return rng.uniform(-limit, limit, shape)

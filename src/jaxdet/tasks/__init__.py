@@ -25,6 +25,7 @@ from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.data.stats import dataset_stats, format_dataset_stats
 from jaxdet.interop.tfod_names import Target, UnmappedModelError
 from jaxdet.interop.torch_names import TorchDetectorMap
+from jaxdet.models import build as models_build
 from jaxdet.tasks.base import DataPipeline, Task
 from jaxdet.tasks.center_net import build as center_net
 from jaxdet.tasks.center_net import tf_names as center_net_tf
@@ -148,8 +149,13 @@ def family(config: S.Config) -> TaskFamily:
 
 
 def build_task(config: S.Config, *, seed: int | None = None) -> Task:
-    """The task of ``config`` (``seed``: default ``train.seed``)."""
-    return family(config).build(config, seed=config.train.seed if seed is None else seed)
+    """The task of ``config`` (``seed``: default ``train.seed``), its model's parameters drawn
+    as ``train.initializers`` says where it names them."""
+    seed = config.train.seed if seed is None else seed
+    task = family(config).build(config, seed=seed)
+    if config.train.initializers:
+        models_build.apply_initializers(task.model, config.train.initializers, seed)
+    return task
 
 
 def fingerprint_fields(config: S.Config) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import optax
 from jaxdet.backends.dispatch import compiler_options
 from jaxdet.config import schema as S
 from jaxdet.data.normalize import PixelNormalizer
+from jaxdet.models.param_rules import ParamPattern
 from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
@@ -61,6 +62,9 @@ def build_optimizer(
         epsilon=o.epsilon,
         rmsprop_decay=o.rmsprop_decay,
         weight_decay=o.weight_decay,
+        weight_decay_rules=[(ParamPattern(r.params, r.depthwise), r.weight)
+                            for r in o.weight_decay_rules],
+        momentum_form=o.momentum_form,
         clip_gradient_norm=o.clip_gradient_norm,
         freeze_variables=tuple(cfg.freeze_variables),
         update_trainable_variables=tuple(cfg.update_trainable_variables),

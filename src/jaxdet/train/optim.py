@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxdet.models.param_rules import ParamPattern, check_every_rule_matches, first_match
+
 OptimizerName = Literal["momentum", "sgd", "adam", "adamw", "rmsprop"]
 OPTIMIZER_NAMES: tuple[str, ...] = ("momentum", "sgd", "adam", "adamw", "rmsprop")
 
@@ -166,6 +168,58 @@ def default_decay_mask(params: Any) -> Any:
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
 
 
+def decay_weights(
+    params: Any,
+    weight_decay: float,
+    rules: Sequence[tuple[ParamPattern, float]] = (),
+    mask: Callable[[Any], Any] | None = None,
+    *,
+    check: bool = True,
+) -> Any:
+    """Pytree of floats over ``params``: each parameter's L2 weight decay. The first of
+    ``rules`` (``(pattern, weight)``, see ``models.param_rules``) that matches its path
+    decides; the others get ``weight_decay`` where ``mask`` (default
+    :func:`default_decay_mask`: kernels only) is True, else 0.
+
+    Raises:
+      ValueError: with ``check``, a rule that matches no parameter.
+    """
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    patterns = [pattern for pattern, _ in rules]
+    if check:
+        check_every_rule_matches(patterns, ((param_path(k), jnp.shape(v)) for k, v in flat),
+                                 "train.optimizer.weight_decay_rules")
+    default = (mask or default_decay_mask)(params)
+
+    def weight(path, p, decayed):
+        k = first_match(patterns, param_path(path), jnp.shape(p))
+        if k is not None:
+            return float(rules[k][1])
+        return float(weight_decay) if decayed else 0.0
+
+    return jax.tree_util.tree_map_with_path(weight, params, default)
+
+
+def add_decayed_weights_by_param(
+    weights: Callable[[Any], Any],
+) -> optax.GradientTransformation:
+    """``updates + w * params`` with ``w = weights(params)`` per parameter (a pytree of floats,
+    known when tracing: parameters with ``w == 0`` are left as they are)."""
+
+    def init(params):
+        del params
+        return optax.EmptyState()
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("add_decayed_weights_by_param needs the params")
+        coef = weights(params)
+        new = jax.tree.map(lambda g, p, w: g + w * p if w else g, updates, params, coef)
+        return new, state
+
+    return optax.GradientTransformation(init, update)
+
+
 def param_path(path: tuple) -> str:
     """A pytree key path as the '/'-joined name the regexes see, e.g.
     ``backbone/layer1/0/conv1/kernel``."""
@@ -238,11 +292,13 @@ def make_optimizer(
     weight_decay: float = 0.0,
     clip_gradient_norm: float | None = None,
     decay_mask: Callable[[Any], Any] | None = None,
+    weight_decay_rules: Sequence[tuple[ParamPattern, float]] = (),
+    momentum_form: Literal["optax", "keras"] = "optax",
     freeze_variables: Sequence[str] = (),
     update_trainable_variables: Sequence[str] = (),
     variable_names: Mapping[str, Sequence[str]] | None = None,
 ) -> optax.GradientTransformation:
-    """Build the optimizer: clipping by global norm, then weight decay, then the update.
+    """Build the optimizer: coupled weight decay, then clipping by global norm, then the update.
 
     For ``momentum``/``sgd``/``adam``/``rmsprop`` the weight decay is an L2 regularizer
     (TF OD API style): ``grad += weight_decay * param`` on the masked params, before the
@@ -250,9 +306,19 @@ def make_optimizer(
     ``w/2 * |param|^2`` to the loss, i.e. ``weight_decay = w`` here.) ``adamw`` uses
     optax's decoupled decay (scaled by the learning rate). ``decay_mask`` maps params to a
     pytree of bools; the default decays only params with ``ndim > 1``.
+    ``weight_decay_rules`` (``(pattern, weight)`` pairs, see :func:`decay_weights`) give
+    some parameters their own weight instead (0: none), as TF regularizes each layer with
+    its own hyperparams.
 
     ``rmsprop`` follows Keras' RMSprop (used by the TF2 OD API): epsilon outside the
     square root, accumulator initialised to zero, momentum when ``momentum > 0``.
+
+    ``momentum_form`` (``momentum`` and ``rmsprop`` with momentum): ``optax`` keeps the
+    velocity in gradient units and multiplies it by the current rate (``v = m v + g``,
+    ``step = -lr v``); ``keras`` scales each gradient by the rate of its own step as it enters
+    the velocity (``v = m v - lr g``, ``step = v``), as TF2's Keras optimizers (the TF OD
+    API's) do. The two agree while the rate is constant; while it changes, the velocity of
+    ``keras`` carries the earlier rates (about 9 steps back at momentum 0.9).
 
     ``freeze_variables`` / ``update_trainable_variables`` (regexes over parameter paths and
     ``variable_names``, see :func:`trainable_mask`): the whole chain above runs on the
@@ -267,52 +333,70 @@ def make_optimizer(
     if clip_gradient_norm is not None and clip_gradient_norm <= 0:
         raise ValueError(f"clip_gradient_norm must be positive or None, got {clip_gradient_norm}.")
     mask = decay_mask if decay_mask is not None else default_decay_mask
+    rules = tuple(weight_decay_rules)
+    frozen = bool(freeze_variables or update_trainable_variables)
 
+    def by_param(check: bool) -> optax.GradientTransformation:
+        return add_decayed_weights_by_param(
+            lambda params: decay_weights(params, weight_decay, rules, mask, check=check))
+
+    # Coupled L2 (every optimizer but AdamW) comes first, as TF adds its regularization
+    # loss's gradients before clipping; then clipping and the update. (Frozen parameters are
+    # masked out of what the chain sees, so the rules are checked only without them.)
     chain: list[optax.GradientTransformation] = []
+    if name != "adamw" and rules:
+        chain.append(by_param(check=not frozen))
+    elif name != "adamw" and weight_decay > 0:
+        chain.append(optax.add_decayed_weights(weight_decay, mask=mask))
     if clip_gradient_norm is not None:
         chain.append(optax.clip_by_global_norm(float(clip_gradient_norm)))
-
-    if name == "adamw":
+    if name == "adamw" and rules:  # frozen parameters are masked out of what it sees
+        chain += [optax.scale_by_adam(b1=beta1, b2=beta2, eps=epsilon, nesterov=nesterov),
+                  by_param(check=not frozen), optax.scale_by_learning_rate(learning_rate)]
+    elif name == "adamw":
         chain.append(
             optax.adamw(
                 learning_rate, b1=beta1, b2=beta2, eps=epsilon,
                 weight_decay=weight_decay, mask=mask, nesterov=nesterov,
             )
         )
-    else:
-        if weight_decay > 0:
-            chain.append(optax.add_decayed_weights(weight_decay, mask=mask))
-        if name == "momentum":
-            chain.append(optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov))
-        elif name == "sgd":
-            chain.append(optax.sgd(learning_rate))
-        elif name == "adam":
-            chain.append(
-                optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon, nesterov=nesterov)
+    elif name in ("momentum", "rmsprop") and momentum_form == "keras" and momentum > 0:
+        if name == "rmsprop":
+            chain.append(optax.scale_by_rms(decay=rmsprop_decay, eps=epsilon, eps_in_sqrt=False))
+        # the rate scales each gradient as it enters the velocity (Keras: v = m v - lr g)
+        chain += [optax.scale_by_learning_rate(learning_rate),
+                  optax.trace(decay=momentum, nesterov=nesterov)]
+    elif name == "momentum":
+        chain.append(optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov))
+    elif name == "sgd":
+        chain.append(optax.sgd(learning_rate))
+    elif name == "adam":
+        chain.append(optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon, nesterov=nesterov))
+    else:  # rmsprop
+        chain.append(
+            optax.rmsprop(
+                learning_rate, decay=rmsprop_decay, eps=epsilon, eps_in_sqrt=False,
+                momentum=momentum if momentum > 0 else None, nesterov=nesterov,
             )
-        else:  # rmsprop
-            chain.append(
-                optax.rmsprop(
-                    learning_rate, decay=rmsprop_decay, eps=epsilon, eps_in_sqrt=False,
-                    momentum=momentum if momentum > 0 else None, nesterov=nesterov,
-                )
-            )
+        )
     tx = chain[0] if len(chain) == 1 else optax.chain(*chain)
-    if not freeze_variables and not update_trainable_variables:
-        return tx
-    freeze, update = tuple(freeze_variables), tuple(update_trainable_variables)
+    if frozen:
+        freeze, update = tuple(freeze_variables), tuple(update_trainable_variables)
 
-    def labels(params):
-        mask = trainable_mask(params, freeze, update, variable_names)
-        return jax.tree.map(lambda t: "trained" if t else "frozen", mask)
+        def labels(params):
+            trained = trainable_mask(params, freeze, update, variable_names)
+            return jax.tree.map(lambda t: "trained" if t else "frozen", trained)
 
-    return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
+        tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
+    return tx
 
 
 __all__ = [
     "OPTIMIZER_NAMES",
     "constant",
+    "add_decayed_weights_by_param",
     "cosine_decay_with_warmup",
+    "decay_weights",
     "default_decay_mask",
     "exponential_decay",
     "make_optimizer",

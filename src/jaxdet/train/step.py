@@ -104,7 +104,8 @@ def make_train_step(
 
     ``batch`` holds the fields of ``task.batch_layout()`` (other keys are ignored; for the
     SSD family images [B,H,W,3], boxes [B,N,4], classes / valid / ignore [B,N]). Metrics:
-    loss, classification_loss, localization_loss, num_positives, grad_norm, learning_rate
+    loss, classification_loss, localization_loss, num_positives, grad_norm, param_norm (the
+    global L2 norm of the updated parameters), learning_rate
     (the rate used for this update); with ``loss_scale`` also ``loss_scale`` (the scale this
     step used) and ``skipped`` (1 when its gradients were not finite and the update was
     skipped).
@@ -156,6 +157,7 @@ def make_train_step(
             "loss": loss,
             **parts,
             "grad_norm": optax.tree.norm(grads),
+            "param_norm": optax.tree.norm(params),
             "learning_rate": schedule(state["step"]),
         }
         if scale_state is not None:

@@ -59,11 +59,11 @@ SE_RATIO = 0.25
 # Which stage (index into ``blocks``) ends each level.
 LEVEL_STAGE = {2: 1, 3: 2, 4: 4, 5: 6}
 
-# TF / automl (and timm's ``_init_weight_goog``) conv init: normal with stddev
-# sqrt(2 / fan_out), fan_out = kh * kw * out_channels / groups. For an HWIO depthwise kernel
-# (kh, kw, 1, C) that is flax's fan_in (kh * kw).
-_conv_init = initializers.variance_scaling(2.0, "fan_out", "normal")
-_depthwise_init = initializers.variance_scaling(2.0, "fan_in", "normal")
+# TF's official EfficientNet conv init: Keras VarianceScaling(2.0, fan_out, "normal"), which
+# Keras draws as a truncated normal rescaled to variance 2 / fan_out, fan_out = kh * kw *
+# out_channels / groups. For an HWIO depthwise kernel (kh, kw, 1, C) that is flax's fan_in.
+_conv_init = initializers.variance_scaling(2.0, "fan_out", "truncated_normal")
+_depthwise_init = initializers.variance_scaling(2.0, "fan_in", "truncated_normal")
 
 
 def drop_connect(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
