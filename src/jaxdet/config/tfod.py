@@ -107,9 +107,14 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     kind, arch = _model_kind(m, root)
     model, data, extras = MODEL_MAPPERS[kind](m, arch)
     train, data_train = map_train(m, root, extras["l2"])
+    if extras.get("initializers"):
+        train["initializers"] = extras["initializers"]
+    if extras.get("weight_decay_rules"):
+        train["optimizer"]["weight_decay_rules"] = extras["weight_decay_rules"]
     data.update(data_train)
     data.update(map_inputs(m, root))
     data["jpeg_decode"] = "tf"  # the pixels the TF OD API's input pipeline decodes
+    data["crowd_boxes"] = "train"  # TF's training reads no is_crowd / difficult / group_of
     if ((model.get("predict_instance_masks") or "mask_head" in model)
             and not data.get("load_masks")):
         reader = root.all("train_input_reader")[0] if root.has("train_input_reader") else root

@@ -127,10 +127,6 @@ SAME: dict[str, str] = {
 }
 
 DIFFERS: dict[str, str] = {
-    f"{_FE}.conv_hyperparams.initializer":
-        "jaxdet uses its own initializers (He-normal convolutions, zero biases)",
-    f"{_BP}.conv_hyperparams.initializer":
-        "jaxdet uses its own initializers (normal stddev 0.01 for predictor convolutions)",
     f"{_FR}.second_stage_box_predictor.mask_rcnn_box_predictor.conv_hyperparams":
         "the mask head's convolutions (used only with predict_instance_masks)",
     f"{_FR}.return_raw_detections_during_predict":

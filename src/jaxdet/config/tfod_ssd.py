@@ -24,6 +24,13 @@ from jaxdet.config.tfod_common import (
     image_resizer,
     multiscale_anchors,
 )
+from jaxdet.config.tfod_params import (
+    Rules,
+    backbone_rules,
+    head_rules,
+    hyper_initializer,
+    neck_rules,
+)
 
 # feature_extractor.type -> (backbone, neck); "_keras" (TF2) and TF1 names both accepted.
 FEATURE_EXTRACTORS: dict[str, tuple[str, str]] = {
@@ -88,7 +95,8 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
         neck = {"name": "ssd_feature_maps", "extra_depths": [512, 256, 256, 128],
                 "activation": activation, "use_depthwise": use_depthwise}
     mean, std = RESNET_MEAN_STD if backbone_name.startswith("resnet") else MOBILENET_MEAN_STD
-    return backbone, neck, {"mean": list(mean), "std": list(std), "l2": hyper_l2_weight(m, hyper)}
+    return backbone, neck, {"mean": list(mean), "std": list(std), "l2": hyper_l2_weight(m, hyper),
+                            "init": hyper_initializer(m, hyper), "override": override}
 
 
 def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
@@ -101,6 +109,7 @@ def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
     for name, default in (("depth_multiplier", 1.0), ("min_depth", 0), ("pad_to_multiple", 1)):
         if fe.has(name):
             m.only(fe, name, [default], default)
+    override = bool(fe.take("override_base_feature_extractor_hyperparams", False))
     bifpn = m.sub(fe, "bifpn")
     combine = m.only(bifpn, "combine_method", BIFPN_COMBINE, "fast_attention")
     neck = {"name": "bifpn", "min_level": int(bifpn.take("min_level", 3)),
@@ -114,14 +123,16 @@ def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
     backbone = {"name": f"efficientnet_{variant}", "activation": activation, "batch_norm": bn,
                 "tf_endpoints": True}  # level 5 after the last stage's first block
     mean, std = EFFICIENTNET_MEAN_STD
-    return backbone, neck, {"mean": list(mean), "std": list(std), "l2": hyper_l2_weight(m, hyper)}
+    return backbone, neck, {"mean": list(mean), "std": list(std), "l2": hyper_l2_weight(m, hyper),
+                            "init": hyper_initializer(m, hyper), "override": override}
 
 
-def _box_predictor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, float]:
-    """-> (jaxdet head, its L2 weight)."""
+def _box_predictor(m: Mapper, ssd: Message, freeze_bn: bool, rules: Rules) -> tuple[dict, float]:
+    """-> (jaxdet head, its L2 weight); its kernels' TF initializers and L2 go to ``rules``."""
     kind, bp = m.choice(ssd, "box_predictor", ["weight_shared_convolutional_box_predictor",
                                                "convolutional_box_predictor"])
     hyper = m.sub(bp, "conv_hyperparams")
+    head_rules(rules, kind, bp, hyper_initializer(m, hyper), hyper_l2_weight(m, hyper))
     m.only(bp, "box_code_size", [4], 4)
     bias_init = float(bp.take("class_prediction_bias_init", 0.0))
     if kind == "convolutional_box_predictor":
@@ -263,10 +274,14 @@ def _post_processing(m: Mapper, ssd: Message) -> dict:
 
 
 def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
-    """``model { ssd {...} }`` -> (jaxdet model, data fields, extras {l2})."""
+    """``model { ssd {...} }`` -> (jaxdet model, data fields, extras {l2, initializers,
+    weight_decay_rules}: TF's own initializer and L2 of each layer, ``config/tfod_params.py``)."""
     freeze_bn = bool(ssd.take("freeze_batchnorm", False))
     backbone, neck, fe = _feature_extractor(m, ssd, freeze_bn)
-    head, head_l2 = _box_predictor(m, ssd, freeze_bn)
+    rules = Rules()
+    backbone_rules(rules, backbone["name"], fe["override"], fe["init"], fe["l2"])
+    neck_rules(rules, neck["name"], bool(neck.get("use_depthwise")), fe["init"], fe["l2"])
+    head, head_l2 = _box_predictor(m, ssd, freeze_bn, rules)
     loss, miner = _loss(m, ssd)
     loss["normalize_by_num_matches"] = bool(ssd.take("normalize_loss_by_num_matches", True))
     loss["normalize_loc_loss_by_codesize"] = bool(ssd.take("normalize_loc_loss_by_codesize",
@@ -292,11 +307,9 @@ def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
         jax_model["hard_example_miner"] = miner
     if not ssd.has("num_classes"):
         raise m.error(ssd, None, "num_classes is required")
-    if fe["l2"] and head_l2 and not math.isclose(fe["l2"], head_l2):
-        m.warn(f"{ssd.path}: feature extractor L2 weight {fe['l2']} != box predictor's "
-               f"{head_l2}; jaxdet applies one weight decay ({fe['l2']}) to every conv kernel")
     data = {"resizer": image_resizer(m, ssd), "mean": fe["mean"], "std": fe["std"]}
-    return jax_model, data, {"l2": fe["l2"] or head_l2}
+    return jax_model, data, {"l2": fe["l2"] or head_l2, "initializers": rules.init,
+                             "weight_decay_rules": rules.decay}
 
 
 def _similarity(m: Mapper, ssd: Message) -> None:

@@ -133,6 +133,8 @@ def _optimizer(m: Mapper, tc: Message, l2: float) -> tuple[dict, dict, float | N
     wrapper = m.sub(tc, "optimizer")
     kind, opt = _optimizer_kind(m, wrapper)
     out: dict[str, Any] = {"weight_decay": l2}
+    if kind != "adam_optimizer":  # TF2's Keras SGD / RMSprop: the rate inside the velocity
+        out["momentum_form"] = "keras"
     if kind == "momentum_optimizer":
         out.update(name="momentum", momentum=float(opt.take("momentum_optimizer_value", 0.9)))
     elif kind == "rms_prop_optimizer":
