@@ -30,11 +30,12 @@ README = Path(__file__).resolve().parents[1] / "docs" / "guides" / "choosing_a_c
 MARKER = "# my_detector_cpu.yaml"
 
 
-def make_user_dataset(root: Path, split: str, num_images: int, seed: int) -> Path:
+def make_user_dataset(root: Path, split: str, num_images: int, seed: int,
+                      num_classes: int = 3) -> Path:
     """``root/<split>.json`` + ``root/<split>/`` images as described in the module docstring."""
     out = root / f"gen_{split}"
     ann = json.loads(generate_shapes(out, num_images, image_size=((240, 520), (240, 520)),
-                                     seed=seed, num_classes=3, max_objects=6).read_text())
+                                     seed=seed, num_classes=num_classes, max_objects=6).read_text())
     images_dir = root / split
     images_dir.mkdir(parents=True, exist_ok=True)
     for k, entry in enumerate(ann["images"]):
