@@ -144,6 +144,22 @@ def test_refuses_a_workdir_from_another_config(tiny_config, tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before
 
 
+
+def test_a_run_in_optax_momentum_form_names_the_setting_that_continues_it(tiny_config, tmp_path):
+    """A workdir written before a config switched to TF's momentum form is refused with the
+    one setting that resumes it, and resumes with it."""
+    runs.train(tiny_config, tmp_path, progress=False, evaluate=False)
+    optimizer = tiny_config.train.optimizer
+    keras = tiny_config.model_copy(update={"train": tiny_config.train.model_copy(update={
+        "optimizer": optimizer.model_copy(update={"momentum_form": "keras"})})})
+    with pytest.raises(runs.WorkdirMismatch,
+                       match=r"--set train\.optimizer\.momentum_form=optax to continue"):
+        runs.train(keras, tmp_path, progress=False, evaluate=False)
+    with pytest.raises(runs.WorkdirMismatch, match="momentum_form=optax"):
+        runs.restore_for_inference(keras, tmp_path)
+    _, _, step = runs.restore_for_inference(tiny_config, tmp_path)
+    assert step == tiny_config.train.num_steps
+
 def test_eval_writes_coco_files_that_pycocotools_agrees_with(tiny_config, tmp_path):
     runs.train(tiny_config, tmp_path, progress=False, evaluate=False)
     metrics = runs.evaluate(tiny_config, tmp_path, progress=False)

@@ -121,14 +121,26 @@ def _variable_names(config: Config, task: Task, workdir: Path, *,
     return names
 
 
-def _check_fingerprint(checkpointer: Checkpointer, step: int, expected: str, workdir) -> None:
+def _check_fingerprint(checkpointer: Checkpointer, step: int, config: Config, workdir) -> None:
     found = checkpointer.read_metadata(step).get("fingerprint")
-    if found != expected:
+    expected = config_fingerprint(config)
+    if found == expected:
+        return
+    optimizer = config.train.optimizer
+    if optimizer.momentum_form != "optax" and found == config_fingerprint(
+            config.model_copy(update={"train": config.train.model_copy(update={
+                "optimizer": optimizer.model_copy(update={"momentum_form": "optax"})})})):
         raise WorkdirMismatch(
-            f"{workdir} holds checkpoints of a different model, input size or optimizer "
-            f"(config fingerprint {found} != {expected}); use another --workdir. "
-            "Nothing was overwritten."
+            f"{workdir} was trained with train.optimizer.momentum_form optax (the form of "
+            "jaxdet's configs before they kept TF's); add --set "
+            "train.optimizer.momentum_form=optax to continue or evaluate it. Nothing was "
+            "overwritten."
         )
+    raise WorkdirMismatch(
+        f"{workdir} holds checkpoints of a different model, input size or optimizer "
+        f"(config fingerprint {found} != {expected}); use another --workdir. "
+        "Nothing was overwritten."
+    )
 
 
 def _build_source(config: Config, workdir: Path, split: str):
@@ -265,7 +277,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         raise ValueError("data.train is not set: there is nothing to train on")
     changes: dict = {}
     if start is not None:
-        _check_fingerprint(checkpointer, start, fingerprint, workdir)
+        _check_fingerprint(checkpointer, start, config, workdir)
         changes = check_resume(workdir, config.model_dump(mode="json"))  # before any data
     complete = start is not None and start >= config.train.num_steps
     final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
@@ -494,7 +506,7 @@ def restore_inference_state(config: Config, task: Task, checkpointer: Checkpoint
                             workdir: str | Path) -> dict:
     """The params / batch_stats [/ ema_params] of checkpoint ``step`` (its fingerprint
     checked against ``config``: :class:`WorkdirMismatch`), for ``task``'s model."""
-    _check_fingerprint(checkpointer, step, config_fingerprint(config), workdir)
+    _check_fingerprint(checkpointer, step, config, workdir)
     params, batch_stats = task.abstract_variables()
     parts = {"params": params, "batch_stats": batch_stats}
     if config.train.ema_decay is not None:
