@@ -117,10 +117,11 @@ def test_optimizer_state_split_over_data_gives_the_same_step(tiny_overrides):
     for x in moments:
         shard = x.sharding.shard_shape(x.shape)
         assert np.prod(shard) * 8 == np.prod(x.shape), (x.shape, shard)
-    # the same numbers, up to the order of the gradient sums (reduce-scatter vs all-reduce)
+    # the same numbers, up to the order of the gradient sums (reduce-scatter vs all-reduce):
+    # 5e-5 relative on one value of 2.7e-4 in 2,352 on an AMD EPYC without AVX512-BF16
     for a, e in zip(jax.tree.leaves(jax.device_get(results[True])),
                     jax.tree.leaves(jax.device_get(results[False])), strict=True):
-        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-7)
 
 
 def test_mesh_uses_all_devices_by_default(tiny_overrides):
