@@ -12,7 +12,6 @@ Workdir layout::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -21,6 +20,11 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks
+from jaxdet.app.run_fingerprint import (  # noqa: F401  (WorkdirMismatch re-exported)
+    WorkdirMismatch,
+    check_fingerprint,
+    config_fingerprint,
+)
 from jaxdet.backends import dispatch, process
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
@@ -56,29 +60,6 @@ from jaxdet.train.step import abstract_train_state, init_train_state
 from jaxdet.train.workdir_lock import WorkdirBusy, hold_workdir  # noqa: F401  (re-exported)
 
 log = logging.getLogger("jaxdet")
-
-
-class WorkdirMismatch(RuntimeError):
-    """The workdir holds checkpoints of a different model/input configuration."""
-
-
-def config_fingerprint(config: Config) -> str:
-    """Hash of what fixes the checkpoint's tensors: what the task family names (for the SSD
-    family the network, classes, anchors and input size, see ``tasks.fingerprint_fields``),
-    the optimizer's state layout and the moving average."""
-    keyed = {
-        **tasks.fingerprint_fields(config),
-        "ema": config.train.ema_decay is not None,
-        "optimizer": config.train.optimizer.name,
-    }
-    if config.train.optimizer.momentum_form != "optax":  # another optimizer-state layout
-        keyed["momentum_form"] = config.train.optimizer.momentum_form
-    frozen = [list(config.train.freeze_variables), list(config.train.update_trainable_variables)]
-    if any(frozen):  # frozen parameters have no optimizer state: another tree to restore
-        keyed["frozen"] = frozen
-    if config.precision == "fp16":  # the loss-scale state is part of the checkpoint
-        keyed["loss_scale"] = True
-    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def open_checkpoints(config: Config, workdir: Path, *, read_only: bool = False
@@ -119,28 +100,6 @@ def _variable_names(config: Config, task: Task, workdir: Path, *,
         workdir.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(names, indent=0, sort_keys=True))
     return names
-
-
-def _check_fingerprint(checkpointer: Checkpointer, step: int, config: Config, workdir) -> None:
-    found = checkpointer.read_metadata(step).get("fingerprint")
-    expected = config_fingerprint(config)
-    if found == expected:
-        return
-    optimizer = config.train.optimizer
-    if optimizer.momentum_form != "optax" and found == config_fingerprint(
-            config.model_copy(update={"train": config.train.model_copy(update={
-                "optimizer": optimizer.model_copy(update={"momentum_form": "optax"})})})):
-        raise WorkdirMismatch(
-            f"{workdir} was trained with train.optimizer.momentum_form optax (the form of "
-            "jaxdet's configs before they kept TF's); add --set "
-            "train.optimizer.momentum_form=optax to continue or evaluate it. Nothing was "
-            "overwritten."
-        )
-    raise WorkdirMismatch(
-        f"{workdir} holds checkpoints of a different model, input size or optimizer "
-        f"(config fingerprint {found} != {expected}); use another --workdir. "
-        "Nothing was overwritten."
-    )
 
 
 def _build_source(config: Config, workdir: Path, split: str):
@@ -277,7 +236,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         raise ValueError("data.train is not set: there is nothing to train on")
     changes: dict = {}
     if start is not None:
-        _check_fingerprint(checkpointer, start, config, workdir)
+        check_fingerprint(checkpointer, start, config, workdir)
         changes = check_resume(workdir, config.model_dump(mode="json"))  # before any data
     complete = start is not None and start >= config.train.num_steps
     final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
@@ -506,7 +465,7 @@ def restore_inference_state(config: Config, task: Task, checkpointer: Checkpoint
                             workdir: str | Path) -> dict:
     """The params / batch_stats [/ ema_params] of checkpoint ``step`` (its fingerprint
     checked against ``config``: :class:`WorkdirMismatch`), for ``task``'s model."""
-    _check_fingerprint(checkpointer, step, config, workdir)
+    check_fingerprint(checkpointer, step, config, workdir)
     params, batch_stats = task.abstract_variables()
     parts = {"params": params, "batch_stats": batch_stats}
     if config.train.ema_decay is not None:
