@@ -20,10 +20,11 @@ total steps, no fine-tune checkpoint, ``use_bfloat16: false`` (TF applies it on 
 
 Per seed: TF trains with ``model_lib_v2.train_loop`` (``model_main_tf2.py``'s loop; seeded by
 ``tf.keras.utils.set_random_seed``) and evaluates its final checkpoint with its own
-``eager_eval_loop`` (pycocotools); jaxdet runs ``jaxdet train --pipeline-config``
-(``--set train.seed=S``), then ``jaxdet eval``. The runs take turns (TF, then jaxdet, for each
-seed). The verdict: jaxdet's mean AP >= TF's mean AP minus the larger side's seed spread
-(max - min).
+``eager_eval_loop`` (pycocotools), and ``jaxdet eval --pipeline-config --checkpoint``
+evaluates that same TF checkpoint (``AP_by_jaxdet_eval``: evaluation parity); jaxdet runs
+``jaxdet train --pipeline-config`` (``--set train.seed=S``), then ``jaxdet eval``. The runs
+take turns (TF, then jaxdet, for each seed). The verdict: jaxdet's mean AP >= TF's mean AP
+minus the larger side's seed spread (max - min).
 
 The TF side runs under the TF peer's Python (``--tf-python``, default ``$TFPY`` or
 ``~/tfod-peer/tfod-venv/bin/python``; sources ``--tfod-src``, default
@@ -117,7 +118,24 @@ def run_tf(args, config: Path, model_dir: Path, seed: int) -> dict:
     return {"seed": seed, "step": result["step"],
             "AP": round(metrics["DetectionBoxes_Precision/mAP"], 4),
             "AP50": round(metrics["DetectionBoxes_Precision/mAP@.50IOU"], 4),
-            "train_seconds": round(train_s, 1)}
+            "train_seconds": round(train_s, 1),
+            "AP_by_jaxdet_eval": jaxdet_eval_of_tf(config, model_dir)}
+
+
+def jaxdet_eval_of_tf(config: Path, model_dir: Path) -> float:
+    """TF's final checkpoint evaluated by ``jaxdet eval --pipeline-config --checkpoint``, the
+    config as both sides trained it, nothing overridden: its COCO AP."""
+    name = (model_dir / "checkpoint").read_text().split('"')[1]  # model_checkpoint_path
+    out = model_dir / "jaxdet_eval"
+    shutil.rmtree(out, ignore_errors=True)
+    done = subprocess.run([sys.executable, "-m", "jaxdet.app.cli", "eval", "--pipeline-config",
+                           str(config), "--checkpoint", str(model_dir / name), "--out",
+                           str(out), "--no-progress"], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"jaxdet eval of TF's checkpoint failed ({done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+    return round(json.loads((out / "metrics.json").read_text())["AP"], 4)
 
 
 def run_jaxdet(args, config: Path, workdir: Path, seed: int) -> dict:

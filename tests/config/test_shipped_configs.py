@@ -195,7 +195,7 @@ def test_model_basics_match_tf(port):
     for flag in ("negatives_lower_than_unmatched", "force_match_for_each_row"):
         assert getattr(model.matcher, flag) == _bool(matcher, flag, default=True)
     assert _bool(tf, "encode_background_as_zeros") and not model.add_background_class
-    precision = "bf16" if _bool(_block(tf, "train_config"), "use_bfloat16") else "fp32"
+    precision = "bf16_on_tpu" if _bool(_block(tf, "train_config"), "use_bfloat16") else "fp32"
     assert config.precision == precision
 
 

@@ -269,9 +269,19 @@ def test_an_empty_fine_tune_checkpoint_starts_from_the_initializers(tmp_path):
     empty = 'batch_size: 4\n  fine_tune_checkpoint: ""\n  fine_tune_checkpoint_type: "detection"'
     c = _config(tmp_path, edit=("batch_size: 4", empty))
     assert c.train.init_checkpoint is None
-    named = _config(tmp_path, edit=("batch_size: 4",
-                                    'batch_size: 4\n  fine_tune_checkpoint: "ckpt/ckpt-0"'))
+    named = _config(tmp_path, edit=("batch_size: 4", 'batch_size: 4\n  fine_tune_checkpoint: '
+                                    '"ckpt/ckpt-0"\n  fine_tune_checkpoint_version: V2'))
     assert named.train.init_checkpoint.path == "ckpt/ckpt-0"
+    # TF (config_util): no type is "classification" unless from_detection_checkpoint
+    assert named.train.init_checkpoint.restore == "classification"
+
+
+def test_a_fine_tune_checkpoint_without_a_version_is_tfs_v1(tmp_path):
+    """TF's default version is V1, which TF2's training refuses: one line naming it."""
+    with pytest.raises(TfodConfigError, match="fine_tune_checkpoint_version is unset, which TF "
+                                              "reads as V1.*set fine_tune_checkpoint_version: V2"):
+        _config(tmp_path, edit=("batch_size: 4",
+                                'batch_size: 4\n  fine_tune_checkpoint: "ckpt/ckpt-0"'))
 
 
 def test_backbone_activation_follows_override_flag(tmp_path):
@@ -345,7 +355,9 @@ def test_model_variants(tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (("num_classes: 3", "num_classes: 3 bogus_field: 1"),
-     ":4: model.ssd.bogus_field: unknown or unsupported field"),
+     ":4:20: model.ssd.bogus_field: TF's Ssd has no field 'bogus_field'"),
+    (("batch_size: 4", "batch_size: 4 bias_grad_multiplier: 2.0"),
+     "train_config.bias_grad_multiplier: a TF OD API field jaxdet does not support yet"),
     (("matched_threshold: 0.6", "matched_threshold: 0.6 ignore_thresholds: true"),
      "model.ssd.matcher.argmax_matcher.ignore_thresholds: True is not supported; jaxdet "
      "supports False"),
@@ -357,8 +369,8 @@ def test_model_variants(tmp_path):
     (("weighted_smooth_l1 {}", "weighted_iou {}"),
      "model.ssd.loss.localization_loss.weighted_iou: not supported"),
     (("score_converter: SIGMOID", "score_converter: SIGMOID_WITH_LOGIT_SCALE"),
-     "score_converter: SIGMOID_WITH_LOGIT_SCALE is not supported; jaxdet supports SIGMOID or "
-     "SOFTMAX or IDENTITY"),
+     "model.ssd.post_processing.score_converter: SIGMOID_WITH_LOGIT_SCALE is not a value of "
+     "TF's PostProcessing.ScoreConverter (its values: IDENTITY, SIGMOID, SOFTMAX)"),
     (("num_steps: 6", "num_steps: 0"), "train_config.num_steps: must be set"),
     (("metrics_set: \"coco_detection_metrics\"", "metrics_set: \"oid_V2_detection_metrics\""),
      "eval_config.metrics_set: 'oid_V2_detection_metrics' is not supported"),

@@ -19,6 +19,7 @@ from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.config.tfod_deepmac import DEFAULT_ONLY
+from jaxdet.config.tfod_proto import message_descriptor
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.center_net import build as center_net_build
 
@@ -202,8 +203,16 @@ def _edited(tmp_path: Path, old: str, new: str, name: str = VOC_512) -> Path:
     return path
 
 
+def _other_enum_value(name: str, value: str) -> str:
+    """Another value of the enum of DeepMAC field ``name`` (TF's message lists them)."""
+    message = message_descriptor("object_detection.protos.CenterNet.DeepMACMaskEstimation")
+    values = message.fields_by_name[name].enum_type.values_by_name
+    return next(v for v in values if v != value)
+
+
 NON_DEFAULT = {name: ("true" if value is False else "false" if value is True
-                      else "ENUM_OTHER" if isinstance(value, str) else repr(value + 1))
+                      else _other_enum_value(name, value) if isinstance(value, str)
+                      else repr(value + 1))
                for name, value in DEFAULT_ONLY.items()}
 
 

@@ -36,13 +36,11 @@ C4 = {f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8": (d, s)
       for s, hw in (("640x640", "tpu"), ("1024x1024", "tpu"), ("800x1333", "gpu"))}
 # Where the converted zoo config and the shipped port differ, and why: eval_config.batch_size
 # is not read (jaxdet's default 8; the shipped file copies TF's 1), use_matmul_crop_and_resize
-# picks the matmul crop (the same values as the shipped default gather), use_bfloat16 (the
-# shipped file leaves bf16 to accelerators that have it) and the fine_tune_checkpoint
-# placeholder.
+# picks the matmul crop (the same values as the shipped default gather) and the
+# fine_tune_checkpoint placeholder.
 SHIPPED_DIFFERENCES = {
     "eval.batch_size: converted 8 != shipped 1",
     "model.crop_method: converted 'matmul' != shipped 'gather'",
-    "precision: converted 'bf16' != shipped 'fp32'",
     "train.init_checkpoint: converted {'path': 'PATH_TO_BE_CONFIGURED/resnet50.ckpt-1', "
     "'format': 'tf', 'restore': 'classification'} != shipped None",
 }
@@ -316,8 +314,8 @@ def test_mask_rcnn_fields_convert(tmp_path):
      "        predict_instance_masks: true", r"train_input_reader\.load_instance_masks: Mask "
      r"R-CNN \(predict_instance_masks\) trains on instance masks"),
     ("train_input_reader: {", "train_input_reader: {\n  load_instance_masks: true",
-     r"train_input_reader\.mask_type: NUMERICAL_MASKS is not supported; jaxdet supports "
-     r"PNG_MASKS"),
+     r"train_input_reader\.mask_type: NUMERICAL_MASKS \(unset: TF's default\) is not "
+     r"supported; jaxdet supports PNG_MASKS; set mask_type: PNG_MASKS"),
     ("use_static_shapes: true", "use_static_shapes: true\n    hard_example_miner { }",
      r"faster_rcnn\.hard_example_miner: the second stage's hard example miner is not "
      r"supported yet"),
@@ -334,7 +332,7 @@ def test_mask_rcnn_fields_convert(tmp_path):
      "600 }", r"image_resizer: fixed_shape_resizer 600x600 is not supported: faster_rcnn "
      r"needs an input size divisible by 16"),
     ("use_static_shapes: true", "use_static_shapes: true\n    no_such_field: 1",
-     r"model\.faster_rcnn\.no_such_field: unknown or unsupported field"),
+     r"model\.faster_rcnn\.no_such_field: TF's FasterRcnn has no field 'no_such_field'"),
 ])
 def test_what_does_not_map_stops_with_one_line(tmp_path, old, new, error):
     path = _variant(tmp_path, old, new)

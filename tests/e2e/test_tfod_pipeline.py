@@ -74,6 +74,7 @@ train_config {
   batch_size: 4
   num_steps: 3
   fine_tune_checkpoint: "PATH_TO_BE_CONFIGURED/mobilenet_v2.ckpt-1"
+  fine_tune_checkpoint_version: V2
   data_augmentation_options { random_horizontal_flip {} }
   data_augmentation_options { random_adjust_brightness { max_delta: 0.1 } }
   optimizer {
@@ -168,7 +169,9 @@ def test_convert_config_writes_yaml_that_trains_the_same_model(pipeline, tmp_pat
     assert f"wrote {out}" in printed.out
     config = load_config(out)
     assert config.train.init_checkpoint.path == "PATH_TO_BE_CONFIGURED/mobilenet_v2.ckpt-1"
-    assert config.train.init_checkpoint.restore == "detection"  # TF's default type
+    # no fine_tune_checkpoint_type: TF's config_util makes it "classification" (the
+    # deprecated from_detection_checkpoint is false)
+    assert config.train.init_checkpoint.restore == "classification"
     assert config == load_pipeline_config(pipeline, ["train.num_steps=7"])
     text = out.read_text()
     assert "model.ssd.matcher.argmax_matcher.use_matmul_gather" in text  # listed, not dropped

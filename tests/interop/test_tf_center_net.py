@@ -274,7 +274,7 @@ def test_the_pipeline_config_converts_to_jaxdet_yaml(monkeypatch):
     normalization and input size)."""
     monkeypatch.chdir(FIXTURE)  # keypoint_label_map_path is relative, as TF reads it
     converted = load_pipeline_config(FIXTURE / "pipeline.config", [
-        "data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"])
+        "data.train.input_path=unused", "data.eval.input_path=unused"])
     ours = load_config(FIXTURE / "jaxdet.yaml")
     assert converted.model == ours.model
     assert (converted.data.mean, converted.data.std) == (ours.data.mean, ours.data.std)

@@ -40,7 +40,7 @@ from tf_fixture_values import rebuild_data  # noqa: E402
 NAMES = sorted(d.name.removeprefix("tf_") for d in FIXTURES.glob("tf_ssd_*")
                if (d / "ckpt-0.index").is_file())  # CenterNet's: test_tf_center_net.py
 # TF computed the fixtures in float32 (the zoo configs train in bfloat16 on TPUs)
-PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"]
+PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")
 

@@ -42,7 +42,7 @@ FIXTURE = FIXTURES / "tf_faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"
 sys.path.insert(0, str(FIXTURES))
 from tf_fixture_values import rebuild_data  # noqa: E402
 
-PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"]
+PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 ATOL = 1e-4
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")

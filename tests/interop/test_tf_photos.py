@@ -40,7 +40,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "images"
 sys.path.insert(0, str(FIXTURES))
 from tf_fixture_values import rebuild_data  # noqa: E402
 
-PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"]
+PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 TOP = 20  # TF's best detections that must be matched
 SCORE_TOL = 2e-4
 BOX_TOL_PX = 0.5

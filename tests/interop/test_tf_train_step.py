@@ -36,7 +36,7 @@ from tf_fixture_values import test_image as fixture_image  # noqa: E402
 
 NAMES = sorted(d.name.removeprefix("tf_") for d in FIXTURES.glob("tf_ssd_*")
                if (d / "train_step.json").is_file())
-PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"]
+PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 CLASS_BIAS = r"^head/.*class_predictor/.*bias$"
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")

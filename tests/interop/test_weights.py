@@ -32,7 +32,7 @@ from tf_fixture_values import rebuild_data  # noqa: E402
 
 MOBILENET = FIXTURES / "tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"
 FPNLITE = FIXTURES / "tf_ssd_mobilenet_v2_fpnlite_320x320_coco17_tpu-8"
-SETS = ["data.train.input_path=unused", "data.eval.input_path=unused", "precision=fp32"]
+SETS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")
 

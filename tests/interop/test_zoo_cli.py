@@ -19,8 +19,7 @@ sys.path.insert(0, str(FIXTURES))
 from tf_fixture_values import rebuild_data  # noqa: E402
 
 MOBILENET = FIXTURES / "tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"
-SETS = ["--set", "data.train.input_path=unused", "--set", "data.eval.input_path=unused",
-        "--set", "precision=fp32"]
+SETS = ["--set", "data.train.input_path=unused", "--set", "data.eval.input_path=unused"]
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import jax
+
 from jaxdet import tasks
 from jaxdet.app import runs
 from jaxdet.app.labels import Labels, labels_of
 from jaxdet.config import schema as S
+from jaxdet.config.precision import resolve_precision
 from jaxdet.export.exporter import (
     FLOAT32_ONLY,
     ExportError,
@@ -77,6 +80,7 @@ def export_loaded(config: S.Config, task, variables: tuple, step: int | str, lab
     check_export_request(out_dir, format, input_type, batch_size)
     params, batch_stats = variables
     ids, names, layout = list(labels.ids), list(labels.names), labels.keypoint_layout
+    config = resolve_precision(config, jax.default_backend(), "export")
     if format in FLOAT32_ONLY and config.precision != "fp32":
         log.warning("%s computes in float32: exporting the %s model in float32 (its outputs "
                     "equal `jaxdet predict --set precision=fp32`)", format, config.precision)

@@ -28,6 +28,7 @@ from jaxdet.app.run_fingerprint import (  # noqa: F401  (WorkdirMismatch re-expo
 from jaxdet.backends import dispatch, process
 from jaxdet.config.changes import check_resume, describe, keep_previous
 from jaxdet.config.loader import dump_config
+from jaxdet.config.precision import resolve_precision
 from jaxdet.config.schema import Config
 from jaxdet.data import build as data_build
 from jaxdet.eval.runner import (
@@ -212,6 +213,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
            evaluate: bool) -> LoopResult:
     if dispatch.on_cpu():
         process.allocator_hint()
+    written, config = config, resolve_precision(config, jax.default_backend(), "train")
     task = tasks.build_task(config)
     checkpointer = open_checkpoints(config, workdir)
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
@@ -237,7 +239,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
     changes: dict = {}
     if start is not None:
         check_fingerprint(checkpointer, start, config, workdir)
-        changes = check_resume(workdir, config.model_dump(mode="json"))  # before any data
+        changes = check_resume(workdir, written.model_dump(mode="json"))  # before any data
     complete = start is not None and start >= config.train.num_steps
     final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
     if complete:
@@ -270,7 +272,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
             kept = keep_previous(workdir)
             log.warning("resuming %s with a changed config: %s (the previous one is kept as "
                         "%s)", workdir, describe(changes), kept.name if kept else "-")
-        (workdir / "config.yaml").write_text(dump_config(config))
+        (workdir / "config.yaml").write_text(dump_config(written))
 
     from jaxdet.app.plots import try_plot_training_curves  # matplotlib loads only when drawing
 
@@ -366,6 +368,7 @@ def evaluate(
     workdir, see :func:`load_for_inference`) the workdir is optional; the results then go to
     ``out_dir``, by default ``eval/<checkpoint name>`` beside the checkpoint's folder."""
     data_build.check_data_paths(config, splits=("eval",))
+    config = resolve_precision(config, jax.default_backend(), "eval")
     task, state, step = load_for_inference(config, workdir, step=step, checkpoint=checkpoint,
                                            checkpoint_format=checkpoint_format)
     return evaluate_model(config, task, state, step, results_home(workdir, checkpoint),

@@ -11,7 +11,9 @@ strings with C escapes and adjacent-literal concatenation, ints (decimal, hex, o
 floats (``1e-8``, ``.04``, ``-inf``, ``nan``, ``1.0f``), and optional ``,``/``;`` separators.
 
 A :class:`Message` remembers which fields were read (:meth:`Message.take`), so a mapper can list
-what it did not consume (:meth:`Message.unread`) and never drop a field silently.
+what it did not consume (:meth:`Message.unread`) and never drop a field silently. Bound to
+its protobuf message type (``descriptor``, see ``config/tfod_proto.py``), an unset field
+reads as that message's default, as in TF.
 """
 
 from __future__ import annotations
@@ -34,6 +36,36 @@ class EnumValue(str):
         return f"EnumValue({str(self)!r})"
 
 
+_NO_DEFAULT = object()
+
+
+def _is_repeated(fd: Any) -> bool:
+    repeated = getattr(fd, "is_repeated", None)
+    return bool(repeated) if repeated is not None else fd.label == 3  # LABEL_REPEATED
+
+
+def _proto_default(fd: Any) -> Any:
+    """A scalar field descriptor's default as this parser reads values: an enum by name, a
+    float32 at the precision it was written (0.999, not 0.99900001)."""
+    value = fd.default_value
+    if fd.enum_type is not None:
+        return EnumValue(fd.enum_type.values_by_number[value].name)
+    if fd.cpp_type == 6:  # CPPTYPE_FLOAT
+        return float(format(value, ".7g"))
+    return value
+
+
+def _same_default(given: Any, proto: Any) -> bool:
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if number(given) and number(proto):
+        return given == proto or math.isclose(given, proto, rel_tol=1e-6)
+    if isinstance(proto, EnumValue):
+        return isinstance(given, str) and str(given) == str(proto)
+    return type(given) is type(proto) and given == proto
+
+
 @dataclass
 class Message:
     """One protobuf message: its fields in file order, and where it starts.
@@ -45,6 +77,11 @@ class Message:
     line: int = 0
     fields: list[tuple[str, Any, int]] = field(default_factory=list)
     _read: set[str] = field(default_factory=set, repr=False)
+    # the protobuf Descriptor of this message's type (None: no schema), and a list shared by
+    # a whole bound tree that collects (path, default the code gave, the message's default)
+    # wherever the two differ
+    descriptor: Any = field(default=None, repr=False)
+    drift: list | None = field(default=None, repr=False)
 
     def names(self) -> list[str]:
         """Distinct field names, in order of first appearance."""
@@ -58,11 +95,38 @@ class Message:
         self._read.add(name)
         return [value for n, value, _ in self.fields if n == name]
 
-    def take(self, name: str, default: Any = None) -> Any:
-        """The value of singular field ``name`` (the last one, as protobuf merges), or
-        ``default`` when absent; marks it read."""
+    def take(self, name: str, default: Any = _NO_DEFAULT) -> Any:
+        """The value of singular field ``name`` (the last one, as protobuf merges); marks it
+        read. When absent: None without ``default``; with one, the protobuf message's own
+        default where the message is bound (a ``default`` that differs from it is noted in
+        ``drift``), else ``default``."""
         values = self.all(name)
-        return values[-1] if values else default
+        if values:
+            return values[-1]
+        if default is _NO_DEFAULT:
+            return None
+        scalar = self._scalar_field(name)
+        if scalar is None:
+            return default
+        proto = _proto_default(scalar)
+        if self.drift is not None and not _same_default(default, proto):
+            self.drift.append((f"{self.path}.{name}" if self.path else name, default, proto))
+        return proto
+
+    def _scalar_field(self, name: str) -> Any:
+        """The field descriptor of singular scalar field ``name`` (None: unbound, unknown, a
+        message or repeated)."""
+        fd = None if self.descriptor is None else self.descriptor.fields_by_name.get(name)
+        if fd is None or fd.message_type is not None or _is_repeated(fd):
+            return None
+        return fd
+
+    def child(self, name: str) -> Message:
+        """An empty sub-message ``name`` (absent from the file: all its defaults), bound as
+        the field's message type is."""
+        fd = None if self.descriptor is None else self.descriptor.fields_by_name.get(name)
+        return Message(path=f"{self.path}.{name}" if self.path else name, line=self.line,
+                       descriptor=None if fd is None else fd.message_type, drift=self.drift)
 
     def line_of(self, name: str) -> int:
         lines = [line for n, _, line in self.fields if n == name]

@@ -544,7 +544,8 @@ class Config(Strict):
     """The whole run: model, data, train, eval, numeric precision and device layout.
 
     ``precision``: ``fp32``; ``bf16`` (bfloat16 compute, float32 parameters and optimizer
-    state); ``fp16`` (float16 compute with dynamic loss scaling, see ``train.loss_scale``).
+    state); ``fp16`` (float16 compute, dynamic loss scaling: ``train.loss_scale``);
+    ``bf16_on_tpu`` (TF's ``use_bfloat16``: bf16 to train or evaluate on a TPU, else fp32).
     ``allow_tf32``: let float32 matmuls and convolutions use TensorFloat-32 on GPUs that have it
     (false: full float32, ``jax_default_matmul_precision=highest``)."""
 
@@ -554,7 +555,7 @@ class Config(Strict):
     data: AnyDataConfig
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16", "bf16_on_tpu"] = "fp32"
     allow_tf32: bool = True
     parallel: ParallelConfig = ParallelConfig()
 

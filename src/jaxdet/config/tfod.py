@@ -23,13 +23,17 @@ Every field of the file ends in exactly one of four places:
    the field, its line and what jaxdet supports;
 4. anything else: an error naming the unknown field and its line.
 
-TF OD API defaults (its .proto files) are applied where a field is absent, so a sparse
-pipeline.config means what it means to TF.
+Before any of that the text goes through protobuf's own parser against the TF OD API's
+messages (``config/tfod_proto.py``): a field, enum value or type TF would refuse is one line.
+The parsed tree is then bound to those messages, so every field read with a default takes the
+message's own default (its ``.proto`` file's), and a sparse pipeline.config means what it
+means to TF.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,7 @@ from jaxdet.config.tfod_center_net import finish_keypoints, map_center_net
 from jaxdet.config.tfod_common import Mapper, TfodConfigError
 from jaxdet.config.tfod_faster_rcnn import map_faster_rcnn
 from jaxdet.config.tfod_fields import lookup
+from jaxdet.config.tfod_proto import bind_pipeline, check_pipeline_text
 from jaxdet.config.tfod_ssd import map_ssd
 from jaxdet.config.tfod_train import map_eval, map_inputs, map_train
 
@@ -60,12 +65,15 @@ class Conversion:
 
     ``raw``: the jaxdet config as a plain dict (validate with ``config.loader.validate``);
     ``same``: (tf field, why) for fields with the same effect in jaxdet;
-    ``warnings``: messages about fields jaxdet accepts but treats differently.
+    ``warnings``: messages about fields jaxdet accepts but treats differently;
+    ``default_drift``: (field path, the default jaxdet's code gave, TF's default) wherever an
+    unset field was read with a default that differs from the message's (TF's is used).
     """
 
     raw: dict[str, Any]
     same: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    default_drift: list[tuple[str, Any, Any]] = field(default_factory=list)
 
 
 MODEL_MAPPERS = {"ssd": map_ssd, "center_net": map_center_net, "faster_rcnn": map_faster_rcnn}
@@ -99,10 +107,16 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
     path = Path(path)
     if not path.is_file():
         raise TfodConfigError(f"pipeline config {path} does not exist")
+    text = path.read_text()
     try:
-        root = parse_pbtxt(path.read_text())
+        root = parse_pbtxt(text)
     except PbtxtError as err:
-        raise TfodConfigError(f"{path}: {err}") from None
+        where = re.match(r"line (\d+), column (\d+): ", str(err))
+        raise TfodConfigError(f"{path}:{where.group(1)}:{where.group(2)}: {str(err)[where.end():]}"
+                              if where else f"{path}: {err}") from None
+    check_pipeline_text(text, root, str(path))  # TF's own parse: fields, enums, types
+    drift: list = []
+    bind_pipeline(root, drift)  # unset fields read as TF's messages default them
     m = Mapper(str(path))
     kind, arch = _model_kind(m, root)
     model, data, extras = MODEL_MAPPERS[kind](m, arch)
@@ -128,13 +142,13 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
            "description": f"converted from TF OD API {path.name}",
            "precision": data.pop("precision"), "model": model, "data": data,
            "train": train, "eval": map_eval(m, root)}
-    conversion = Conversion(raw=raw, warnings=m.warnings)
+    conversion = Conversion(raw=raw, warnings=m.warnings, default_drift=drift)
     for field_path, line in root.unread():
         entry = lookup(field_path)
         if entry is None:
-            raise TfodConfigError(f"{path}:{line}: {field_path}: unknown or unsupported field; "
-                                  "jaxdet does not know what to do with it (remove it, or see "
-                                  "README 'Coming from the TF Object Detection API')")
+            raise TfodConfigError(f"{path}:{line}: {field_path}: a TF OD API field jaxdet "
+                                  "does not support yet; remove it (the manual's 'Coming from "
+                                  "the TF Object Detection API' lists what each field becomes)")
         kind, why = entry
         if kind == "same":
             conversion.same.append((field_path, why))

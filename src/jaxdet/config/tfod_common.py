@@ -47,15 +47,17 @@ class Mapper:
         allowed = list(allowed)
         if value not in allowed:
             show = str if isinstance(value, EnumValue) else _show
-            raise self.error(msg, name, f"{show(value)} is not supported; jaxdet supports "
-                             f"{' or '.join(map(show, allowed))}")
+            unset = "" if msg.has(name) else " (unset: TF's default)"
+            raise self.error(msg, name, f"{show(value)}{unset} is not supported; jaxdet "
+                             f"supports {' or '.join(map(show, allowed))}"
+                             f"{f'; set {name}: {_written(allowed[0])}' if unset else ''}")
         return value
 
     def sub(self, msg: Message, name: str) -> Message:
         """The sub-message ``name``, or an empty one (TF defaults) when absent."""
         value = msg.take(name)
         if value is None:
-            return Message(path=f"{msg.path}.{name}", line=msg.line)
+            return msg.child(name)
         if not isinstance(value, Message):
             raise self.error(msg, name, "expected a message { ... }, found a value")
         return value
@@ -66,7 +68,7 @@ class Mapper:
         if not msg.has(name):
             if default is None:
                 raise self.error(msg, None, f"{name} is required")
-            return default, Message(path=f"{msg.path}.{name}.{default}", line=msg.line)
+            return default, msg.child(name).child(default)
         wrapper = self.sub(msg, name)
         try:
             kind, value = wrapper.oneof()
@@ -81,6 +83,13 @@ class Mapper:
         return kind, value
 
 
+def _written(value: Any) -> str:
+    """A value as a pipeline.config writes it (true, RELU_6, 0.5, "text")."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, (EnumValue, int, float)) else f'"{value}"'
+
+
 def _show(value: Any) -> str:
     """A value as the user wrote it: enums bare, strings quoted."""
     return str(value) if isinstance(value, (EnumValue, bool)) else repr(value)
@@ -88,7 +97,7 @@ def _show(value: Any) -> str:
 
 def hyper_activation(m: Mapper, hyper: Message) -> str:
     """A Hyperparams message's ``activation`` -> jaxdet's activation name."""
-    return ACTIVATIONS[m.only(hyper, "activation", ACTIVATIONS, "NONE")]
+    return ACTIVATIONS[m.only(hyper, "activation", ACTIVATIONS, "RELU")]
 
 
 def hyper_batch_norm(m: Mapper, hyper: Message, freeze: bool) -> dict[str, Any] | None:
@@ -96,8 +105,13 @@ def hyper_batch_norm(m: Mapper, hyper: Message, freeze: bool) -> dict[str, Any] 
     if not hyper.has("batch_norm"):
         return None
     bn = m.sub(hyper, "batch_norm")
-    m.only(bn, "scale", [True], True) if bn.has("scale") else None
-    m.only(bn, "center", [True], True) if bn.has("center") else None
+    if bn.has("scale"):
+        m.only(bn, "scale", [True], False)
+    else:  # TF's default false builds no gamma; jaxdet's batch norm always has one
+        bn.take("scale", False)
+        m.warn(f"{bn.path}.scale: unset, which TF reads as false (no gamma, the scale); "
+               "jaxdet's batch norm keeps a gamma, initialized to 1 (set scale: true to match)")
+    m.only(bn, "center", [True], True)
     train = bn.take("train", True)
     return {"decay": float(bn.take("decay", 0.999)), "epsilon": float(bn.take("epsilon", 1e-3)),
             "frozen": bool(freeze or not train)}

@@ -227,8 +227,8 @@ def _fpn(m: Mapper, fe: Message, backbone: dict,
         m.warn(f"{fe.path}.pad_to_multiple: {pad}: jaxdet's input sizes divide by "
                f"{FPN_STRIDE}, the ResNet's top stride, and are checked when the model is built")
     levels = m.sub(fe, "fpn")
-    neck = {"name": "fpn", "min_level": int(levels.take("min_level", 2)),
-            "max_level": int(levels.take("max_level", 6)),
+    neck = {"name": "fpn", "min_level": int(levels.take("min_level", 3)),
+            "max_level": int(levels.take("max_level", 7)),
             "depth": int(levels.take("additional_layer_depth", 256)),
             "activation": activation, "top_down": "smoothed"}  # TF2's Keras FPN
     return backbone, neck, hyper_l2_weight(m, hyper)

@@ -126,5 +126,5 @@ def head_rules(rules: Rules, kind: str, bp: Message, bp_init: dict[str, Any],
         rules.add(r"^head/\w+_tower/.*/pointwise/kernel$", *tower_pointwise)
         rules.add(r"^head/\w+_predictor/.*kernel$", *predictor)
     for name in ("apply_conv_hyperparams_pointwise", "apply_conv_hyperparams_to_heads"):
-        bp.take(name, None)  # read (only depthwise weight-shared towers and heads use them)
+        bp.take(name)  # read (only depthwise weight-shared towers and heads use them)
     rules.add(r"^head/.*kernel$", bp_init, bp_l2)

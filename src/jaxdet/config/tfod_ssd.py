@@ -73,7 +73,7 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
     backbone = {
         "name": backbone_name,
         "depth_multiplier": float(fe.take("depth_multiplier", 1.0)),
-        "min_depth": max(1, int(fe.take("min_depth", 0))),  # TF default 0: no clamp
+        "min_depth": max(1, int(fe.take("min_depth", 16))),
         "activation": activation if override else None,
         "batch_norm": bn,
         # TF's fixed (explicit) padding equals symmetric padding for odd kernels
@@ -99,6 +99,14 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
                             "init": hyper_initializer(m, hyper), "override": override}
 
 
+def _required(m: Mapper, msg: Message, name: str) -> int:
+    """A count TF's message leaves at 0 when unset (no default), which builds nothing."""
+    if not msg.has(name):
+        raise m.error(msg, None, f"{name} is required (TF's message has no default for it: "
+                      "unset, it is 0)")
+    return int(msg.take(name))
+
+
 def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
                             freeze_bn: bool) -> tuple[dict, dict, dict]:
     """ssd_efficientnet-bN_bifpn(_keras) -> (EfficientNet backbone, BiFPN neck, extras)."""
@@ -114,8 +122,8 @@ def _efficientdet_extractor(m: Mapper, fe: Message, variant: str,
     combine = m.only(bifpn, "combine_method", BIFPN_COMBINE, "fast_attention")
     neck = {"name": "bifpn", "min_level": int(bifpn.take("min_level", 3)),
             "max_level": int(bifpn.take("max_level", 7)),
-            "num_filters": int(bifpn.take("num_filters", 64)),
-            "num_iterations": int(bifpn.take("num_iterations", 3)),
+            "num_filters": _required(m, bifpn, "num_filters"),
+            "num_iterations": _required(m, bifpn, "num_iterations"),
             "weight_method": BIFPN_COMBINE[combine], "activation": activation,
             "use_depthwise": True, "pooling": "max"}
     if bifpn.has("input_max_level"):
@@ -289,10 +297,13 @@ def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
     softmax = loss["classification"] == "softmax"
     add_background = bool(ssd.take("add_background_class", True))
     zeros = bool(ssd.take("encode_background_as_zeros", False))
-    for unsupported in ("use_confidences_as_targets", "implicit_example_weight",
+    for unsupported in ("use_confidences_as_targets",
                         "use_expected_classification_loss_under_sampling"):
         if ssd.take(unsupported, False):
             raise m.error(ssd, unsupported, "not supported; remove it or set it to false")
+    ssd.take("implicit_example_weight", 1.0)  # TF reads it only with confidences as targets
+    if not ssd.has("num_classes"):
+        raise m.error(ssd, None, "num_classes is required")
     _similarity(m, ssd)
     jax_model = {
         "num_classes": int(ssd.take("num_classes")),
@@ -305,8 +316,6 @@ def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
     }
     if miner is not None:
         jax_model["hard_example_miner"] = miner
-    if not ssd.has("num_classes"):
-        raise m.error(ssd, None, "num_classes is required")
     data = {"resizer": image_resizer(m, ssd), "mean": fe["mean"], "std": fe["std"]}
     return jax_model, data, {"l2": fe["l2"] or head_l2, "initializers": rules.init,
                              "weight_decay_rules": rules.decay}

@@ -112,7 +112,7 @@ def _learning_rate(m: Mapper, opt: Message) -> dict[str, Any]:
     if kind == "manual_step_learning_rate":
         schedule = lr.all("schedule")
         return {"name": "manual_step",
-                "boundaries": [int(s.take("step")) for s in schedule],
+                "boundaries": [int(s.take("step", 0)) for s in schedule],
                 "rates": [float(lr.take("initial_learning_rate", 2e-3))]
                 + [float(s.take("learning_rate", 2e-3)) for s in schedule],
                 "warmup": bool(lr.take("warmup", False))}
@@ -190,7 +190,7 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
     augment = [_augment_op(m, option) for option in tc.all("data_augmentation_options")]
     data = {"augment": augment,
             "max_number_of_boxes": int(tc.take("max_number_of_boxes", 100)),
-            "precision": "bf16" if tc.take("use_bfloat16", False) else "fp32"}
+            "precision": "bf16_on_tpu" if tc.take("use_bfloat16", False) else "fp32"}
     return train, data
 
 
@@ -204,11 +204,21 @@ def _fine_tune_checkpoint(m: Mapper, tc: Message) -> dict | None:
     path = str(tc.take("fine_tune_checkpoint", ""))
     if not path:
         for name in ("fine_tune_checkpoint_type", "fine_tune_checkpoint_version",
-                     "load_all_detection_checkpoint_vars"):
-            tc.take(name, None)
+                     "load_all_detection_checkpoint_vars", "from_detection_checkpoint"):
+            tc.take(name)
         return None
-    kind = m.only(tc, "fine_tune_checkpoint_type", list(FINE_TUNE_TYPES), "detection")
-    m.only(tc, "fine_tune_checkpoint_version", ["V2"], "V2")
+    # TF (config_util.update_fine_tune_checkpoint_type): an empty type is "detection" with the
+    # deprecated from_detection_checkpoint, else "classification"
+    legacy = "detection" if tc.take("from_detection_checkpoint", False) else "classification"
+    kind = str(tc.take("fine_tune_checkpoint_type", "")) or legacy
+    if kind not in FINE_TUNE_TYPES:
+        raise m.error(tc, "fine_tune_checkpoint_type", f"{kind!r} is not supported; jaxdet "
+                      f"supports {', '.join(map(repr, FINE_TUNE_TYPES))}")
+    if not tc.has("fine_tune_checkpoint_version"):
+        raise m.error(tc, "fine_tune_checkpoint", "fine_tune_checkpoint_version is unset, which "
+                      "TF reads as V1, a checkpoint TF2's training refuses as jaxdet does; set "
+                      "fine_tune_checkpoint_version: V2")
+    m.only(tc, "fine_tune_checkpoint_version", ["V2"], "V1")
     if tc.take("load_all_detection_checkpoint_vars", False):
         m.warn(f"{tc.path}.load_all_detection_checkpoint_vars: jaxdet restores the tensors "
                "that fit (train.init_checkpoint.restore)")

@@ -16,7 +16,7 @@ import jax
 from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
 from jaxdet.config.loader import ConfigError
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.data import augment, augment_color, augment_crop, resize
 from jaxdet.data.batch_layout import BatchLayout
 from jaxdet.data.coco import CocoSource
@@ -146,7 +146,7 @@ def pixel_normalizer(config: S.Config, *, pads_raw_pixels: bool) -> PixelNormali
         return None
     return PixelNormalizer(tuple(config.data.mean), tuple(config.data.std),
                            zero_padding=not pads_raw_pixels,
-                           dtype=COMPUTE_DTYPES[config.precision])
+                           dtype=compute_dtype(config.precision))
 
 
 def train_batch_layout(config: S.Config, task) -> BatchLayout:

@@ -9,7 +9,7 @@ from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.data import build as data_build
 from jaxdet.models import build as model_build
 from jaxdet.models import remat
@@ -51,7 +51,7 @@ def build_center_net(config: S.Config, *, seed: int) -> CenterNet:
     """The network: backbone and neck from the shared builders, CenterNet's heads on the
     ``feature_level`` map; with ``mask_head`` DeepMAC's embedding heads and mask network."""
     m = config.model
-    dtype = COMPUTE_DTYPES[config.precision]
+    dtype = compute_dtype(config.precision)
     rngs = model_rngs(seed)
     backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
     neck = build_center_net_neck(m, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
@@ -147,7 +147,7 @@ def build_center_net_task(config: S.Config, *, seed: int) -> CenterNetTask:
         min_overlap=m.min_overlap, alpha=loss.alpha, beta=loss.beta,
         heatmap_weight=loss.heatmap_weight, size_weight=loss.size_weight,
         offset_weight=loss.offset_weight, peak_kernel=post.peak_kernel,
-        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed,
+        compute_dtype=compute_dtype(config.precision), seed=seed,
         remat_targets=REMAT_TARGETS,
         keypoint_tasks=kp_tasks, num_keypoints=sum(t.num_keypoints for t in kp_tasks),
         mask_head=masks, mask_shape=data_build.mask_shape(config) if masks else None)
@@ -188,7 +188,7 @@ def center_net_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dic
     h, w = height // stride, width // stride
     c = config.model.num_classes
     model.eval()
-    images = jax.ShapeDtypeStruct((1, height, width, 3), COMPUTE_DTYPES[config.precision])
+    images = jax.ShapeDtypeStruct((1, height, width, 3), compute_dtype(config.precision))
     if flops:
         total_macs = module_macs(model, images)
         backbone_macs = module_macs(model.backbone, images)

@@ -15,7 +15,7 @@ from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.data import build as data_build
 from jaxdet.models import build as model_build
 from jaxdet.models import remat
@@ -79,7 +79,7 @@ def build_faster_rcnn(config: S.Config, *, seed: int) -> FasterRCNN | FasterRCNN
     ResNet, the FPN neck (the SSD family's builder), the multi-level RPN and the fully
     connected box classifier (``model.neck``)."""
     m = config.model
-    dtype = COMPUTE_DTYPES[config.precision]
+    dtype = compute_dtype(config.precision)
     rngs = model_rngs(seed)
     backbone = model_build.build_backbone(m, dtype=dtype, rngs=rngs)
     rpn = dict(anchors_per_location=anchors_per_location(m),
@@ -192,7 +192,7 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
         box_coder=FasterRcnnBoxCoder(scales=tuple(c.scales), max_log_scale=c.max_log_scale),
         input_size=size, num_classes=m.num_classes, params=params_of(m),
         anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
-        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed,
+        compute_dtype=compute_dtype(config.precision), seed=seed,
         remat_targets=REMAT_TARGETS if m.neck is None else FPN_REMAT_TARGETS,
         stride=stride,
         mask_shape=data_build.mask_shape(config) if m.predict_instance_masks else None)

@@ -12,7 +12,7 @@ from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
 from jaxdet.core import anchors as anchor_lib
 from jaxdet.core import box_coders
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.data.build import input_size
 from jaxdet.models.abstract import model_rngs
 from jaxdet.models.build import (
@@ -168,7 +168,7 @@ def build_model(config: S.Config, *, seed: int = 0) -> SSDDetector:
     shard; ``global``: over the whole batch. ``train.remat`` marks the parts recomputed in
     the backward pass (``jaxdet.models.remat``).
     """
-    dtype = COMPUTE_DTYPES[config.precision]
+    dtype = compute_dtype(config.precision)
     rngs = model_rngs(seed)
     backbone = build_backbone(config.model, dtype=dtype, rngs=rngs)
     neck = build_ssd_neck(config.model, dict(backbone.out_channels), dtype=dtype, rngs=rngs)
@@ -254,7 +254,7 @@ def build_ssd_task(config: S.Config, *, seed: int) -> SSDTask:
         post=build_post_process_params(config.model),
         input_size=input_size(config.data),
         num_classes=config.model.num_classes,
-        compute_dtype=COMPUTE_DTYPES[config.precision],
+        compute_dtype=compute_dtype(config.precision),
         seed=seed,
         max_boxes=config.data.max_number_of_boxes,
     )

@@ -22,7 +22,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.config.schema import Config
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.data import build as data_build
 from jaxdet.data.stats import dataset_stats
 from jaxdet.models.abstract import abstract_build
@@ -126,7 +126,7 @@ def model_summary(config: Config, *, flops: bool = True, data: str | None = None
     model = abstract_build(lambda: ssd_build.build_model(config, seed=0))
     model.eval()
     height, width = data_build.input_size(config.data)
-    dtype = COMPUTE_DTYPES[config.precision]
+    dtype = compute_dtype(config.precision)
     images = jax.ShapeDtypeStruct((1, height, width, 3), dtype)
 
     # Shapes: the SSDDetector forward, one component at a time.
@@ -280,13 +280,17 @@ def _table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[s
     return lines
 
 
+PRECISION_SHOWN = {"bf16_on_tpu": "fp32; bf16 to train on a TPU"}
+
+
 def format_summary(d: dict) -> str:
     """The summary dict of :func:`model_summary` as aligned human-readable text."""
     h, w = d["input_size"]
     background = d["num_class_outputs"] - d["num_classes"]
     lines = [
         f"{d['config']}: {d['description']}",
-        f"input {h} x {w} x 3 ({d['precision']}); {d['num_classes']} classes"
+        f"input {h} x {w} x 3 ({PRECISION_SHOWN.get(d['precision'], d['precision'])}); "
+        f"{d['num_classes']} classes"
         + (f" + {background} background" if background else "")
         + f" -> {d['num_class_outputs']} logits per anchor",
         "",

@@ -10,7 +10,7 @@ from flax import nnx
 from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
 from jaxdet.config.schema_base import fingerprint_dump
-from jaxdet.core.precision import COMPUTE_DTYPES
+from jaxdet.core.precision import compute_dtype
 from jaxdet.models.abstract import abstract_build, model_rngs
 from jaxdet.models.inspect import module_macs
 from jaxdet.tasks.unet3d.memory import GIB, compiled_step_memory
@@ -32,7 +32,7 @@ def build_unet3d(config: S.Config, *, seed: int) -> UNet3D | TPUReferenceUNet3D:
         raise ValueError(f"train.remat={list(config.train.remat)}: the 3D U-Net has no "
                          "recomputable parts yet; leave train.remat empty")
     common = {"negative_slope": m.negative_slope, "epsilon": m.norm_epsilon,
-              "dtype": COMPUTE_DTYPES[config.precision],
+              "dtype": compute_dtype(config.precision),
               "conv_lowering": conv_lowering(m.conv_lowering, config.parallel),
               "rngs": model_rngs(seed)}
     if m.architecture == "tpu_reference":
@@ -78,7 +78,7 @@ def build_unet3d_task(config: S.Config, *, seed: int) -> UNet3DTask:
         include_background=m.loss.include_background, overlap=m.sliding_window.overlap,
         sigma_scale=m.sliding_window.sigma_scale,
         window_batch_size=m.sliding_window.batch_size,
-        compute_dtype=COMPUTE_DTYPES[config.precision], seed=seed)
+        compute_dtype=compute_dtype(config.precision), seed=seed)
 
 
 def unet3d_fingerprint_fields(config: S.Config) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def unet3d_summary(config: S.Config, *, flops: bool = True, **_: Any) -> dict:
     parts = {name: found[name]
              for name in sorted(found, key=lambda n: (order.get(n, len(order)), n))}
     patch = jax.ShapeDtypeStruct((1, *m.patch_size, m.in_channels),
-                                 COMPUTE_DTYPES[config.precision])
+                                 compute_dtype(config.precision))
     # a level's output width: f (mlperf), 2 f (tpu_reference: the second conv doubles it)
     widen = 2 if m.architecture == "tpu_reference" else 1
     levels = [{"level": i, "filters": widen * f, "size": [s // 2**i for s in m.patch_size]}

@@ -1,0 +1,181 @@
+"""TF's detections from every zoo architecture, with the configs as shipped: the parity table.
+
+    python benchmarks/tfod_parity_table.py --out runs/parity            # all the rows
+    python benchmarks/tfod_parity_table.py --out runs/parity --configs NAME [NAME ...]
+
+For each zoo pipeline.config (``../shared/data/tfod/configs``, as shipped: nothing edited,
+nothing overridden), the TF side (``benchmarks/tfod_parity_peer.py`` under the TF peer's
+Python) writes a checkpoint of the config's detector with drawn weights and batch-norm
+statistics (scores spread) in the zoo's layout and TF's own detections on real non-square JPEG
+photos (``tf.io.decode_jpeg``, ``preprocess``, ``predict``, ``postprocess``). The jaxdet side
+is ``jaxdet predict --pipeline-config CONFIG --checkpoint DIR/checkpoint/ckpt-0 PHOTOS`` (its
+Python function, ``predict_images``). Each of TF's top 20 detections of each photo must have a
+jaxdet detection of the same class with box IoU >= 0.98 and |score difference| <= 2e-3
+(matched as sets); keypoints within 1 pixel. Prints one JSON object: per config the matched
+count, the worst IoU and score difference among the matches, the worst keypoint distance,
+or the one-line reason a side could not run it.
+
+The photos: ``tests/data/fixtures/jpeg`` (a 4:2:0 landscape and a portrait) and, when
+present, ``../shared/data/images``. The TF side needs the peer
+(``../shared/peer/setup_tfod.sh``; ``--tf-python`` / ``--tfod-src`` as the other peer
+benchmarks); ``--reuse`` compares against TF outputs already in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from train_vs_tfod import _tf_env  # noqa: E402
+
+CONFIGS = ROOT.parent / "shared" / "data" / "tfod" / "configs"
+ROWS = [
+    "ssd_mobilenet_v2_320x320_coco17_tpu-8",
+    "ssd_mobilenet_v2_fpnlite_320x320_coco17_tpu-8",
+    "ssd_mobilenet_v2_fpnlite_640x640_coco17_tpu-8",
+    "ssd_mobilenet_v1_fpn_640x640_coco17_tpu-8",
+    "ssd_resnet50_v1_fpn_640x640_coco17_tpu-8",
+    "ssd_resnet101_v1_fpn_640x640_coco17_tpu-8",
+    "ssd_resnet152_v1_fpn_640x640_coco17_tpu-8",
+    "ssd_efficientdet_d0_512x512_coco17_tpu-8",
+    "ssd_efficientdet_d1_640x640_coco17_tpu-8",
+    "centernet_resnet50_v1_fpn_512x512_kpts_coco17_tpu-8",
+    "centernet_hourglass104_512x512_coco17_tpu-8",
+    "faster_rcnn_resnet50_v1_640x640_coco17_tpu-8",
+    "faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8",
+    "mask_rcnn_inception_resnet_v2_1024x1024_coco17_gpu-8",
+    "center_net_deepmac_512x512_voc_only_tpu-32",
+]
+PHOTOS = [ROOT / "tests" / "data" / "fixtures" / "jpeg" / n
+          for n in ("photo_420_q90.jpg", "photo_portrait_420.jpg")]
+SHARED_PHOTOS = [ROOT.parent / "shared" / "data" / "images" / n
+                 for n in ("image1.jpg", "image2.jpg")]
+TOP, MIN_IOU, MAX_DSCORE, MAX_KEYPOINT_PX = 20, 0.98, 2e-3, 1.0
+
+
+def run_tf(args, names: list[str], out: Path, photos: list[Path]) -> dict[str, str]:
+    """TF's checkpoints and detections, one peer process per config -> failures by name."""
+    python, env = _tf_env(args)
+    failed = {}
+    for name in names:
+        done = subprocess.run([python, str(HERE / "tfod_parity_peer.py"), "--out", str(out),
+                               "--photos", *map(str, photos), "--",
+                               str(CONFIGS / f"{name}.config")],
+                              capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            failed[name] = done.stderr.strip().splitlines()[-1][:300]
+        print(json.dumps({"tf": name, "ok": done.returncode == 0}), file=sys.stderr, flush=True)
+    return failed
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    """IoU of two [x0, y0, x1, y1] boxes."""
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def compare(entry: dict, tf: dict, photo: str, ids: list[int]) -> dict:
+    """TF's top detections of ``photo`` against jaxdet's ``entry`` (predictions.json's)."""
+    height, width = entry["height"], entry["width"]
+    ours = entry["detections"]
+    scale = np.array([height, width, height, width])
+    top = min(TOP, int(tf[f"{photo}/num_detections"]))
+    free = list(range(len(ours)))
+    ious, dscores, kp_px = [], [], []
+    for k in range(top):
+        y0, x0, y1, x1 = tf[f"{photo}/boxes"][k] * scale
+        want = np.array([x0, y0, x1, y1])
+        cls, score = ids[int(tf[f"{photo}/classes"][k])], float(tf[f"{photo}/scores"][k])
+        best = max((i for i in free if ours[i]["class_id"] == cls
+                    and abs(ours[i]["score"] - score) <= MAX_DSCORE),
+                   key=lambda i: _iou(np.array(ours[i]["box_xyxy"]), want), default=None)
+        if best is None or _iou(np.array(ours[best]["box_xyxy"]), want) < MIN_IOU:
+            continue
+        free.remove(best)
+        ious.append(_iou(np.array(ours[best]["box_xyxy"]), want))
+        dscores.append(abs(ours[best]["score"] - score))
+        if f"{photo}/keypoints" in tf and "keypoints" in ours[best]:
+            theirs = tf[f"{photo}/keypoints"][k] * np.array([height, width])  # (y, x)
+            mine = np.array(ours[best]["keypoints"]).reshape(-1, 3)[:, [1, 0]]
+            kp_px.append(float(np.abs(mine - theirs).max()))
+    return {"matched": len(ious), "of": top, "worst_iou": min(ious, default=None),
+            "worst_dscore": max(dscores, default=None), "worst_keypoint_px":
+            max(kp_px, default=None)}
+
+
+def run_jaxdet(name: str, home: Path, photos: list[Path]) -> dict:
+    """``jaxdet predict --pipeline-config --checkpoint`` on the photos, compared with TF's."""
+    from jaxdet.app.labels import class_labels
+    from jaxdet.app.predict import predict_images
+    from jaxdet.config.tfod import load_pipeline_config
+
+    tf = dict(np.load(home / "tf.npz"))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_pipeline_config(home / "pipeline.config")
+        summary = predict_images(config, None, [str(p) for p in photos], Path(tmp) / "out",
+                                 checkpoint=home / "checkpoint" / "ckpt-0", batch_size=1,
+                                 progress=False)
+        ids, _ = class_labels(config, Path(tmp) / "out")
+    by_photo = {Path(e["image"]).name: e for e in summary.images}
+    per_photo = {p.name: compare(by_photo[p.name], tf, p.name, ids) for p in photos}
+    row = {"matched": sum(r["matched"] for r in per_photo.values()),
+           "of": sum(r["of"] for r in per_photo.values()),
+           "seconds": round(time.perf_counter() - t0, 1)}
+    for key, pick in (("worst_iou", min), ("worst_dscore", max), ("worst_keypoint_px", max)):
+        values = [r[key] for r in per_photo.values() if r[key] is not None]
+        row[key] = round(pick(values), 6) if values else None
+    row["photos"] = per_photo
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--configs", nargs="+", default=ROWS)
+    parser.add_argument("--reuse", action="store_true",
+                        help="compare against TF outputs already in --out")
+    parser.add_argument("--tf-python")
+    parser.add_argument("--tfod-src")
+    args = parser.parse_args(argv)
+    logging.getLogger("jaxdet").setLevel(logging.ERROR)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    photos = PHOTOS + [p for p in SHARED_PHOTOS if p.is_file()]
+    todo = [n for n in args.configs
+            if not (args.reuse and (out / n / "tf.npz").is_file())]
+    failed = run_tf(args, todo, out, photos) if todo else {}
+    rows = {}
+    for name in args.configs:
+        if name in failed:
+            rows[name] = {"error": f"TF: {failed[name]}"}
+            continue
+        try:
+            rows[name] = run_jaxdet(name, out / name, photos)
+        except Exception as err:  # noqa: BLE001  (a row says why it could not run)
+            rows[name] = {"error": f"jaxdet: {type(err).__name__}: {str(err)[:300]}"}
+        print(json.dumps({name: {k: v for k, v in rows[name].items() if k != "photos"}}),
+              file=sys.stderr, flush=True)
+    result = {"benchmark": "tfod_parity_table", "photos": [p.name for p in photos],
+              "criteria": {"top": TOP, "min_iou": MIN_IOU, "max_dscore": MAX_DSCORE,
+                           "max_keypoint_px": MAX_KEYPOINT_PX}, "rows": rows}
+    print(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
