@@ -15,8 +15,9 @@ PNG, 3% of the boxes ``iscrowd``), converted by TF's own
 ``dataset_tools/create_coco_tf_record.py``. The pipeline.config is edited as a tutorial
 does, by TF's ``config_util`` (``benchmarks/tfod_train_peer.py --write-config``): the records,
 label map, class count, batch size, ``num_steps``, the cosine schedule's base, warm-up and
-total steps, no fine-tune checkpoint, ``use_bfloat16: false`` (TF applies it on TPUs only;
-``--keep-bfloat16`` keeps it). Both sides train that one file as it is.
+total steps, no fine-tune checkpoint; ``use_bfloat16`` stays as shipped (both frameworks
+apply it on TPUs only; ``--drop-bfloat16`` writes ``false``). Both sides train that one file
+as it is.
 
 Per seed: TF trains with ``model_lib_v2.train_loop`` (``model_main_tf2.py``'s loop; seeded by
 ``tf.keras.utils.set_random_seed``) and evaluates its final checkpoint with its own
@@ -88,7 +89,7 @@ def write_config(args, data: dict, out: Path) -> Path:
             "--tfrecord", *data["tfrecord"], "--eval-tfrecord", *data["eval_tfrecord"],
             "--label-map", data["label_map"], "--num-classes", str(data["num_classes"]),
             "--batch-size", str(args.batch_size), "--num-steps", str(args.steps)]
-    if args.keep_bfloat16:
+    if not args.drop_bfloat16:
         argv.append("--keep-bfloat16")
     for name in ("learning_rate_base", "warmup_learning_rate", "warmup_steps"):
         value = getattr(args, name)
@@ -185,9 +186,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="jaxdet overrides for every jaxdet run")
     parser.add_argument("--tag", default="", help="suffix of the jaxdet run folders")
-    parser.add_argument("--keep-bfloat16", action="store_true",
-                        help="leave use_bfloat16 as the config has it (default: false, fp32 on "
-                             "both sides, as TF trains on a CPU or GPU)")
+    parser.add_argument("--drop-bfloat16", action="store_true",
+                        help="write use_bfloat16: false (default: as shipped; TF and jaxdet "
+                             "apply it on TPUs only)")
     parser.add_argument("--reuse", action="store_true",
                         help="evaluate TF runs already trained in --out again, do not retrain")
     parser.add_argument("--tf-python")

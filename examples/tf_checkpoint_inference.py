@@ -53,13 +53,13 @@ sorted(str(p) for p in MODEL.rglob("*") if p.is_file())
 # ## Load the model
 #
 # `jaxdet.load` converts the `pipeline.config` (each field jaxdet treats differently is
-# logged as a warning) and imports the newest checkpoint in the folder. The zoo's TPU
-# configs ask for bfloat16; TensorFlow ran this checkpoint in float32 on a CPU, so the
-# comparison below does too (`precision=fp32`). Files are decoded as `tf.io.decode_jpeg`
-# decodes them, because the weights come from TensorFlow.
+# logged as a warning) and imports the newest checkpoint in the folder. It computes in
+# float32, as TensorFlow ran this checkpoint (a zoo config's `use_bfloat16` applies only when
+# training or evaluating on a TPU, in TF and in jaxdet). Files are decoded as
+# `tf.io.decode_jpeg` decodes them, because the weights come from TensorFlow.
 
 # %%
-detector = jaxdet.load(MODEL, overrides=["precision=fp32"])
+detector = jaxdet.load(MODEL)
 print(detector)
 print("decodes JPEGs as:", detector.decode, "| first classes:", detector.class_names[:5])
 
