@@ -4,7 +4,8 @@
     python benchmarks/tfod_parity_table.py --out runs/parity --configs NAME [NAME ...]
 
 For each zoo pipeline.config (``../shared/data/tfod/configs``, as shipped: nothing edited,
-nothing overridden), the TF side (``benchmarks/tfod_parity_peer.py`` under the TF peer's
+nothing overridden; a keypoint config's ``keypoint_label_map_path`` is set, as TF needs), the
+TF side (``benchmarks/tfod_parity_peer.py`` under the TF peer's
 Python) writes a checkpoint of the config's detector with drawn weights and batch-norm
 statistics (scores spread) in the zoo's layout and TF's own detections on real non-square JPEG
 photos (``tf.io.decode_jpeg``, ``preprocess``, ``predict``, ``postprocess``). The jaxdet side
@@ -64,6 +65,24 @@ SHARED_PHOTOS = [ROOT.parent / "shared" / "data" / "images" / n
 TOP, MIN_IOU, MAX_DSCORE, MAX_KEYPOINT_PX = 20, 0.98, 2e-3, 1.0
 
 
+KEYPOINT_LABEL_MAP = (ROOT / "tests" / "interop" / "fixtures" /
+                      "tf_centernet_resnet50_v1_fpn_512x512_kpts_coco17_tpu-8" / "label_map.pbtxt")
+PLACEHOLDER = 'keypoint_label_map_path: "PATH_TO_BE_CONFIGURED"'
+
+
+def prepared_config(name: str, out: Path) -> Path:
+    """The zoo config as shipped, but for the one path TF cannot build without: a keypoint
+    config's ``keypoint_label_map_path`` (the zoo tarball's label map of COCO's 17 person
+    keypoints, as a user sets it)."""
+    shipped = CONFIGS / f"{name}.config"
+    text = shipped.read_text()
+    if PLACEHOLDER not in text:
+        return shipped
+    path = out / f"{name}.config"
+    path.write_text(text.replace(PLACEHOLDER, f'keypoint_label_map_path: "{KEYPOINT_LABEL_MAP}"'))
+    return path
+
+
 def run_tf(args, names: list[str], out: Path, photos: list[Path]) -> dict[str, str]:
     """TF's checkpoints and detections, one peer process per config -> failures by name."""
     python, env = _tf_env(args)
@@ -71,7 +90,7 @@ def run_tf(args, names: list[str], out: Path, photos: list[Path]) -> dict[str, s
     for name in names:
         done = subprocess.run([python, str(HERE / "tfod_parity_peer.py"), "--out", str(out),
                                "--photos", *map(str, photos), "--",
-                               str(CONFIGS / f"{name}.config")],
+                               str(prepared_config(name, out))],
                               capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
             failed[name] = done.stderr.strip().splitlines()[-1][:300]
