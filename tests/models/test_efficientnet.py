@@ -175,3 +175,35 @@ def test_train_mode_with_rngs_traces_whole_model_in_bfloat16():
         2: (2, 16, 16, 24), 3: (2, 8, 8, 40), 4: (2, 4, 4, 112), 5: (2, 2, 2, 320)}
     assert all(v.dtype == jnp.bfloat16 for v in out.values())
     assert all(v.dtype == jnp.float32 for _, v in nnx.to_flat_state(nnx.state(model)))
+
+
+def test_tf_level_blocks_take_tfs_fixed_layers_inside_deeper_stages():
+    """The TF OD API's EfficientDet takes level 3 at ``stack_2/block_1`` and level 4 at
+    ``stack_4/block_2`` whatever the depth: B1's stages 2 and 4 have 3 and 4 blocks, so its
+    levels 3 and 4 come from inside them (by hand: the blocks run one by one), while the
+    stages still run to their end for the next stage; B0's ends are those blocks."""
+    from jaxdet.models.backbones.efficientnet import TF_LEVEL_BLOCKS
+
+    assert stage_repeats("b1")[2] == 3 and stage_repeats("b1")[4] == 4
+    net = EfficientNet("b1", batch_norm=BN, last_stage_blocks=1, level_blocks=TF_LEVEL_BLOCKS,
+                       rngs=nnx.Rngs(0))
+    net.eval()
+    x = normal(3, (1, 64, 64, 3))
+    out = net(x)
+    h = net.act(net.bn1(net.conv_stem(x)))
+    for stage in list(net.blocks)[:2]:
+        for block in stage:
+            h = block(h)
+    stage2 = list(net.blocks[2])
+    at_block_1 = stage2[1](stage2[0](h))
+    np.testing.assert_allclose(out[3], at_block_1, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(out[3], stage2[2](at_block_1), atol=1e-3)  # not the stage's end
+    with pytest.raises(ValueError, match="level 4 cannot end after block 5"):
+        EfficientNet("b1", batch_norm=BN, level_blocks={4: 5}, rngs=nnx.Rngs(0))
+    b0 = EfficientNet("b0", batch_norm=BN, last_stage_blocks=1, rngs=nnx.Rngs(0))
+    tf_b0 = EfficientNet("b0", batch_norm=BN, last_stage_blocks=1,
+                         level_blocks=TF_LEVEL_BLOCKS, rngs=nnx.Rngs(0))
+    b0.eval()
+    tf_b0.eval()
+    for level, value in b0(x).items():
+        np.testing.assert_array_equal(value, tf_b0(x)[level])

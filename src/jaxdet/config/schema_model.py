@@ -50,10 +50,11 @@ class BackboneConfig(Strict):
     ``tf.keras.applications`` do (the TF OD API's CenterNet ResNet-v1 FPN feature extractors
     need it).
 
-    ``tf_endpoints`` (EfficientNets): level 5 is the output of the first block of the last
-    stage, as in the TF OD API's EfficientDet (its checkpoints need it; the stage's later
-    blocks are never applied there, so they are not built), instead of the stage's end
-    (automl, effdet). The same network for B0, whose last stage has one block.
+    ``tf_endpoints`` (EfficientNets): each level's map is the TF OD API EfficientDet's fixed
+    layer instead of its stage's end (automl, effdet): level 5 after the first block of the
+    last stage (whose later blocks are never applied there, so not built), levels 2-4 after
+    blocks 1, 1 and 2 of their stages, inside B1-B7's deeper stages. The same network for
+    B0.
 
     The TF OD API's other CenterNet feature extractors, built as TF builds them (no
     multiplier, activation, padding or conv_bias options): ``resnet_v2_50`` /

@@ -11,7 +11,7 @@ from flax import nnx
 
 from jaxdet.config import schema as S
 from jaxdet.config.schema_params import InitializerConfig, InitializerRule
-from jaxdet.models.backbones.efficientnet import EfficientNet
+from jaxdet.models.backbones.efficientnet import TF_LEVEL_BLOCKS, EfficientNet
 from jaxdet.models.backbones.hourglass import HOURGLASS_SPECS, Hourglass
 from jaxdet.models.backbones.inception_resnet_v2 import InceptionResNetV2
 from jaxdet.models.backbones.mobilenet import MobileNetV1, MobileNetV2
@@ -62,6 +62,7 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
             drop_connect_rate=b.drop_connect_rate,
             activation_name=b.activation or "swish",
             last_stage_blocks=1 if b.tf_endpoints else None,
+            level_blocks=TF_LEVEL_BLOCKS if b.tf_endpoints else None,
             dtype=dtype,
             rngs=rngs,
         )

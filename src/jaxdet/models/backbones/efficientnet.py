@@ -19,6 +19,11 @@ bn2, se, conv_pwl, bn3``); ``se`` is ``conv_reduce, conv_expand``.
 
 ``last_stage_blocks=1`` ends level 5 after the first block of the last stage and builds no
 more of it: the TF OD API's EfficientDet endpoint (its later blocks are never applied).
+``level_blocks`` takes a level's map after a given block of its stage instead of its end, the
+stage's later blocks still feeding the next stage: the TF OD API takes fixed layers
+(``TF_LEVEL_BLOCKS``: level 2 ``stack_1/block_1``, 3 ``stack_2/block_1``, 4
+``stack_4/block_2``, 5 ``stack_6/block_0``), the ends of B0's stages but inside B1-B7's
+deeper ones.
 
 Compound scaling: channels (stem included) are ``make_divisible(c * width, 8)``, repeats
 ``ceil(r * depth)``. Drop-connect (stochastic depth) on residual branches: block ``b`` of
@@ -56,6 +61,8 @@ STAGES = (
 )
 STEM_CHANNELS = 32
 SE_RATIO = 0.25
+# The block of its stage after which the TF OD API's EfficientDet takes each level's map.
+TF_LEVEL_BLOCKS = {2: 1, 3: 1, 4: 2, 5: 0}
 # Which stage (index into ``blocks``) ends each level.
 LEVEL_STAGE = {2: 1, 3: 2, 4: 4, 5: 6}
 
@@ -206,6 +213,7 @@ class EfficientNet(nnx.Module):
         drop_connect_rate: float = 0.2,
         activation_name: ActivationName = "swish",
         last_stage_blocks: int | None = None,
+        level_blocks: dict[int, int] | None = None,
         dtype=None,
         rngs: nnx.Rngs,
     ):
@@ -220,6 +228,11 @@ class EfficientNet(nnx.Module):
                 raise ValueError(f"last_stage_blocks must be in 1..{repeats[-1]} for {variant}, "
                                  f"got {last_stage_blocks}")
             repeats = (*repeats[:-1], last_stage_blocks)
+        for level, block in (level_blocks or {}).items():
+            if level not in LEVEL_STAGE or not 0 <= block < repeats[LEVEL_STAGE[level]]:
+                raise ValueError(f"level_blocks: level {level} cannot end after block {block} "
+                                 f"({variant}'s stages have {repeats} blocks)")
+        self.level_blocks = dict(level_blocks or {})
         self.variant = variant
         stem = ch(STEM_CHANNELS)
         self.conv_stem = conv(3, stem, 3, 2, padding="same", kernel_init=_conv_init,
@@ -256,9 +269,12 @@ class EfficientNet(nnx.Module):
         stage_to_level = {i: level for level, i in LEVEL_STAGE.items()}
         features = {}
         for i, stage in enumerate(self.blocks):
-            x = remat.run_blocks(stage, x, rngs=rngs)
-            if i in stage_to_level:
-                features[stage_to_level[i]] = x
+            level = stage_to_level.get(i)
+            cut = len(stage) if level is None else self.level_blocks.get(level, len(stage) - 1) + 1
+            x = remat.run_blocks(list(stage)[:cut], x, rngs=rngs)
+            if level is not None:
+                features[level] = x
+            x = remat.run_blocks(list(stage)[cut:], x, rngs=rngs)
         return features
 
     def blocks_by_level(self) -> dict[int, list[nnx.Module]]:
