@@ -544,10 +544,9 @@ class Config(Strict):
     """The whole run: model, data, train, eval, numeric precision and device layout.
 
     ``precision``: ``fp32``; ``bf16`` (bfloat16 compute, float32 parameters and optimizer
-    state); ``fp16`` (float16 compute, dynamic loss scaling: ``train.loss_scale``);
-    ``bf16_on_tpu`` (TF's ``use_bfloat16``: bf16 to train or evaluate on a TPU, else fp32).
-    ``allow_tf32``: let float32 matmuls and convolutions use TensorFloat-32 on GPUs that have it
-    (false: full float32, ``jax_default_matmul_precision=highest``)."""
+    state); ``fp16`` (float16 compute, loss scaling: ``train.loss_scale``); ``bf16_on_tpu``
+    (TF's ``use_bfloat16``: bf16 to train or evaluate on a TPU, else fp32). ``allow_tf32``:
+    TensorFloat-32 matmuls and convolutions on GPUs that have it (false: full float32)."""
 
     name: str = ""
     description: str = ""
