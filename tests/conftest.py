@@ -91,3 +91,21 @@ def tiny_overrides() -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_config():
     return load_config("shapes_demo", TINY)
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """A GCS emulator on 127.0.0.1 for the whole session (tests/gcs_emulator.py), with this
+    process' environment pointed at it; stopped at the end."""
+    import gcs_emulator
+
+    emulator = gcs_emulator.start()
+    saved = {k: os.environ.get(k) for k in emulator.env()}
+    os.environ.update(emulator.env())
+    yield emulator
+    emulator.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -62,9 +62,24 @@ def test_object_graph_gives_every_path_to_a_variable():
 def test_prefix_index_data_file_and_folder_all_resolve(tmp_path):
     prefix = FIXTURE / "ckpt"
     for given in (prefix, f"{prefix}.index", f"{prefix}.data-00000-of-00001", FIXTURE):
-        assert resolve_prefix(given) == prefix, given
+        assert resolve_prefix(given) == str(prefix), given
     with pytest.raises(FileNotFoundError, match="nothere.index does not exist"):
         TfCheckpoint(tmp_path / "nothere")
+
+
+def test_a_checkpoint_in_a_bucket_reads_as_on_disk_by_ranges(gcs):
+    """A TF checkpoint folder in GCS (the emulator): the folder, prefix and index resolve as
+    on disk, and every tensor reads the same, fetched by its byte range."""
+    folder = gcs.upload(FIXTURE, "tf_formats")
+    local = TfCheckpoint(FIXTURE / "ckpt")
+    for given in (folder, f"{folder}/ckpt", f"{folder}/ckpt.index"):
+        assert resolve_prefix(given) == f"{folder}/ckpt", given
+    remote = TfCheckpoint(f"{folder}/ckpt")
+    assert remote.keys() == local.keys()
+    for name in local.keys():
+        np.testing.assert_array_equal(remote.read(name), local.read(name))
+    with pytest.raises(FileNotFoundError, match="nothere.index does not exist"):
+        TfCheckpoint(f"{folder}/nothere")
 
 
 def _copy(tmp_path) -> Path:

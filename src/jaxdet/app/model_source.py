@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from jaxdet import files
 from jaxdet.config.loader import ConfigError, apply_overrides, load_config, validate
 from jaxdet.config.schema import Config
 from jaxdet.config.tfod import load_pipeline_config
@@ -36,15 +37,26 @@ class ModelSource:
         return self.workdir is not None or self.checkpoint is not None
 
 
-def latest_tf_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The prefix of the newest ``ckpt-N`` (largest N) with an ``.index`` file in ``folder``,
-    None when there is none."""
+def latest_tf_checkpoint(folder: str | os.PathLike) -> Path | str | None:
+    """The prefix of the newest ``ckpt-N`` (largest N) with an ``.index`` file in ``folder``
+    (a local folder or a URL such as ``gs://bucket/model/checkpoint``), None when there is
+    none."""
     found = []
-    for index in Path(folder).glob("ckpt-*.index"):
-        match = re.fullmatch(r"ckpt-(\d+)\.index", index.name)
+    for index in files.glob(files.join(folder, "ckpt-*.index"), files_only=True):
+        match = re.fullmatch(r"ckpt-(\d+)\.index", files.basename(index))
         if match:
-            found.append((int(match[1]), index.with_suffix("")))
-    return max(found)[1] if found else None
+            found.append((int(match[1]), index[:-len(".index")]))
+    if not found:
+        return None
+    prefix = max(found)[1]
+    return prefix if files.is_url(prefix) else Path(prefix)
+
+
+def as_path(path: str | os.PathLike | None) -> Path | str | None:
+    """A local path as a ``Path``; a URL (``gs://...``) kept as its string."""
+    if path is None:
+        return None
+    return os.fspath(path) if files.is_url(path) else Path(path)
 
 
 def _with_overrides(config: Config, overrides: Iterable[str]) -> Config:
@@ -81,7 +93,7 @@ def model_source(model: str | os.PathLike | Config | None = None, *,
     """
     overrides = list(overrides)
     workdir = Path(workdir) if workdir is not None else None
-    checkpoint = Path(checkpoint) if checkpoint is not None else None
+    checkpoint = as_path(checkpoint)
     if model is None:
         if workdir is None:
             raise ConfigError("give a model: a workdir (a trained run), a TF OD API model "
@@ -94,23 +106,23 @@ def model_source(model: str | os.PathLike | Config | None = None, *,
         model = workdir
     if isinstance(model, Config):
         return ModelSource(_with_overrides(model, overrides), workdir, checkpoint)
-    path = Path(model)
-    if path.is_dir():
-        if (path / "config.yaml").is_file():
-            return ModelSource(load_config(path / "config.yaml", overrides),
+    path = as_path(model)
+    if files.isdir(path):
+        if files.isfile(files.join(path, "config.yaml")):
+            return ModelSource(load_config(files.join(path, "config.yaml"), overrides),
                                workdir if workdir is not None else path, checkpoint)
-        if (path / "pipeline.config").is_file():
+        if files.isfile(files.join(path, "pipeline.config")):
             if checkpoint is None:
-                checkpoint = latest_tf_checkpoint(path / "checkpoint")
-            return ModelSource(load_pipeline_config(path / "pipeline.config", overrides),
-                               workdir, checkpoint)
+                checkpoint = latest_tf_checkpoint(files.join(path, "checkpoint"))
+            return ModelSource(load_pipeline_config(files.join(path, "pipeline.config"),
+                                                    overrides), workdir, checkpoint)
         raise ConfigError(f"{path} is a folder with neither config.yaml (a jaxdet workdir) nor "
                           "pipeline.config (a TF OD API model)")
-    if path.suffix == ".config" or path.name == "pipeline.config":
-        if not path.is_file():
+    if files.basename(path).endswith(".config"):
+        if not files.isfile(path):
             raise ConfigError(f"pipeline.config not found: {path}")
         return ModelSource(load_pipeline_config(path, overrides), workdir, checkpoint)
     return ModelSource(load_config(model, overrides), workdir, checkpoint)
 
 
-__all__ = ["ModelSource", "latest_tf_checkpoint", "model_source"]
+__all__ = ["ModelSource", "as_path", "latest_tf_checkpoint", "model_source"]

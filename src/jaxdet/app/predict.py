@@ -54,11 +54,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from jaxdet import tasks
+from jaxdet import files, tasks
 from jaxdet.app.detections import Detections
 from jaxdet.app.detector import default_score_threshold, load_detector
 from jaxdet.app.labels import summary_classes
-from jaxdet.app.model_source import ModelSource
+from jaxdet.app.model_source import ModelSource, as_path
 from jaxdet.backends import process
 from jaxdet.config import schema as S
 from jaxdet.data.decode import CorruptImageError, load_image
@@ -77,7 +77,7 @@ _RESERVED = {"predictions"}  # OUT/predictions.json is the summary file
 class ImageInput:
     """An image file to predict on and its output name (relative, no extension, '/'-separated)."""
 
-    path: Path
+    path: Path | str  # a local file, or a URL (gs://...)
     name: str
 
 
@@ -127,28 +127,46 @@ def find_images(
     Raises:
       FileNotFoundError: an input does not exist (checked for all inputs first).
     """
-    paths = [Path(p) for p in inputs]
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [os.fspath(p) for p in inputs if not files.exists(p)]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     excluded = Path(exclude).resolve() if exclude is not None else None
     found: list[ImageInput] = []
-    seen: set[Path] = set()
+    seen: set[Path | str] = set()
     used: set[str] = set()
-    for root in paths:
+    for given in inputs:
+        if files.is_url(given):
+            for url, name in _remote_images(os.fspath(given)):
+                if url not in seen:
+                    seen.add(url)
+                    found.append(ImageInput(url, _unique_name(name, "." + url.rsplit(".")[-1],
+                                                              used)))
+            continue
+        root = Path(given)
         if root.is_dir():
-            files = sorted((p for p in root.rglob("*") if p.is_file() and _is_image(p)),
-                           key=lambda p: p.relative_to(root).as_posix())
-            names = [p.relative_to(root).with_suffix("").as_posix() for p in files]
+            matches = sorted((p for p in root.rglob("*") if p.is_file() and _is_image(p)),
+                             key=lambda p: p.relative_to(root).as_posix())
+            names = [p.relative_to(root).with_suffix("").as_posix() for p in matches]
         else:
-            files, names = [root], [root.stem]
-        for path, name in zip(files, names, strict=True):
+            matches, names = [root], [root.stem]
+        for path, name in zip(matches, names, strict=True):
             resolved = path.resolve()
             if resolved in seen or (excluded is not None and resolved.is_relative_to(excluded)):
                 continue
             seen.add(resolved)
             found.append(ImageInput(path, _unique_name(name, path.suffix, used)))
     return found
+
+
+def _remote_images(url: str) -> list[tuple[str, str]]:
+    """(URL, output name) of the image files under the remote folder ``url`` (by extension,
+    sorted), or of ``url`` itself when it names a file."""
+    if not files.isdir(url):
+        return [(url, files.basename(url).rsplit(".", 1)[0])]
+    root = url.rstrip("/") + "/"
+    found = [p for p in files.glob(root + "**", files_only=True)
+             if Path(p).suffix.lower() in IMAGE_EXTENSIONS]
+    return [(p, p[len(root):].rsplit(".", 1)[0]) for p in sorted(found)]
 
 
 @dataclass(frozen=True)
@@ -237,7 +255,7 @@ def predict_images(
 
     detector = load_detector(
         ModelSource(config, None if workdir is None else Path(workdir),
-                    None if checkpoint is None else Path(checkpoint)),
+                    as_path(checkpoint)),
         step=step, checkpoint_format=checkpoint_format, batch_size=batch_size,
         data_dir=workdir or out_dir)
     source = _FileSource(tuple(str(item.path) for item in images))

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from jaxdet import files
 from jaxdet.config.schema import Config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -32,15 +33,22 @@ def shipped_config_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def resolve_config_path(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
-    """Return the YAML file for a path, or for the name of a shipped config."""
-    candidates = [Path(name_or_path)]
+def resolve_config_path(name_or_path: str | Path,
+                        relative_to: str | Path | None = None) -> str | Path:
+    """Return the YAML file for a path or URL (``gs://...``), or for the name of a shipped
+    config; a ``base:`` is also looked up beside the file that names it (``relative_to``)."""
+    if files.is_url(name_or_path):
+        if files.isfile(name_or_path):
+            return str(name_or_path)
+        raise ConfigError(f"config file not found: {name_or_path}")
+    candidates: list[str | Path] = [Path(name_or_path)]
     if relative_to is not None:
-        candidates.append(relative_to / name_or_path)
+        candidates.append(files.join(relative_to, str(name_or_path))
+                          if files.is_url(relative_to) else Path(relative_to) / name_or_path)
     stem = Path(name_or_path).name.removesuffix(".yaml")
     candidates.append(CONFIG_DIR / f"{stem}.yaml")
     for path in candidates:
-        if path.is_file():
+        if files.isfile(path):
             return path
     close = difflib.get_close_matches(stem, shipped_config_names(), n=3)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -118,13 +126,13 @@ def _deep_merge(base: dict, update: Mapping, model: type[BaseModel] | None = Con
     return out
 
 
-def load_raw(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+def load_raw(name_or_path: str | Path, _seen: tuple[str | Path, ...] = ()) -> dict:
     """Read a YAML config into a dict, resolving ``base:`` (a path or a shipped name)."""
-    path = resolve_config_path(name_or_path, _seen[-1].parent if _seen else None)
+    path = resolve_config_path(name_or_path, files.parent(_seen[-1]) if _seen else None)
     if path in _seen:
         raise ConfigError(f"config inheritance loops: {' -> '.join(map(str, _seen + (path,)))}")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(files.read_text(path)) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(raw, dict):
@@ -136,7 +144,7 @@ def load_raw(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
         # the base's name and description describe the base (its classes, its data), not
         # this file: a derived config that sets neither says what it is
         if "name" not in own:
-            raw["name"] = path.stem
+            raw["name"] = files.basename(path).removesuffix(".yaml")
         if "description" not in own:
             fields = _leaf_paths(own)
             raw["description"] = (f"based on {Path(str(base)).stem}, setting "

@@ -33,12 +33,14 @@ means to TF.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jaxdet import files
 from jaxdet.config.loader import apply_overrides, dump_config, validate
 from jaxdet.config.pbtxt import Message, PbtxtError, parse_pbtxt
 from jaxdet.config.schema import Config
@@ -104,10 +106,11 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
       TfodConfigError: the file is unreadable, malformed, or uses an unsupported field,
         value or architecture (the message names the file, line and field).
     """
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    name = files.basename(path)
+    if not files.isfile(path):
         raise TfodConfigError(f"pipeline config {path} does not exist")
-    text = path.read_text()
+    text = files.read_text(path)
     try:
         root = parse_pbtxt(text)
     except PbtxtError as err:
@@ -138,8 +141,8 @@ def convert_pipeline_config(path: str | Path) -> Conversion:
                       "load_instance_masks: true and mask_type: PNG_MASKS")
     if kind == "center_net":
         finish_keypoints(m, root, extras["keypoint_tasks"])
-    raw = {"name": path.name.removesuffix(".config"),
-           "description": f"converted from TF OD API {path.name}",
+    raw = {"name": name.removesuffix(".config"),
+           "description": f"converted from TF OD API {name}",
            "precision": data.pop("precision"), "model": model, "data": data,
            "train": train, "eval": map_eval(m, root)}
     conversion = Conversion(raw=raw, warnings=m.warnings, default_drift=drift)

@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet import files
 from jaxdet.data.keypoints import (
     KeypointLayout,
     KeypointSpec,
@@ -82,7 +83,7 @@ def _image_size_from_file(path: str) -> tuple[int, int] | None:
     from PIL import Image
 
     try:
-        with Image.open(path) as image:
+        with files.open_file(path, "rb", block_size=1 << 16) as f, Image.open(f) as image:
             width, height = image.size
         return int(height), int(width)
     except (OSError, ValueError):
@@ -156,7 +157,7 @@ class CocoSource:
         self._keypoint_specs = tuple(keypoints)
         self.load_masks = bool(masks)
         data = _load_json(self.annotation_file)
-        if not os.path.isdir(self.image_dir):
+        if not files.isdir(self.image_dir):
             raise FileNotFoundError(
                 f"image folder not found: {self.image_dir} (images of {self.annotation_file})"
             )
@@ -221,7 +222,7 @@ class CocoSource:
                                "which file is unknown)")
                 self._dropped_images.append(position)
                 continue
-            path = os.path.join(self.image_dir, file_name)
+            path = files.join(self.image_dir, file_name)
             try:
                 height, width = int(entry["height"]), int(entry["width"])
             except (KeyError, TypeError, ValueError):
@@ -434,7 +435,7 @@ class CocoSource:
             mask_ref = RleMasks(height, width, tuple(
                 self._mask_counts[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)))
         return make_record(
-            image_path=os.path.join(self.image_dir, self._file_names[index]),
+            image_path=files.join(self.image_dir, self._file_names[index]),
             image_id=int(self._image_ids[index]),
             height=height,
             width=width,
@@ -503,8 +504,7 @@ def _duplicate_image_ids(images: list) -> dict[int, list[str]]:
 
 def _load_json(path: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(files.read_bytes(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"COCO annotation file not found: {path}") from None
     except json.JSONDecodeError as e:

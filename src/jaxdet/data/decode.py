@@ -40,6 +40,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageFile
 
+from jaxdet import files
+
 logger = logging.getLogger("jaxdet.data")
 _warned_truncated_flag = False
 DECODE_MODES = ("accurate", "tf")
@@ -92,8 +94,7 @@ def load_image(path: str | os.PathLike, mode: str = "accurate") -> np.ndarray:
     """
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = files.read_bytes(path)
     except FileNotFoundError:
         raise CorruptImageError(path, "file not found") from None
     except IsADirectoryError:
@@ -163,9 +164,7 @@ def read_image_bytes(ref: tuple[str, int, int], name: str) -> bytes:
     """
     file, offset, length = ref
     try:
-        with open(file, "rb") as f:
-            f.seek(int(offset))
-            data = f.read(int(length))
+        data = files.read_range(file, int(offset), int(length))
     except FileNotFoundError:
         raise CorruptImageError(name, f"file not found: {file}") from None
     except OSError as e:

@@ -26,6 +26,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from jaxdet import files
 from jaxdet.config.pbtxt import Message, PbtxtError, parse_pbtxt
 from jaxdet.data.keypoints import KeypointSpec
 
@@ -108,8 +109,7 @@ def read_label_map_items(path: str | os.PathLike) -> list[LabelMapItem]:
     """The items of the label map file ``path`` (see :func:`parse_label_map_items`)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = files.read_text(path)
     except FileNotFoundError:
         raise LabelMapError(f"label map file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -203,8 +203,7 @@ def write_label_map(path: str | os.PathLike, names: Sequence[str] | Mapping[int,
                     keypoints: Mapping[int, Sequence[tuple[int, str]]] | None = None) -> None:
     """Writes ``names`` (and ``keypoints``) as a label map file (see
     :func:`format_label_map`)."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(format_label_map(names, keypoints))
+    files.write_text(path, format_label_map(names, keypoints))
 
 
 __all__ = ["LabelMapError", "LabelMapItem", "class_names_from_label_map", "format_label_map",

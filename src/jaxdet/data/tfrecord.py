@@ -35,6 +35,7 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
+from jaxdet import files
 from jaxdet.data.records import SkipCounter
 
 logger = logging.getLogger("jaxdet.data")
@@ -82,7 +83,7 @@ class TfRecordWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self.count = 0
-        self._file = open(self.path, "wb")  # noqa: SIM115 - closed by close() / __exit__
+        self._file = files.open_file(self.path, "wb")
 
     def write(self, data: bytes) -> int:
         """Writes one record; returns its byte offset in the file."""
@@ -127,8 +128,8 @@ def iter_tfrecord(
     """
     path = os.fspath(path)
     skips = skips if skips is not None else SkipCounter()
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    size = files.getsize(path)
+    with files.open_file(path, "rb") as f:
         pos = 0
         while pos < size:
             f.seek(pos)
@@ -207,9 +208,7 @@ def read_record(path: str | os.PathLike, offset: int, length: int) -> bytes:
       TfRecordError: naming the file and offset, when the record is not there intact.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        f.seek(offset)
-        raw = f.read(_HEADER + length + _FOOTER)
+    raw = files.read_range(path, offset, _HEADER + length + _FOOTER)
     where = f"{path} [byte {offset}]"
     if len(raw) != _HEADER + length + _FOOTER:
         raise TfRecordError(f"{where}: file ends inside the record")

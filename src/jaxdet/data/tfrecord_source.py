@@ -69,7 +69,6 @@ loader, which skips the image as unreadable); numerical masks are kept as COCO R
 from __future__ import annotations
 
 import dataclasses
-import glob
 import io
 import logging
 import os
@@ -79,6 +78,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from jaxdet import files
 from jaxdet.data.keypoints import (
     KeypointLayout,
     KeypointSpec,
@@ -126,18 +126,18 @@ def resolve_input_paths(patterns: str | Sequence[str]) -> list[str]:
     patterns = [patterns] if isinstance(patterns, str | os.PathLike) else list(patterns)
     if not patterns:
         raise FileNotFoundError("no TFRecord input_path given")
-    files: list[str] = []
+    found: list[str] = []
     for pattern in map(os.fspath, patterns):
-        if glob.has_magic(pattern):
-            matches = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        if files.has_magic(pattern):
+            matches = files.glob(pattern, files_only=True)
             if not matches:
                 raise FileNotFoundError(f"no TFRecord file matches {pattern!r}")
-        elif os.path.isfile(pattern):
+        elif files.isfile(pattern):
             matches = [pattern]
         else:
             raise FileNotFoundError(f"TFRecord file not found: {pattern}")
-        files.extend(m for m in matches if m not in files)
-    return files
+        found.extend(m for m in matches if m not in found)
+    return found
 
 
 def _image_size(data: bytes) -> tuple[int, int] | None:
@@ -219,7 +219,7 @@ class TfRecordSource:
         self._points: list[tuple[list[int], np.ndarray, np.ndarray]] = []
         # per kept object, with masks: (file offset, length) of its PNG, or its RLE counts
         self._masks: list[tuple[int, int] | bytes] = []
-        total = sum(os.path.getsize(f) for f in self.files)
+        total = sum(files.getsize(f) for f in self.files)
         # A bar only when indexing is slow (large datasets): tqdm stays hidden for 2 s.
         with tqdm(total=total, unit="B", unit_scale=True, delay=2.0, leave=False,
                   desc=f"indexing {len(self.files)} TFRecord file(s)") as bar:

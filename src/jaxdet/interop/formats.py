@@ -4,8 +4,8 @@ PyTorch weight file, told apart by what is on disk (no file is read in full)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from jaxdet import files
 from jaxdet.interop.tf_checkpoint import CheckpointError, resolve_prefix
 from jaxdet.interop.torch_files import PICKLE_SUFFIXES
 
@@ -16,10 +16,10 @@ def detect_format(path: str | os.PathLike) -> str:
     Raises:
       FileNotFoundError: neither exists at ``path``.
     """
-    path = Path(path)
-    if (path / "checkpoints").is_dir():
+    path = os.fspath(path)
+    if files.isdir(files.join(path, "checkpoints")):
         return "jaxdet"
-    if path.is_file() and path.suffix in (".safetensors", *PICKLE_SUFFIXES):
+    if path.endswith((".safetensors", *PICKLE_SUFFIXES)) and files.isfile(path):
         return "torch"
     try:
         resolve_prefix(path)

@@ -24,11 +24,11 @@ import os
 import re
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
+from jaxdet import files
 from jaxdet.interop import protowire as pw
 from jaxdet.interop.sstable import TableError, masked_crc32c, read_table
 
@@ -65,33 +65,34 @@ class TensorEntry:
     crc32c: int
 
 
-def resolve_prefix(path: str | os.PathLike) -> Path:
-    """The checkpoint prefix of ``path``: a prefix (``ckpt-0``), its ``.index`` or a data
-    shard, or a folder (its ``checkpoint`` state file's ``model_checkpoint_path``, else the one
-    ``*.index`` in it). Raises FileNotFoundError / CheckpointError naming what was looked for."""
-    path = Path(path)
-    if path.is_dir():
-        state = path / "checkpoint"
-        if state.is_file():
-            match = re.search(r'^model_checkpoint_path:\s*"(.*)"', state.read_text(), re.M)
+def resolve_prefix(path: str | os.PathLike) -> str:
+    """The checkpoint prefix of ``path`` (a local path or a URL such as ``gs://...``): a
+    prefix (``ckpt-0``), its ``.index`` or a data shard, or a folder (its ``checkpoint``
+    state file's ``model_checkpoint_path``, else the one ``*.index`` in it). Raises
+    FileNotFoundError / CheckpointError naming what was looked for."""
+    text = os.fspath(path).rstrip("/") or "/"
+    if files.isdir(text):
+        state = files.join(text, "checkpoint")
+        if files.isfile(state):
+            match = re.search(r'^model_checkpoint_path:\s*"(.*)"', files.read_text(state), re.M)
             if match:
-                prefix = Path(match.group(1))
-                return prefix if prefix.is_absolute() else path / prefix
-        indexes = sorted(path.glob("*.index"))
+                prefix = match.group(1)
+                absolute = files.is_url(prefix) or os.path.isabs(prefix)
+                return prefix if absolute else files.join(text, prefix)
+        indexes = files.glob(files.join(text, "*.index"), files_only=True)
         if len(indexes) == 1:
-            return indexes[0].with_suffix("")
+            return indexes[0][:-len(".index")]
         raise CheckpointError(
-            f"{path}: a folder with {len(indexes)} *.index files and no 'checkpoint' state "
+            f"{text}: a folder with {len(indexes)} *.index files and no 'checkpoint' state "
             "file; pass the checkpoint prefix, e.g. checkpoint/ckpt-0")
-    text = str(path)
     if text.endswith(".index"):
-        return Path(text[:-len(".index")])
+        return text[:-len(".index")]
     match = re.match(r"^(.*)\.data-\d{5}-of-\d{5}$", text)
     if match:
-        return Path(match.group(1))
-    if not Path(text + ".index").is_file():
+        return match.group(1)
+    if not files.isfile(text + ".index"):
         raise FileNotFoundError(f"TF checkpoint not found: {text}.index does not exist")
-    return path
+    return text
 
 
 def _shape(proto: bytes) -> tuple[int, ...]:
@@ -111,16 +112,27 @@ def _entry(key: str, value: bytes) -> TensorEntry:
                        pw.signed64(pw.first_int(msg, 5)), pw.first_int(msg, 6))
 
 
+class _RemoteShard:
+    """A data shard in a remote store, read by byte ranges: ``shard[a:b]`` fetches bytes
+    ``[a, b)``; ``shape[0]`` is its size (as a memory-mapped local shard's)."""
+
+    def __init__(self, path: str, size: int):
+        self.path, self.shape = path, (size,)
+
+    def __getitem__(self, span: slice) -> bytes:
+        return files.read_range(self.path, span.start, span.stop - span.start)
+
+
 class TfCheckpoint:
     """A TF (v2 bundle) checkpoint; see the module docstring."""
 
     def __init__(self, path: str | os.PathLike):
         self.prefix = resolve_prefix(path)
-        self.index_path = Path(f"{self.prefix}.index")
-        if not self.index_path.is_file():
+        self.index_path = f"{self.prefix}.index"
+        if not files.isfile(self.index_path):
             raise FileNotFoundError(f"TF checkpoint index not found: {self.index_path}")
         try:
-            records = read_table(self.index_path.read_bytes(), str(self.index_path))
+            records = read_table(files.read_bytes(self.index_path), self.index_path)
         except TableError as e:
             raise CheckpointError(str(e)) from None
         header = dict(records[:1]).get(b"")
@@ -170,17 +182,23 @@ class TfCheckpoint:
 
     # ------------------------------------------------------------------ data
 
-    def shard_path(self, shard: int) -> Path:
-        return Path(f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}")
+    def shard_path(self, shard: int) -> str:
+        return f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}"
 
     def _shard(self, shard: int):
+        """A local shard memory-mapped; a remote one opened for range reads (only the
+        tensors read are fetched)."""
         if shard not in self._shards:
             path = self.shard_path(shard)
-            if not path.is_file():
-                raise CheckpointError(f"{self.index_path}: data shard {path.name} is missing")
-            size = path.stat().st_size
-            self._shards[shard] = (np.memmap(path, np.uint8, mode="r") if size
-                                   else np.zeros((0,), np.uint8))
+            if not files.isfile(path):
+                raise CheckpointError(f"{self.index_path}: data shard "
+                                      f"{files.basename(path)} is missing")
+            size = files.getsize(path)
+            if files.is_url(path):
+                self._shards[shard] = _RemoteShard(path, size)
+            else:
+                self._shards[shard] = (np.memmap(path, np.uint8, mode="r") if size
+                                       else np.zeros((0,), np.uint8))
         return self._shards[shard]
 
     def raw_bytes(self, key: str) -> bytes:

@@ -1,0 +1,187 @@
+"""Path operations on local paths and URLs alike (see the package docstring).
+
+Every function takes a local path (``str`` / ``os.PathLike``) or a URL (``gs://bucket/key``)
+and returns paths of the same kind as strings: a URL keeps its scheme. Local paths go to
+``os`` / ``glob`` directly; URLs to their fsspec file system (one per scheme and process,
+created on first use).
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+import posixpath
+import shutil
+from functools import cache
+from typing import Any
+
+from jaxdet.files.errors import missing_backend, remote_call
+
+PathLike = str | os.PathLike
+
+
+def scheme(path: PathLike) -> str:
+    """The URL scheme of ``path`` (``"gs"``, ``"s3"``, ...), or ``""`` for a local path
+    (``file://`` URLs are local)."""
+    text = os.fspath(path)
+    if "://" not in text:
+        return ""
+    name = text.split("://", 1)[0].lower()
+    return "" if name in ("file", "local") else name
+
+
+def is_url(path: PathLike) -> bool:
+    """True for a path that names a remote (or in-memory) store, e.g. ``gs://bucket/key``."""
+    return bool(scheme(path))
+
+
+def local(path: PathLike) -> str:
+    """A local path as a string, ``file://`` stripped."""
+    text = os.fspath(path)
+    return text.split("://", 1)[1] if "://" in text else text
+
+
+@cache
+def _filesystem(name: str, pid: int) -> Any:
+    import fsspec
+
+    return fsspec.filesystem(name)
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """(the fsspec file system of ``url``, the path inside it, without the scheme).
+
+    Raises:
+      FileAccessError: the scheme's package is not installed (naming the extra to install).
+    """
+    name = scheme(url)
+    try:
+        fs = _filesystem(name, os.getpid())  # a fresh one in each forked worker
+    except ImportError as err:
+        raise missing_backend(url, err) from None
+    except ValueError as err:  # an unknown protocol
+        raise missing_backend(url, ImportError(str(err))) from None
+    return fs, fs._strip_protocol(url)
+
+
+def _url(fs: Any, path: str, like: str) -> str:
+    return f"{scheme(like)}://{path}"
+
+
+def join(base: PathLike, *parts: str) -> str:
+    """``base`` / ``parts``: ``posixpath.join`` for URLs, ``os.path.join`` for local paths."""
+    text = os.fspath(base)
+    if is_url(text):
+        return posixpath.join(text, *parts)
+    return os.path.join(local(text), *parts)
+
+
+def parent(path: PathLike) -> str:
+    """The folder holding ``path`` (a URL keeps its scheme and bucket)."""
+    text = os.fspath(path).rstrip("/")
+    return posixpath.dirname(text) if is_url(text) else os.path.dirname(local(text))
+
+
+def basename(path: PathLike) -> str:
+    """The last component of ``path``."""
+    return posixpath.basename(os.fspath(path).rstrip("/"))
+
+
+def has_magic(path: PathLike) -> bool:
+    """True when ``path`` is a glob pattern (``*``, ``?``, ``[...]``)."""
+    return _glob.has_magic(os.fspath(path))
+
+
+def exists(path: PathLike) -> bool:
+    """True when ``path`` names a file or folder."""
+    if not is_url(path):
+        return os.path.exists(local(path))
+    fs, inner = filesystem(os.fspath(path))
+    return remote_call(os.fspath(path), lambda: fs.exists(inner))
+
+
+def isfile(path: PathLike) -> bool:
+    """True when ``path`` names a file."""
+    if not is_url(path):
+        return os.path.isfile(local(path))
+    fs, inner = filesystem(os.fspath(path))
+    return remote_call(os.fspath(path), lambda: fs.isfile(inner))
+
+
+def isdir(path: PathLike) -> bool:
+    """True when ``path`` names a folder (on an object store: a prefix holding objects)."""
+    if not is_url(path):
+        return os.path.isdir(local(path))
+    fs, inner = filesystem(os.fspath(path))
+    return remote_call(os.fspath(path), lambda: fs.isdir(inner))
+
+
+def getsize(path: PathLike) -> int:
+    """The size of the file ``path`` in bytes."""
+    if not is_url(path):
+        return os.path.getsize(local(path))
+    fs, inner = filesystem(os.fspath(path))
+    return int(remote_call(os.fspath(path), lambda: fs.size(inner)))
+
+
+def glob(pattern: PathLike, *, files_only: bool = False) -> list[str]:
+    """The paths matching ``pattern``, sorted (URLs keep their scheme); only files with
+    ``files_only`` (one listing on an object store, not one request per match)."""
+    text = os.fspath(pattern)
+    if not is_url(text):
+        found = sorted(_glob.glob(local(text)))
+        return [p for p in found if os.path.isfile(p)] if files_only else found
+    fs, inner = filesystem(text)
+    entries = remote_call(text, lambda: fs.glob(inner, detail=True))
+    return sorted(_url(fs, p, text) for p, info in entries.items()
+                  if not files_only or info.get("type") == "file")
+
+
+def listdir(path: PathLike) -> list[str]:
+    """The names (not paths) of the entries of the folder ``path``, sorted."""
+    text = os.fspath(path)
+    if not is_url(text):
+        return sorted(os.listdir(local(text)))
+    fs, inner = filesystem(text)
+    entries = remote_call(text, lambda: fs.ls(inner, detail=False, refresh=True))
+    return sorted({posixpath.basename(e.rstrip("/")) for e in entries} - {""})
+
+
+def makedirs(path: PathLike) -> None:
+    """Creates the folder ``path`` and its parents (nothing to do on an object store, where
+    folders are prefixes)."""
+    text = os.fspath(path)
+    if not is_url(text):
+        os.makedirs(local(text), exist_ok=True)
+        return
+    fs, inner = filesystem(text)
+    remote_call(text, lambda: fs.makedirs(inner, exist_ok=True))
+
+
+def remove(path: PathLike) -> None:
+    """Deletes the file ``path`` (a missing file is not an error)."""
+    text = os.fspath(path)
+    if not is_url(text):
+        try:
+            os.remove(local(text))
+        except FileNotFoundError:
+            pass
+        return
+    fs, inner = filesystem(text)
+    try:
+        remote_call(text, lambda: fs.rm_file(inner))
+    except FileNotFoundError:
+        pass
+
+
+def rmtree(path: PathLike) -> None:
+    """Deletes the folder ``path`` and everything under it (a missing one is not an error)."""
+    text = os.fspath(path)
+    if not is_url(text):
+        shutil.rmtree(local(text), ignore_errors=True)
+        return
+    fs, inner = filesystem(text)
+    try:
+        remote_call(text, lambda: fs.rm(inner, recursive=True))
+    except FileNotFoundError:
+        pass
