@@ -5,8 +5,11 @@
 
 For each zoo pipeline.config as shipped: the detector built by ``model_builder.build``
 (inference mode), every variable drawn as the suite's TF fixtures draw them (He-uniform
-kernels, spread biases, batch-norm statistics around 0 and 1, so that scores spread), saved as
-the zoo saves it (``DIR/<config>/checkpoint/ckpt-0``), then restored into a fresh detector as
+kernels, spread biases, batch-norm statistics around 0 and 1, so that scores spread; a
+CenterNet's heads, and DeepMAC's mask projection, calibrated on the photos as
+``make_tf_center_net_fixtures.py`` calibrates its fixture's: scores in (0, 1), boxes of real
+size, keypoints and masks that spread), saved as the zoo saves it
+(``DIR/<config>/checkpoint/ckpt-0``), then restored into a fresh detector as
 ``model_main_tf2.py`` restores one, and each photo taken the TF OD API's way
 (``tf.io.decode_jpeg``, ``preprocess``, ``predict``, ``postprocess``). Writes
 ``DIR/<config>/tf.npz`` (per photo P: ``P/boxes`` normalized [ymin, xmin, ymax, xmax],
@@ -31,6 +34,11 @@ from object_detection.utils import config_util
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "interop" / "fixtures"))
+from make_tf_center_net_fixtures import (  # noqa: E402
+    calibrate_deepmac_masks,
+    calibrate_heads,
+    drawn_recipes,
+)
 from make_tf_detector_fixtures import (  # noqa: E402
     _calibrate_faster_rcnn,
     input_size,
@@ -45,12 +53,15 @@ def _build(config_path: Path):
     height, width = input_size(configs["model"])
     image = test_image(height, width, seed=7)
     pre, shapes = model.preprocess(tf.constant(image[None], tf.float32))
-    model.predict(pre, shapes)  # creates the variables
+    prediction = model.predict(pre, shapes)  # creates the variables
+    if hasattr(model, "_mask_net"):  # DeepMAC's mask network: built by postprocess
+        model.postprocess(prediction, shapes)
     return model, pre, shapes
 
 
-def write_checkpoint(config_path: Path, out: Path) -> str:
-    """A zoo-layout checkpoint of the config's detector with drawn values -> its prefix."""
+def write_checkpoint(config_path: Path, out: Path, photos: list[Path] = ()) -> str:
+    """A zoo-layout checkpoint of the config's detector with drawn values -> its prefix (a
+    CenterNet's heads calibrated on ``photos``, see ``make_tf_center_net_fixtures``)."""
     model, pre, shapes = _build(config_path)
     for i, variable in enumerate(model.variables):
         low, high = value_range(variable.name, tuple(variable.shape))
@@ -58,14 +69,23 @@ def write_checkpoint(config_path: Path, out: Path) -> str:
                                 variable.dtype.as_numpy_dtype))
     if hasattr(model, "_mask_rcnn_box_predictor"):  # second-stage scores that spread
         _calibrate_faster_rcnn(model, pre, shapes, {})
+    if hasattr(model, "_prediction_head_dict"):  # CenterNet: peaks, sizes, keypoints spread
+        images = [model.preprocess(_decoded(p.read_bytes())) for p in photos]
+        recipes = drawn_recipes(model)
+        calibrate_heads(model, images or [(pre, shapes)], recipes)
+        calibrate_deepmac_masks(model, images or [(pre, shapes)], recipes)
     shutil.rmtree(out, ignore_errors=True)
     return tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(out),
                                       max_to_keep=1).save(checkpoint_number=0)
 
 
+def _decoded(data: bytes) -> tf.Tensor:
+    """JPEG bytes -> [1, h, w, 3] float32, as the TF OD API decodes them."""
+    return tf.cast(tf.io.decode_jpeg(data, channels=3), tf.float32)[None]
+
+
 def detect(model, data: bytes) -> dict[str, np.ndarray]:
-    image = tf.cast(tf.io.decode_jpeg(data, channels=3), tf.float32)[None]
-    pre, shapes = model.preprocess(image)
+    pre, shapes = model.preprocess(_decoded(data))
     found = model.postprocess(model.predict(pre, shapes), shapes)
     n = int(found["num_detections"][0])
     out = {"boxes": np.asarray(found["detection_boxes"])[0, :n],
@@ -90,7 +110,7 @@ def main() -> None:
         home = Path(args.out) / config.name.removesuffix(".config")
         home.mkdir(parents=True, exist_ok=True)
         shutil.copy(config, home / "pipeline.config")
-        prefix = write_checkpoint(config, home / "checkpoint")
+        prefix = write_checkpoint(config, home / "checkpoint", list(map(Path, args.photos)))
         model = _build(config)[0]
         tf.train.Checkpoint(model=model).restore(prefix).assert_existing_objects_matched()
         arrays = {}

@@ -94,23 +94,25 @@ def conv_targets(out: dict[str, Target], tf_path: str, path: Path, module: nnx.C
         out[f"{tf_path}/bias"] = ((*path, "bias"), "identity")
 
 
-def bn_targets(out: dict[str, Target], tf_path: str, path: Path) -> None:
+def bn_targets(out: dict[str, Target], tf_path: str, path: Path, scale: bool = True) -> None:
     """Add to ``out`` the batch norm at jaxdet ``path`` (:data:`BN_NAMES`), saved at the TF
-    object path ``tf_path``."""
+    object path ``tf_path``; without ``scale`` (Keras ``scale=False``) TF holds no ``gamma``."""
     for tf_name, ours in BN_NAMES:
-        out[f"{tf_path}/{tf_name}"] = ((*path, ours), "identity")
+        if scale or tf_name != "gamma":
+            out[f"{tf_path}/{tf_name}"] = ((*path, ours), "identity")
 
 
 def keras_numbered_targets(out: dict[str, Target], prefix: str,
                            layers: list[tuple[Path, nnx.Module]], start: int = 0) -> None:
     """Add to ``out`` the weighted layers of a Keras functional model saved at ``prefix``,
-    ``layer_with_weights-<i>`` in order from ``start`` (convs, else batch norms)."""
+    ``layer_with_weights-<i>`` in order from ``start`` (convs, else batch norms: those whose
+    ``scale`` is no parameter map no ``gamma``)."""
     for i, (path, module) in enumerate(layers, start=start):
         tf_path = f"{prefix}/layer_with_weights-{i}"
         if isinstance(module, nnx.Conv):
             conv_targets(out, tf_path, path, module)
         else:
-            bn_targets(out, tf_path, path)
+            bn_targets(out, tf_path, path, scale=isinstance(module.scale, nnx.Param))
 
 
 # --------------------------------------------------------------------------- backbones
@@ -190,17 +192,24 @@ def efficientnet_layers(net: effnet.EfficientNet, path: Path) -> list[tuple[Path
     return layers
 
 
+# DeepMAC's tf.random.Generator state (its self-supervised training augmentations): no weight
+_TRAINING_STATE = re.compile(r"^model/_self_supervised_rng/")
+
+
 def tf_unapplied(model: nnx.Module) -> Callable[[str], bool]:
     """Whether a TF object path is a variable the TF detector holds but never applies (so
     jaxdet has no place for it): what the TF OD API's Keras EfficientNet keeps after its
-    level-5 endpoint (the last stage's later blocks, the classifier's top conv and BN)."""
+    level-5 endpoint (the last stage's later blocks, the classifier's top conv and BN), and
+    DeepMAC's random-generator state (``model/_self_supervised_rng``)."""
     if not isinstance(model.backbone, effnet.EfficientNet):
-        return lambda path: False
+        return lambda path: bool(_TRAINING_STATE.match(path))
     n = len(efficientnet_layers(model.backbone, ()))
     pattern = re.compile(r"^model/_feature_extractor/(?:classification_backbone|_efficientnet)"
                          r"/layer_with_weights-(\d+)/")
 
     def unapplied(path: str) -> bool:
+        if _TRAINING_STATE.match(path):
+            return True
         match = pattern.match(path)
         return bool(match) and int(match.group(1)) >= n
 
