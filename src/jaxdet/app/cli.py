@@ -8,10 +8,12 @@ Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD AP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from jaxdet.app import cli_errors
@@ -298,10 +300,15 @@ def _trained_line(result, workdir) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from jaxdet.app import runs
-
     if args.watch:
         return _watch(args)
+    with _staged(args):
+        return _eval_once(args)
+
+
+def _eval_once(args: argparse.Namespace) -> int:
+    from jaxdet.app import runs
+
     config = _config_for_workdir(args)
     _check_checkpoint_args(args)
     metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
@@ -350,7 +357,27 @@ def _check_checkpoint_args(args: argparse.Namespace) -> None:
                           "--checkpoint")
 
 
+@contextlib.contextmanager
+def _staged(args: argparse.Namespace) -> Iterator[None]:
+    """``--workdir`` / ``--out`` in a bucket (``gs://...``): the command works on local
+    staging copies, and what it writes goes up when it ends (``app.remote_workdir``)."""
+    from jaxdet.app.remote_workdir import staged_output, staged_reader
+
+    given = (args.workdir, args.out)
+    with staged_reader(args.workdir) as workdir, staged_output(args.out) as out:
+        args.workdir, args.out = workdir, out
+        try:
+            yield
+        finally:
+            args.workdir, args.out = given
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
+    with _staged(args):
+        return _predict(args)
+
+
+def _predict(args: argparse.Namespace) -> int:
     from jaxdet import tasks
     from jaxdet.app import runs
     from jaxdet.app.predict import predict_images
@@ -394,6 +421,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    with _staged(args):
+        return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
     from jaxdet.app.export_job import export_model
     from jaxdet.export.exporter import check_request
 

@@ -26,10 +26,11 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from jaxdet import tasks
+from jaxdet import files, tasks
 from jaxdet.app import runs
 from jaxdet.app.model_source import model_source
 from jaxdet.app.plots import try_plot_training_curves
+from jaxdet.app.remote_workdir import StagedWorkdir
 from jaxdet.config.schema import Config
 from jaxdet.data import build as data_build
 from jaxdet.eval.runner import headline_metrics
@@ -44,13 +45,13 @@ DEFAULT_POLL = 10.0
 
 def wait_for_run(workdir: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
                  poll: float = DEFAULT_POLL, sleep: Callable[[float], None] = time.sleep
-                 ) -> Path:
+                 ) -> str:
     """``WORKDIR/config.yaml`` once a training run has written it (at its start), waiting up
     to ``timeout`` seconds. Returns its path; raises TimeoutError naming the workdir."""
-    config_file = Path(workdir) / "config.yaml"
+    config_file = files.join(workdir, "config.yaml")
     deadline = time.monotonic() + timeout
     said = False
-    while not config_file.is_file():
+    while not files.isfile(config_file):
         if time.monotonic() >= deadline:
             raise TimeoutError(f"no training run started in {workdir} within {timeout:g} s "
                                "(no config.yaml)")
@@ -69,11 +70,26 @@ def watch_run(workdir: str | os.PathLike, config: Config | None = None, *,
     run's own (``config.yaml`` with ``overrides``; waited for when the run has not started:
     :func:`wait_for_run`). What ``jaxdet eval --watch`` and ``jaxdet.watch_and_evaluate``
     do."""
+    refresh = None
+    if files.is_url(workdir):  # a bucket: a local copy, refreshed before each look
+        wait_for_run(workdir, timeout=timeout, poll=poll)
+        staged = StagedWorkdir(os.fspath(workdir), "watch")
+        staged.pull(exact=True)
+
+        def refresh() -> None:
+            staged.push(owner=False)  # this watcher's evaluations so far
+            staged.pull(exact=False)  # the run's new sealed checkpoints
+
+        workdir = staged.local
     if config is None:
         wait_for_run(workdir, timeout=timeout, poll=poll)
         config = model_source(workdir=workdir, overrides=overrides).config
-    return watch_checkpoints(config, workdir, timeout=timeout, poll=poll, progress=progress,
-                             on_result=on_result)
+    try:
+        return watch_checkpoints(config, workdir, timeout=timeout, poll=poll,
+                                 progress=progress, on_result=on_result, refresh=refresh)
+    finally:
+        if refresh is not None:
+            staged.push(owner=False)
 
 
 def evaluated(workdir: Path, step: int) -> bool:
@@ -85,12 +101,14 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                       timeout: float = DEFAULT_TIMEOUT, poll: float = DEFAULT_POLL,
                       progress: bool = False,
                       on_result: Callable[[dict], None] | None = None,
-                      sleep: Callable[[float], None] = time.sleep) -> list[dict]:
+                      sleep: Callable[[float], None] = time.sleep,
+                      refresh: Callable[[], None] | None = None) -> list[dict]:
     """Evaluate the checkpoints of the run in ``workdir`` (trained with ``config``) as they
     appear, until its last step is evaluated or none appears for ``timeout`` seconds; see
     the module docstring. ``on_result(metrics)`` is called after each evaluation (the
-    command prints it). Returns the metrics of each evaluation, oldest first (each with
-    ``out_dir`` and ``step``).
+    command prints it); ``refresh()`` runs before each look at the checkpoints (a remote
+    workdir's copy is brought up to date). Returns the metrics of each evaluation, oldest
+    first (each with ``out_dir`` and ``step``).
 
     Raises:
       WorkdirMismatch: the checkpoints belong to another model configuration.
@@ -112,6 +130,8 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
     try:
         with MetricsLogger(workdir / "eval_watch") as logger:
             while done < last_step:
+                if refresh is not None:  # a remote workdir's local copy brought up to date
+                    refresh()
                 new = [s for s in checkpointer.reload() if s > done]
                 if not new:
                     if time.monotonic() - since >= timeout:

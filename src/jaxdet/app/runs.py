@@ -20,6 +20,7 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks
+from jaxdet.app.remote_workdir import staged_training
 from jaxdet.app.run_fingerprint import (  # noqa: F401  (WorkdirMismatch re-exported)
     WorkdirMismatch,
     check_fingerprint,
@@ -201,21 +202,24 @@ def train(
     :class:`WorkdirBusy` if another run holds it, before anything in the workdir changes."""
     data_build.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
     weights.check_init_checkpoint(config)
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    lock = hold_workdir(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
-    with lock:
-        return _train(config, workdir, stop_after=stop_after, progress=progress,
-                      evaluate=evaluate)
+    with staged_training(workdir) as staged:  # a remote workdir: a local copy, kept in step
+        local = staged.local if staged is not None else Path(workdir)
+        local.mkdir(parents=True, exist_ok=True)
+        lock = hold_workdir(local) if jax.process_index() == 0 else contextlib.nullcontext()
+        with lock:
+            return _train(config, local, stop_after=stop_after, progress=progress,
+                          evaluate=evaluate,
+                          on_sealed=None if staged is None else lambda: staged.push(owner=True))
 
 
 def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: bool,
-           evaluate: bool) -> LoopResult:
+           evaluate: bool, on_sealed=None) -> LoopResult:
     if dispatch.on_cpu():
         process.allocator_hint()
     written, config = config, resolve_precision(config, jax.default_backend(), "train")
     task = tasks.build_task(config)
     checkpointer = open_checkpoints(config, workdir)
+    checkpointer.on_sealed = on_sealed
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint
     variable_names = _variable_names(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ class Checkpointer:
         # step's metadata before restoring anything (``restore_parts``)
         self._unsealed: list[int] = []
         self.read_only = read_only
+        # called (process 0) after the steps saved so far are complete and sealed
+        self.on_sealed: Callable[[], None] | None = None
         self._manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={_STATE: ocp.StandardCheckpointHandler(),
@@ -113,6 +116,8 @@ class Checkpointer:
             for step in self._unsealed:
                 if self.step_dir(step).is_dir():  # (not already rotated out by ``keep``)
                     seal(self.step_dir(step))
+            if self.on_sealed is not None:  # e.g. copy the sealed steps to a remote workdir
+                self.on_sealed()
         self._unsealed.clear()
 
     def latest_intact_step(self, *, set_aside: bool = False) -> int | None:

@@ -1,0 +1,146 @@
+"""A local folder kept in step with a folder in a remote store (``gs://bucket/run``).
+
+Jobs whose libraries write local files (orbax checkpoints, TensorBoard event files, the
+metrics log, evaluation outputs) run in a local *staging* folder that mirrors the remote one:
+:meth:`Mirror.pull` makes the staging folder hold what the remote folder holds, and
+:meth:`Mirror.push` uploads what changed locally since the last push (streamed, file by file)
+and deletes remote files that were deleted locally under the prefixes it is told to sync. Files
+matched by ``last`` go up after all the others, so a marker written when a set of files is
+complete (a checkpoint's checksums) never reaches the store before the files it vouches for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from jaxdet.files.errors import remote_call
+from jaxdet.files.paths import filesystem, is_url, join
+from jaxdet.files.streams import open_file
+
+logger = logging.getLogger("jaxdet.files")
+
+COPY_BLOCK_BYTES = 8 << 20
+
+
+def staging_root() -> Path:
+    """Where staging folders live: ``$JAXDET_STAGING_DIR``, else ``~/.cache/jaxdet/staging``."""
+    given = os.environ.get("JAXDET_STAGING_DIR")
+    return Path(given) if given else Path.home() / ".cache" / "jaxdet" / "staging"
+
+
+def staging_folder(url: str, role: str) -> Path:
+    """The staging folder of the remote folder ``url`` for one kind of job (``role``:
+    ``train``, ``eval``, ...), so that a training run and an evaluation beside it on one
+    machine never share one."""
+    digest = hashlib.sha1(url.rstrip("/").encode()).hexdigest()[:12]
+    name = url.rstrip("/").split("://", 1)[-1].replace("/", "_")[-60:]
+    return staging_root() / role / f"{name}-{digest}"
+
+
+def _copy(source, target) -> None:
+    while chunk := source.read(COPY_BLOCK_BYTES):
+        target.write(chunk)
+
+
+class Mirror:
+    """The remote folder ``remote`` (a URL) and its local staging folder ``local``.
+
+    ``skip(relative_path)`` names local files never uploaded (locks, temporary folders)."""
+
+    def __init__(self, remote: str, local: str | os.PathLike,
+                 skip: Callable[[str], bool] = lambda rel: False):
+        if not is_url(remote):
+            raise ValueError(f"{remote} is not a URL: a local folder needs no mirror")
+        self.remote = remote.rstrip("/")
+        self.local = Path(local)
+        self.skip = skip
+        self._pushed: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns)
+
+    def remote_files(self) -> dict[str, int]:
+        """``{relative path: size}`` of every file under the remote folder."""
+        fs, inner = filesystem(self.remote)
+        found = remote_call(self.remote, lambda: fs.find(inner, detail=True))
+        prefix = inner.rstrip("/") + "/"
+        return {path[len(prefix):]: int(info.get("size") or 0) for path, info in found.items()
+                if path.startswith(prefix) and info.get("type", "file") == "file"}
+
+    def local_files(self) -> dict[str, os.stat_result]:
+        """``{relative path: stat}`` of every local file not skipped."""
+        out = {}
+        if self.local.is_dir():
+            for path in self.local.rglob("*"):
+                rel = path.relative_to(self.local).as_posix()
+                if path.is_file() and not self.skip(rel):
+                    out[rel] = path.stat()
+        return out
+
+    def pull(self, *, exact: bool = True,
+             wanted: Callable[[str, dict[str, int]], bool] = lambda rel, remote: True) -> int:
+        """Downloads the remote files missing locally or of another size, those for which
+        ``wanted(relative path, {every remote file: size})`` holds (e.g. only the checkpoint
+        folders whose completion marker is there); with ``exact``, deletes the local files
+        the remote folder does not hold (skipped ones kept). Returns how many were
+        downloaded."""
+        self.local.mkdir(parents=True, exist_ok=True)
+        listing, local = self.remote_files(), self.local_files()
+        remote = {rel: size for rel, size in listing.items() if wanted(rel, listing)}
+        count = 0
+        for rel, size in sorted(remote.items()):
+            if rel in local and local[rel].st_size == size:
+                continue
+            target = self.local / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            with open_file(join(self.remote, rel), "rb") as src, open(partial, "wb") as dst:
+                _copy(src, dst)
+            partial.replace(target)
+            count += 1
+        if exact:
+            for rel in set(local) - set(remote):
+                (self.local / rel).unlink(missing_ok=True)
+            self._remove_empty_folders()
+        self._pushed = {rel: (st.st_size, st.st_mtime_ns)
+                        for rel, st in self.local_files().items()}
+        if count:
+            logger.info("%s: %d file(s) fetched into %s", self.remote, count, self.local)
+        return count
+
+    def push(self, *, sync: Iterable[str] = (), last: Callable[[str], bool] = lambda r: False
+             ) -> int:
+        """Uploads the local files changed since the last pull or push (``last`` ones after
+        the others); deletes the remote files under the ``sync`` prefixes (relative folders,
+        e.g. ``checkpoints/``) that are gone locally. Returns how many files went up."""
+        local = self.local_files()
+        changed = [rel for rel, st in local.items()
+                   if self._pushed.get(rel) != (st.st_size, st.st_mtime_ns)]
+        changed.sort(key=lambda rel: (last(rel), rel))
+        for rel in changed:
+            with open(self.local / rel, "rb") as src, \
+                    open_file(join(self.remote, rel), "wb") as dst:
+                _copy(src, dst)
+            self._pushed[rel] = (local[rel].st_size, local[rel].st_mtime_ns)
+        prefixes = tuple(p.rstrip("/") + "/" for p in sync)
+        if prefixes:
+            fs, inner = filesystem(self.remote)
+            for rel in self.remote_files():
+                if rel.startswith(prefixes) and rel not in local and not self.skip(rel):
+                    remote_call(self.remote, lambda r=rel: fs.rm_file(f"{inner}/{r}"))
+                    self._pushed.pop(rel, None)
+        return len(changed)
+
+    def _remove_empty_folders(self) -> None:
+        """Folders left empty by a pull (a checkpoint step the remote folder no longer holds
+        must not stay behind as an empty step folder)."""
+        for folder in sorted((p for p in self.local.rglob("*") if p.is_dir()),
+                             key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+
+    def clear_local(self) -> None:
+        """Deletes the staging folder."""
+        shutil.rmtree(self.local, ignore_errors=True)
