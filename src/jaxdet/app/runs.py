@@ -27,7 +27,12 @@ from jaxdet.app.run_fingerprint import (  # noqa: F401  (WorkdirMismatch re-expo
     config_fingerprint,
 )
 from jaxdet.backends import dispatch, process
-from jaxdet.config.changes import check_resume, describe, keep_previous
+from jaxdet.config.changes import (
+    batch_change_warning,
+    check_resume,
+    describe,
+    keep_previous,
+)
 from jaxdet.config.loader import dump_config
 from jaxdet.config.precision import resolve_precision
 from jaxdet.config.schema import Config
@@ -276,6 +281,9 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
             kept = keep_previous(workdir)
             log.warning("resuming %s with a changed config: %s (the previous one is kept as "
                         "%s)", workdir, describe(changes), kept.name if kept else "-")
+            batch = batch_change_warning(changes, config.train.reference_batch_size)
+            if batch:
+                log.warning(batch)
         (workdir / "config.yaml").write_text(dump_config(written))
 
     from jaxdet.app.plots import try_plot_training_curves  # matplotlib loads only when drawing

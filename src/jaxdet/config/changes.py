@@ -74,6 +74,23 @@ def check_resume(workdir: Path, new: dict) -> dict[str, tuple[Any, Any]]:
     return changes
 
 
+def batch_change_warning(changes: dict[str, tuple[Any, Any]], reference_batch_size: int | None
+                         ) -> str | None:
+    """The warning for a resume whose global batch (``train.batch_size``) changed, from
+    :func:`check_resume`'s ``changes``; None when it did not change."""
+    if "train.batch_size" not in changes:
+        return None
+    old, new = changes["train.batch_size"]
+    if reference_batch_size is None:
+        rate = ("the learning rate stays as configured; set train.reference_batch_size to "
+                "scale it with the batch (the linear scaling rule)")
+    else:
+        rate = (f"the learning rate now scales by {new}/{reference_batch_size} (it scaled by "
+                f"{old}/{reference_batch_size}): train.reference_batch_size")
+    return (f"the global batch changed from {old} to {new} on resume: the steps already "
+            f"trained saw {old} images each, the rest will see {new}; {rate}")
+
+
 def keep_previous(workdir: Path) -> Path | None:
     """Rename ``workdir/config.yaml`` to the first free ``config.yaml.N``; returns the new
     path (None: there was none)."""
@@ -88,4 +105,5 @@ def keep_previous(workdir: Path) -> Path | None:
     return target
 
 
-__all__ = ["DataChanged", "check_resume", "config_changes", "describe", "keep_previous"]
+__all__ = ["DataChanged", "batch_change_warning", "check_resume", "config_changes", "describe",
+           "keep_previous"]

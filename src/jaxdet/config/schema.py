@@ -153,8 +153,6 @@ DatasetConfig = Annotated[
 ]
 
 
-
-
 class FixedShapeResizerConfig(Strict):
     """Resize every image to ``height`` x ``width`` (aspect ratio not kept). ``method``:
     ``bilinear`` (antialiased when shrinking, half-pixel centres) or ``tf_bilinear`` (the TF
@@ -391,15 +389,16 @@ class TrainConfig(Strict):
     ending at stride 2**N (one checkpoint per block), ``backbone`` = all of them, ``neck``,
     ``head`` (one checkpoint per level). Same gradients, less memory, ~1 more forward pass of
     those parts. ``initializers``: rules that draw some parameters of a freshly built model
-    with another initializer (a converted TF pipeline.config's own)."""
+    with another initializer (a converted TF pipeline.config's own). ``reference_batch_size``:
+    the linear scaling rule, every learning rate times ``batch_size / reference_batch_size``."""
 
     batch_size: int = Field(8, ge=1)
+    reference_batch_size: int | None = Field(None, ge=1)
     num_steps: int = Field(1000, ge=1)
     seed: int = 0
     optimizer: OptimizerConfig = OptimizerConfig()
     learning_rate: LearningRateConfig = CosineLearningRateConfig(
-        name="cosine", learning_rate_base=0.04, warmup_learning_rate=0.013, warmup_steps=100
-    )
+        name="cosine", learning_rate_base=0.04, warmup_learning_rate=0.013, warmup_steps=100)
     ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
     ema_dynamic_decay: bool = False
     accumulate_steps: int = Field(1, ge=1)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import optax
@@ -15,11 +16,26 @@ from jaxdet.train import optim
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
 
+log = logging.getLogger("jaxdet")
+
 # A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
 Task = Any
 
 
 def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
+    """The learning-rate schedule of ``train`` (step -> rate); with ``reference_batch_size``
+    every rate is multiplied by ``batch_size / reference_batch_size`` (the linear scaling
+    rule)."""
+    schedule = _unscaled_schedule(cfg)
+    if cfg.reference_batch_size is None or cfg.reference_batch_size == cfg.batch_size:
+        return schedule
+    factor = cfg.batch_size / cfg.reference_batch_size
+    log.info("learning rates x %g: train.batch_size %d over train.reference_batch_size %d "
+             "(the linear scaling rule)", factor, cfg.batch_size, cfg.reference_batch_size)
+    return lambda step: schedule(step) * factor
+
+
+def _unscaled_schedule(cfg: S.TrainConfig) -> optax.Schedule:
     lr = cfg.learning_rate
     if isinstance(lr, S.CosineLearningRateConfig):
         return optim.cosine_decay_with_warmup(
