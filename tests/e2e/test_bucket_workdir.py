@@ -123,6 +123,13 @@ def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs
     predicted = json.loads(files.read_text(f"{bucket}/predicted/predictions.json"))
     assert predicted["num_images"] == 6
     assert all(e["image"].startswith(f"{bucket}/photos/") for e in predicted["images"])
+    import jaxdet
+
+    detector = jaxdet.load(workdir)  # the Python API on the bucket's run
+    photo = files.glob(f"{bucket}/photos/*")[0]
+    mine = detector.predict(photo)
+    theirs = next(e for e in predicted["images"] if e["image"] == photo)
+    assert len(mine) == len(theirs["detections"])
     assert main(["export", "--workdir", workdir, "--out", f"{bucket}/exported"]) == 0
     signature = json.loads(files.read_text(f"{bucket}/exported/signature.json"))
     assert signature["format"] == "stablehlo"

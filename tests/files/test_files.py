@@ -131,3 +131,43 @@ def test_missing_credentials_are_one_line_with_what_to_do(monkeypatch):
     assert "\n" not in message
     assert message.startswith("gs://private-bucket/coco/label_map.pbtxt: access denied")
     assert "gcloud auth application-default login" in message
+
+
+class _Drops(http.server.BaseHTTPRequestHandler):
+    """A storage endpoint whose every connection drops before an answer."""
+
+    calls = 0
+
+    def handle_one_request(self):
+        type(self).calls += 1
+        self.rfile.readline()
+        self.connection.close()
+        self.close_connection = True
+
+
+def test_a_connection_that_keeps_dropping_is_retried_then_one_line(monkeypatch):
+    import types
+
+    import gcsfs.retry
+
+    async def no_wait(_seconds):  # the client's back-off, without the minute of waiting
+        return None
+
+    monkeypatch.setattr(gcsfs.retry, "asyncio", types.SimpleNamespace(sleep=no_wait))
+    monkeypatch.setattr("jaxdet.files.errors.RETRY_PAUSE_S", 0.0)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drops)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        file_paths._filesystem.cache_clear()
+        with pytest.raises(files.FileAccessError) as err:
+            files.read_bytes("gs://bucket/train.tfrecord-00000-of-00001")
+    finally:
+        server.shutdown()
+        file_paths._filesystem.cache_clear()
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("gs://bucket/train.tfrecord-00000-of-00001: the storage service "
+                              "could not be reached after retries (")
+    assert _Drops.calls >= 2 * 6  # the client's 6 tries, twice (jaxdet's one more try)

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from PIL import Image
 
-from jaxdet import tasks
+from jaxdet import files, tasks
 from jaxdet.app import runs
 from jaxdet.app.detections import Detections
 from jaxdet.app.export_job import export_loaded
@@ -294,14 +294,14 @@ class Detector:
 
     def _pixels(self, item, index: int, count: int, single: bool) -> tuple[np.ndarray, str | None]:
         what = "image" if single else f"image {index} of {count}"
-        if isinstance(item, (str, os.PathLike)):
-            path = Path(item)
-            if not path.exists():
+        if isinstance(item, (str, os.PathLike)):  # a local path or a URL (gs://...)
+            path = os.fspath(item)
+            if not files.exists(path):
                 raise FileNotFoundError(f"{what}: file not found: {path}")
-            if path.is_dir():
+            if files.isdir(path):
                 raise ValueError(f"{what}: {path} is a folder; predict takes image files and "
                                  "arrays (the jaxdet predict command searches folders)")
-            return load_image(path, self.decode), str(path)
+            return load_image(path, self.decode), path
         return rgb_pixels(item, what), None
 
 

@@ -52,6 +52,20 @@ def latest_tf_checkpoint(folder: str | os.PathLike) -> Path | str | None:
     return prefix if files.is_url(prefix) else Path(prefix)
 
 
+def _readable(workdir: str | os.PathLike | None) -> Path | None:
+    """A workdir as a local folder: a bucket's (``gs://...``) is copied into a reader's
+    staging folder first (its sealed checkpoints and files; ``app.remote_workdir``)."""
+    if workdir is None:
+        return None
+    if files.is_url(workdir):
+        from jaxdet.app.remote_workdir import StagedWorkdir
+
+        staged = StagedWorkdir(os.fspath(workdir), "read")
+        staged.pull(exact=True)
+        return staged.local
+    return Path(workdir)
+
+
 def as_path(path: str | os.PathLike | None) -> Path | str | None:
     """A local path as a ``Path``; a URL (``gs://...``) kept as its string."""
     if path is None:
@@ -92,7 +106,7 @@ def model_source(model: str | os.PathLike | Config | None = None, *,
         model, or the config is invalid (each message names the path or field).
     """
     overrides = list(overrides)
-    workdir = Path(workdir) if workdir is not None else None
+    workdir = _readable(workdir)
     checkpoint = as_path(checkpoint)
     if model is None:
         if workdir is None:
@@ -109,8 +123,9 @@ def model_source(model: str | os.PathLike | Config | None = None, *,
     path = as_path(model)
     if files.isdir(path):
         if files.isfile(files.join(path, "config.yaml")):
-            return ModelSource(load_config(files.join(path, "config.yaml"), overrides),
-                               workdir if workdir is not None else path, checkpoint)
+            config = load_config(files.join(path, "config.yaml"), overrides)
+            return ModelSource(config, workdir if workdir is not None else _readable(path),
+                               checkpoint)
         if files.isfile(files.join(path, "pipeline.config")):
             if checkpoint is None:
                 checkpoint = latest_tf_checkpoint(files.join(path, "checkpoint"))

@@ -9,6 +9,7 @@ created on first use).
 from __future__ import annotations
 
 import glob as _glob
+import logging
 import os
 import posixpath
 import shutil
@@ -45,7 +46,13 @@ def local(path: PathLike) -> str:
 def _filesystem(name: str, pid: int) -> Any:
     import fsspec
 
-    return fsspec.filesystem(name)
+    fs = fsspec.filesystem(name)
+    # the client logs each failure it gives up on with a traceback; jaxdet says it in one
+    # line (errors.access_error). A level set by the user is kept.
+    client_log = logging.getLogger(type(fs).__module__.split(".")[0])
+    if client_log.level == logging.NOTSET:
+        client_log.setLevel(logging.CRITICAL)
+    return fs
 
 
 def filesystem(url: str) -> tuple[Any, str]:
