@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from jaxdet import files
 from jaxdet.backends import process
 from jaxdet.data.decode import CorruptImageError, load_record_image, read_image_bytes
 from jaxdet.data.label_map import write_label_map
@@ -67,7 +68,7 @@ def record_image_bytes(record: Record) -> bytes:
         return read_image_bytes(ref, record["image_path"])
     path = record["image_path"]
     try:
-        return Path(path).read_bytes()
+        return files.read_bytes(path)
     except OSError as e:
         raise CorruptImageError(path, e.strerror or str(e)) from None
 
@@ -164,7 +165,7 @@ def source_to_tfrecord(source, out: str | os.PathLike, *, shards: int = 1,
     """Writes every record of ``source`` as a tf.train.Example; record k goes to shard
     k mod ``shards``. ``crowd_key``: the feature that holds is_crowd (VOC: difficult)."""
     summary = ConvertSummary(outputs=shard_paths(out, shards))
-    Path(summary.outputs[0]).parent.mkdir(parents=True, exist_ok=True)
+    files.makedirs(files.parent(summary.outputs[0]) or ".")
     names = list(source.category_names)
     writers = [TfRecordWriter(p) for p in summary.outputs]
     try:

@@ -44,6 +44,7 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
 
+from jaxdet import files
 from jaxdet.data.decode import CorruptImageError, read_image_bytes
 
 MASK_KEYS = ("masks",)
@@ -347,7 +348,7 @@ def read_instance_png(path: str, size: tuple[int, int] | None = None) -> np.ndar
         labels (a palette or grey PNG), or not ``size`` (h, w).
     """
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(files.read_bytes(path))) as image:
             image.load()
             mode, array = image.mode, np.asarray(image)
     except FileNotFoundError:

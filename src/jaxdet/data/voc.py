@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet import files
 from jaxdet.data.decode import CorruptImageError
 from jaxdet.data.masks import InstancePngMasks, read_instance_png
 from jaxdet.data.records import (
@@ -97,29 +98,27 @@ class VocSource:
         self.annotation_dir = str(annotation_dir)
         self.image_dir = str(image_dir)
         self.skips = skips if skips is not None else SkipCounter()
-        if not os.path.isdir(self.annotation_dir):
+        if not files.isdir(self.annotation_dir):
             raise FileNotFoundError(f"VOC annotation folder not found: {self.annotation_dir}")
-        if not os.path.isdir(self.image_dir):
+        if not files.isdir(self.image_dir):
             raise FileNotFoundError(f"VOC image folder not found: {self.image_dir}")
         self.load_masks = bool(masks)
         self.mask_dir = None
         if self.load_masks:
-            self.mask_dir = str(mask_dir) if mask_dir is not None else os.path.join(
-                os.path.dirname(os.path.normpath(self.annotation_dir)), "SegmentationObject")
-            if not os.path.isdir(self.mask_dir):
+            self.mask_dir = str(mask_dir) if mask_dir is not None else files.join(
+                files.parent(self.annotation_dir), "SegmentationObject")
+            if not files.isdir(self.mask_dir):
                 raise FileNotFoundError(
                     f"VOC instance mask folder not found: {self.mask_dir} (instance masks were "
                     "asked for: data.load_masks; set the dataset's mask_dir to the "
                     "SegmentationObject folder)")
         before = self.skips.as_dict()
         if image_set is not None:
-            with open(image_set, encoding="utf-8") as f:
-                stems = [line.split()[0] for line in f if line.strip()]
-            xml_files = [os.path.join(self.annotation_dir, s + ".xml") for s in stems]
+            lines = files.read_text(image_set).splitlines()
+            stems = [line.split()[0] for line in lines if line.strip()]
+            xml_files = [files.join(self.annotation_dir, s + ".xml") for s in stems]
         else:
-            xml_files = sorted(
-                str(p) for p in Path(self.annotation_dir).iterdir() if p.suffix == ".xml"
-            )
+            xml_files = files.glob(files.join(self.annotation_dir, "*.xml"), files_only=True)
         parsed = [p for p in (self._parse_file(f) for f in xml_files) if p is not None]
 
         if class_names is None:
@@ -162,7 +161,7 @@ class VocSource:
 
     def _parse_file(self, xml_file: str) -> dict[str, Any] | None:
         try:
-            root = ET.parse(xml_file).getroot()
+            root = ET.fromstring(files.read_bytes(xml_file))
         except FileNotFoundError:
             self.skips.add("missing_annotation_file", xml_file)
             return None
@@ -170,7 +169,7 @@ class VocSource:
             self.skips.add("malformed_xml", xml_file, detail=str(e))
             return None
         filename = _text(root, "filename") or (Path(xml_file).stem + ".jpg")
-        image_path = os.path.join(self.image_dir, filename)
+        image_path = files.join(self.image_dir, filename)
         size = root.find("size")
         try:
             height, width = int(float(_text(size, "height", "0"))), int(
@@ -182,7 +181,8 @@ class VocSource:
             from PIL import Image
 
             try:
-                with Image.open(image_path) as image:
+                with files.open_file(image_path, "rb", block_size=1 << 16) as f, \
+                        Image.open(f) as image:
                     width, height = image.size
             except (OSError, ValueError):
                 self.skips.add("image_without_size", xml_file,
@@ -225,8 +225,8 @@ class VocSource:
     def _check_masks(self, xml_file: str, filename: str, objects: list, height: int,
                      width: int) -> str | None:
         """The image's SegmentationObject PNG, or None (counted) when the image must go."""
-        path = os.path.join(self.mask_dir, Path(filename).stem + ".png")
-        if not os.path.isfile(path):
+        path = files.join(self.mask_dir, Path(filename).stem + ".png")
+        if not files.isfile(path):
             self.skips.add("missing_mask", xml_file, detail=f"no instance mask file {path}; "
                            "images without one are left out when masks are loaded")
             return None
