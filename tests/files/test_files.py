@@ -98,6 +98,23 @@ def test_a_scheme_whose_package_is_missing_names_the_extra(monkeypatch):
     file_paths._filesystem.cache_clear()
 
 
+def _read_through(handler, url: str, monkeypatch) -> files.FileAccessError:
+    """The error ``files.read_bytes(url)`` raises when the storage endpoint is an HTTP server
+    on 127.0.0.1 answering with ``handler`` (started and stopped here)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        file_paths._filesystem.cache_clear()
+        with pytest.raises(files.FileAccessError) as err:
+            files.read_bytes(url)
+    finally:
+        server.shutdown()
+        file_paths._filesystem.cache_clear()
+    return err.value
+
+
 class _Refuses(http.server.BaseHTTPRequestHandler):
     """A storage endpoint that refuses every request as GCS does without credentials."""
 
@@ -115,19 +132,8 @@ class _Refuses(http.server.BaseHTTPRequestHandler):
 
 
 def test_missing_credentials_are_one_line_with_what_to_do(monkeypatch):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        file_paths._filesystem.cache_clear()
-        with pytest.raises(files.FileAccessError) as err:
-            files.read_bytes("gs://private-bucket/coco/label_map.pbtxt")
-    finally:
-        server.shutdown()
-        file_paths._filesystem.cache_clear()
-    message = str(err.value)
+    err = _read_through(_Refuses, "gs://private-bucket/coco/label_map.pbtxt", monkeypatch)
+    message = str(err)
     assert "\n" not in message
     assert message.startswith("gs://private-bucket/coco/label_map.pbtxt: access denied")
     assert "gcloud auth application-default login" in message
@@ -155,18 +161,8 @@ def test_a_connection_that_keeps_dropping_is_retried_then_one_line(monkeypatch):
 
     monkeypatch.setattr(gcsfs.retry, "asyncio", types.SimpleNamespace(sleep=no_wait))
     monkeypatch.setattr("jaxdet.files.errors.RETRY_PAUSE_S", 0.0)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drops)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        file_paths._filesystem.cache_clear()
-        with pytest.raises(files.FileAccessError) as err:
-            files.read_bytes("gs://bucket/train.tfrecord-00000-of-00001")
-    finally:
-        server.shutdown()
-        file_paths._filesystem.cache_clear()
-    message = str(err.value)
+    err = _read_through(_Drops, "gs://bucket/train.tfrecord-00000-of-00001", monkeypatch)
+    message = str(err)
     assert "\n" not in message
     assert message.startswith("gs://bucket/train.tfrecord-00000-of-00001: the storage service "
                               "could not be reached after retries (")

@@ -70,6 +70,7 @@ class StagedWorkdir:
     def __init__(self, url: str, role: str):
         self.url = url.rstrip("/")
         self.mirror = Mirror(self.url, staging_folder(self.url, role), skip=_never_uploaded)
+        self._bucket_seen = False
 
     @property
     def local(self) -> Path:
@@ -80,12 +81,14 @@ class StagedWorkdir:
 
         Raises:
           FileNotFoundError: the bucket does not exist (before anything is written)."""
-        scheme, rest = self.url.split("://", 1)
-        bucket = f"{scheme}://{rest.split('/', 1)[0]}"
-        if not files.exists(bucket):
-            raise FileNotFoundError(f"{self.url}: the bucket {bucket} does not exist (create "
-                                    "it first, e.g. gcloud storage buckets create "
-                                    f"{bucket})")
+        if not self._bucket_seen:  # once: a watcher pulls at every look
+            scheme, rest = self.url.split("://", 1)
+            bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+            if not files.exists(bucket):
+                raise FileNotFoundError(f"{self.url}: the bucket {bucket} does not exist "
+                                        "(create it first, e.g. gcloud storage buckets create "
+                                        f"{bucket})")
+            self._bucket_seen = True
         return self.mirror.pull(exact=exact, wanted=_sealed_only)
 
     def push(self, *, owner: bool) -> int:

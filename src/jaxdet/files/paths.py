@@ -71,7 +71,8 @@ def filesystem(url: str) -> tuple[Any, str]:
     return fs, fs._strip_protocol(url)
 
 
-def _url(fs: Any, path: str, like: str) -> str:
+def _url(path: str, like: str) -> str:
+    """``path`` inside a store, as a URL of the scheme of ``like``."""
     return f"{scheme(like)}://{path}"
 
 
@@ -99,36 +100,33 @@ def has_magic(path: PathLike) -> bool:
     return _glob.has_magic(os.fspath(path))
 
 
+def _ask(path: PathLike, on_disk, remote: str) -> Any:
+    """``on_disk(local path)`` for a local path, else the file system's method ``remote`` on
+    the path inside the store (errors as :func:`remote_call` gives them)."""
+    if not is_url(path):
+        return on_disk(local(path))
+    fs, inner = filesystem(os.fspath(path))
+    return remote_call(os.fspath(path), lambda: getattr(fs, remote)(inner))
+
+
 def exists(path: PathLike) -> bool:
     """True when ``path`` names a file or folder."""
-    if not is_url(path):
-        return os.path.exists(local(path))
-    fs, inner = filesystem(os.fspath(path))
-    return remote_call(os.fspath(path), lambda: fs.exists(inner))
+    return _ask(path, os.path.exists, "exists")
 
 
 def isfile(path: PathLike) -> bool:
     """True when ``path`` names a file."""
-    if not is_url(path):
-        return os.path.isfile(local(path))
-    fs, inner = filesystem(os.fspath(path))
-    return remote_call(os.fspath(path), lambda: fs.isfile(inner))
+    return _ask(path, os.path.isfile, "isfile")
 
 
 def isdir(path: PathLike) -> bool:
     """True when ``path`` names a folder (on an object store: a prefix holding objects)."""
-    if not is_url(path):
-        return os.path.isdir(local(path))
-    fs, inner = filesystem(os.fspath(path))
-    return remote_call(os.fspath(path), lambda: fs.isdir(inner))
+    return _ask(path, os.path.isdir, "isdir")
 
 
 def getsize(path: PathLike) -> int:
     """The size of the file ``path`` in bytes."""
-    if not is_url(path):
-        return os.path.getsize(local(path))
-    fs, inner = filesystem(os.fspath(path))
-    return int(remote_call(os.fspath(path), lambda: fs.size(inner)))
+    return int(_ask(path, os.path.getsize, "size"))
 
 
 def glob(pattern: PathLike, *, files_only: bool = False) -> list[str]:
@@ -140,7 +138,7 @@ def glob(pattern: PathLike, *, files_only: bool = False) -> list[str]:
         return [p for p in found if os.path.isfile(p)] if files_only else found
     fs, inner = filesystem(text)
     entries = remote_call(text, lambda: fs.glob(inner, detail=True))
-    return sorted(_url(fs, p, text) for p, info in entries.items()
+    return sorted(_url(p, text) for p, info in entries.items()
                   if not files_only or info.get("type") == "file")
 
 
