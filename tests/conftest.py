@@ -2,6 +2,7 @@
 devices for the sharding tests) and the tiny config that trains in seconds: 64x64 generated
 shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device (``parallel.data=1``)."""
 
+import contextlib
 import os
 
 from compile_settings import compile_settings_line, use_fast_compile_settings
@@ -93,19 +94,39 @@ def tiny_config():
     return load_config("shapes_demo", TINY)
 
 
+@contextlib.contextmanager
+def _emulator_in_environment(emulator):
+    """``emulator`` (a started store emulator) with this process' environment pointed at it
+    for the block; stopped and the environment restored at its end."""
+    saved = {k: os.environ.get(k) for k in emulator.env()}
+    os.environ.update(emulator.env())
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def gcs():
     """A GCS emulator on 127.0.0.1 for the whole session (tests/gcs_emulator.py), with this
     process' environment pointed at it; stopped at the end."""
     import gcs_emulator
 
-    emulator = gcs_emulator.start()
-    saved = {k: os.environ.get(k) for k in emulator.env()}
-    os.environ.update(emulator.env())
-    yield emulator
-    emulator.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with _emulator_in_environment(gcs_emulator.start()) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """An S3 emulator on 127.0.0.1 for the whole session (tests/s3_emulator.py), with this
+    process' environment pointed at it; stopped at the end."""
+    pytest.importorskip("s3fs")
+    import s3_emulator
+
+    with _emulator_in_environment(s3_emulator.start()) as emulator:
+        yield emulator

@@ -24,7 +24,7 @@ BUCKET = "jaxdet-test"
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -66,7 +66,7 @@ def start(bucket: str = BUCKET, timeout_s: float = 30.0) -> GcsEmulator:
     answers."""
     exe = shutil.which("gcp-storage-emulator") or str(
         Path(sys.executable).with_name("gcp-storage-emulator"))
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [exe, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
          f"--default-bucket={bucket}"],

@@ -44,3 +44,18 @@ def test_the_cli_reads_a_pipeline_config_from_a_bucket(gcs):
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"config error: pipeline config gs://{gcs.bucket}/nowhere.config does not exist"]
+
+
+def test_convert_config_writes_its_yaml_into_a_bucket(gcs, tmp_path):
+    """``jaxdet convert-config --out gs://...``: the same YAML as written to disk, and the
+    command names the bucket's path."""
+    from jaxdet import files
+    from jaxdet.app.cli import main
+
+    pipeline = gcs.upload(ZOO, "configs/convert/pipeline.config")
+    out = f"gs://{gcs.bucket}/configs/convert/jaxdet.yaml"
+    assert main(["convert-config", pipeline, "--out", out]) == 0
+    assert main(["convert-config", str(ZOO), "--out", str(tmp_path / "jaxdet.yaml")]) == 0
+    mine, theirs = files.read_text(out), (tmp_path / "jaxdet.yaml").read_text()
+    assert mine.replace(pipeline, str(ZOO)) == theirs
+    assert load_config(out).model_dump() == load_config(tmp_path / "jaxdet.yaml").model_dump()

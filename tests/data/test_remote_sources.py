@@ -146,3 +146,26 @@ def test_voc_in_a_bucket_converts_to_tfrecord_shards_in_the_bucket(tmp_path, gcs
         np.testing.assert_allclose(got["boxes"], want["boxes"], atol=1e-3)
         assert got["classes"].tolist() == want["classes"].tolist()
         np.testing.assert_array_equal(load_record_image(got), load_record_image(want))
+
+
+def test_coco_output_and_preview_written_into_a_bucket_equal_local_ones(tmp_path, gcs, capsys):
+    """``jaxdet convert-dataset --to coco --out gs://... --preview gs://...png``: the same
+    annotations, images and picture as written to local disk."""
+    from jaxdet import files
+    from jaxdet.app.cli import main
+    from jaxdet.data.shapes import generate_shapes
+
+    ann = generate_shapes(tmp_path / "shapes", 3, image_size=(40, 56), seed=7, num_classes=2)
+    bucket = f"gs://{gcs.bucket}/coco_out"
+    for out, preview in ((bucket, f"{bucket}/preview.png"),
+                         (str(tmp_path / "local"), str(tmp_path / "local" / "preview.png"))):
+        assert main(["convert-dataset", "--from", "coco", "--annotations", str(ann),
+                     "--images", str(Path(ann).parent / "images"), "--to", "coco", "--out",
+                     out, "--preview", preview, "--no-progress"]) == 0
+        assert f"preview: {preview}" in capsys.readouterr().out
+    local = tmp_path / "local"
+    assert (files.read_text(f"{bucket}/annotations.json")
+            == (local / "annotations.json").read_text())
+    for image in sorted((local / "images").iterdir()):
+        assert files.read_bytes(f"{bucket}/images/{image.name}") == image.read_bytes()
+    assert files.read_bytes(f"{bucket}/preview.png") == (local / "preview.png").read_bytes()

@@ -163,3 +163,33 @@ def test_the_python_segmenter_equals_the_commands(trained, tmp_path):
     saved_metrics = json.loads((workdir / "eval" / f"step_{STEPS}" / "metrics.json").read_text())
     assert metrics["mean_dice"] == pytest.approx(saved_metrics["mean_dice"], abs=1e-6)
     assert metrics["step"] == STEPS
+
+
+def test_predict_from_and_to_a_bucket_equals_local_files(trained, gcs, tmp_path, capsys):
+    """Volumes in a bucket (the GCS emulator) predicted into the bucket: the same labels as
+    from local files, and the command's output names the bucket's paths."""
+    from jaxdet import files
+
+    config, workdir = trained
+    inputs = tmp_path / "inputs"
+    image, _ = generated_volume((9, 0), (20, 24, 28))
+    write_volume(inputs / "case_a.nii.gz", image[..., 0], (2.0, 1.5, 1.0))
+    write_volume(inputs / "sub" / "case_b.npz", image[..., 0], (1.0, 1.0, 1.0))
+    remote = gcs.upload(inputs, "unet3d/inputs")
+    out = remote.rsplit("/", 1)[0] + "/predicted"
+    assert main(["predict", "--workdir", str(workdir), str(inputs), "--out",
+                 str(tmp_path / "local")]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--workdir", str(workdir), remote, "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert "2 volumes, 0 skipped" in printed and f"wrote {out}/<name>_label" in printed
+    for name in ("case_a_label.nii.gz", "case_b_label.npz"):
+        got, got_spacing = read_volume(f"{out}/{name}")
+        want, want_spacing = read_volume(tmp_path / "local" / name)
+        np.testing.assert_array_equal(got, want)
+        assert got_spacing == want_spacing
+    listed = json.loads(files.read_text(f"{out}/predictions.json"))
+    assert [v["file"] for v in listed["volumes"]] == [f"{remote}/case_a.nii.gz",
+                                                      f"{remote}/sub/case_b.npz"]
+    found = jaxdet.load(workdir).predict(f"{remote}/case_a.nii.gz")
+    np.testing.assert_array_equal(found.labels, read_volume(f"{out}/case_a_label.nii.gz")[0])

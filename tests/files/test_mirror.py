@@ -46,3 +46,18 @@ def test_pull_push_sync_and_order(gcs, tmp_path, monkeypatch):
     # holds what the staging folder holds
     assert sorted(mirror.remote_files()) == [
         "checkpoints/16/seal", "checkpoints/16/state", "config.yaml", "metrics.jsonl"]
+    assert mirror.pull() == 0  # what it sent is not fetched back
+
+
+def test_an_object_replaced_in_the_bucket_is_fetched_again_even_at_the_same_size(gcs, tmp_path):
+    """A workdir deleted and written again by another run (same steps, same file sizes):
+    the staging folder takes the new contents, not the stale ones of the same size."""
+    url = f"gs://{gcs.bucket}/mirror/replaced"
+    files.write_text(f"{url}/checkpoints/1/metadata", "run A")
+    mirror = Mirror(url, tmp_path / "staging")
+    assert mirror.pull() == 1 and mirror.pull() == 0
+    files.write_text(f"{url}/checkpoints/1/metadata", "run B")
+    assert mirror.pull() == 1
+    assert (tmp_path / "staging" / "checkpoints" / "1" / "metadata").read_text() == "run B"
+    again = Mirror(url, tmp_path / "staging")  # a later process on the same staging folder
+    assert again.pull() == 0

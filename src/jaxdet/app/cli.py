@@ -8,15 +8,15 @@ Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD AP
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+from jaxdet import files
 from jaxdet.app import cli_errors
+from jaxdet.app.cli_staging import staged
 from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 
@@ -302,7 +302,7 @@ def _trained_line(result, workdir) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.watch:
         return _watch(args)
-    with _staged(args):
+    with staged(args):
         return _eval_once(args)
 
 
@@ -357,23 +357,8 @@ def _check_checkpoint_args(args: argparse.Namespace) -> None:
                           "--checkpoint")
 
 
-@contextlib.contextmanager
-def _staged(args: argparse.Namespace) -> Iterator[None]:
-    """``--workdir`` / ``--out`` in a bucket (``gs://...``): the command works on local
-    staging copies, and what it writes goes up when it ends (``app.remote_workdir``)."""
-    from jaxdet.app.remote_workdir import staged_output, staged_reader
-
-    given = (args.workdir, args.out)
-    with staged_reader(args.workdir) as workdir, staged_output(args.out) as out:
-        args.workdir, args.out = workdir, out
-        try:
-            yield
-        finally:
-            args.workdir, args.out = given
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
-    with _staged(args):
+    with staged(args):
         return _predict(args)
 
 
@@ -421,7 +406,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with _staged(args):
+    with staged(args):
         return _export(args)
 
 
@@ -502,9 +487,9 @@ def cmd_convert_config(args: argparse.Namespace) -> int:
     conversion = convert_pipeline_config(args.pipeline_config)
     config = validate(apply_overrides(conversion.raw, args.overrides),
                       source=args.pipeline_config)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(conversion_yaml(conversion, config))
+    out = args.out
+    files.makedirs(files.parent(out) or ".")
+    files.write_text(out, conversion_yaml(conversion, config))
     for text in conversion.warnings:
         print(f"warning: {text}", file=sys.stderr)
     neck = getattr(config.model, "neck", None)  # faster_rcnn (C4) has none
@@ -522,9 +507,10 @@ def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
     report = runs.import_weights(config, args.workdir, args.checkpoint, restore=args.restore,
                                  checkpoint_format=args.checkpoint_format)
     print(report.line())
-    print(f"wrote {Path(args.workdir) / 'config.yaml'} and a checkpoint at step 0: "
+    saved = files.join(args.workdir, "config.yaml")
+    print(f"wrote {saved} and a checkpoint at step 0: "
           f"jaxdet eval|predict --workdir {args.workdir} ..., or fine-tune with "
-          f"jaxdet train --config {Path(args.workdir) / 'config.yaml'} --workdir {args.workdir}")
+          f"jaxdet train --config {saved} --workdir {args.workdir}")
     return 0
 
 

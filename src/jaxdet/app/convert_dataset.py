@@ -28,7 +28,6 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -210,11 +209,12 @@ def _readable(source, summary: ConvertSummary, desc: str, progress: bool):
 def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
                    ) -> ConvertSummary:
     """Writes ``out_dir/annotations.json`` (category id = class index + 1) and the images,
-    as stored, to ``out_dir/images/``. File names come from the records (made unique)."""
-    out_dir = Path(out_dir)
-    image_dir = out_dir / "images"
-    image_dir.mkdir(parents=True, exist_ok=True)
-    summary = ConvertSummary(outputs=[str(out_dir / "annotations.json")])
+    as stored, to ``out_dir/images/``; ``out_dir`` is a local folder or a URL
+    (``gs://bucket/coco``). File names come from the records (made unique)."""
+    out_dir = os.fspath(out_dir)
+    image_dir = files.join(out_dir, "images")
+    files.makedirs(image_dir)
+    summary = ConvertSummary(outputs=[files.join(out_dir, "annotations.json")])
     kept: list[Record] = []
     used: set[str] = set()
     for record, data, fmt in _readable(source, summary, "to COCO", progress):
@@ -222,7 +222,7 @@ def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
         if name in used:
             name = f"{record['image_id']}_{name}"
         used.add(name)
-        (image_dir / name).write_bytes(data)
+        files.write_bytes(files.join(image_dir, name), data)
         kept.append(dict(record, file_name=name))
         summary.num_images += 1
         summary.num_boxes += len(record["boxes"])
@@ -230,7 +230,7 @@ def source_to_coco(source, out_dir: str | os.PathLike, *, progress: bool = True
                              f"converted by jaxdet from {_describe(source)}",
                              file_name=lambda r: r["file_name"],
                              layout=getattr(source, "keypoint_layout", None))
-    (out_dir / "annotations.json").write_text(json.dumps(coco))
+    files.write_text(summary.outputs[0], json.dumps(coco))
     return summary
 
 
@@ -242,10 +242,11 @@ def _describe(source) -> str:
 
 
 def draw_dataset_grid(source, out_png: str | os.PathLike, max_images: int = 10, *,
-                      columns: int = 5, cell_size: int = 256) -> Path | None:
+                      columns: int = 5, cell_size: int = 256) -> str | None:
     """A PNG grid of the first ``max_images`` images of ``source`` with their ground-truth
     boxes and class names drawn (``columns`` per row, each scaled to ``cell_size``).
-    Unreadable images are left out; returns None when none could be drawn."""
+    Unreadable images are left out; returns where it wrote the PNG (local or a URL), None
+    when none could be drawn."""
     from jaxdet.eval.visualize import draw_detections, image_grid
 
     drawn, ids = [], []
@@ -272,9 +273,10 @@ def draw_dataset_grid(source, out_png: str | os.PathLike, max_images: int = 10, 
         return None
     rows = [drawn[i:i + columns] for i in range(0, len(drawn), columns)]
     titles = [", ".join(ids[i:i + columns]) for i in range(0, len(ids), columns)]
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    image_grid(rows, titles, cell_size).save(out_png)
+    out_png = os.fspath(out_png)
+    files.makedirs(files.parent(out_png) or ".")
+    with files.open_file(out_png, "wb") as f:
+        image_grid(rows, titles, cell_size).save(f, format="PNG")
     return out_png
 
 

@@ -30,12 +30,12 @@ from jaxdet import files, tasks
 from jaxdet.app import runs
 from jaxdet.app.model_source import model_source
 from jaxdet.app.plots import try_plot_training_curves
-from jaxdet.app.remote_workdir import StagedWorkdir
 from jaxdet.config.schema import Config
 from jaxdet.data import build as data_build
 from jaxdet.eval.runner import headline_metrics
 from jaxdet.train.checkpoint_integrity import damage
 from jaxdet.train.metrics_log import MetricsLogger
+from jaxdet.train.remote_workdir import StagedWorkdir
 
 log = logging.getLogger("jaxdet")
 

@@ -54,16 +54,12 @@ def latest_tf_checkpoint(folder: str | os.PathLike) -> Path | str | None:
 
 def _readable(workdir: str | os.PathLike | None) -> Path | None:
     """A workdir as a local folder: a bucket's (``gs://...``) is copied into a reader's
-    staging folder first (its sealed checkpoints and files; ``app.remote_workdir``)."""
+    staging folder first (its sealed checkpoints and files; ``train.remote_workdir``)."""
     if workdir is None:
         return None
-    if files.is_url(workdir):
-        from jaxdet.app.remote_workdir import StagedWorkdir
+    from jaxdet.train.remote_workdir import readable_workdir
 
-        staged = StagedWorkdir(os.fspath(workdir), "read")
-        staged.pull(exact=True)
-        return staged.local
-    return Path(workdir)
+    return readable_workdir(workdir)
 
 
 def as_path(path: str | os.PathLike | None) -> Path | str | None:

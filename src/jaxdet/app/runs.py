@@ -20,7 +20,6 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks
-from jaxdet.app.remote_workdir import staged_training
 from jaxdet.app.run_fingerprint import (  # noqa: F401  (WorkdirMismatch re-exported)
     WorkdirMismatch,
     check_fingerprint,
@@ -63,6 +62,7 @@ from jaxdet.train.checkpoint_integrity import damage
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
+from jaxdet.train.remote_workdir import staged_training
 from jaxdet.train.step import abstract_train_state, init_train_state
 from jaxdet.train.workdir_lock import WorkdirBusy, hold_workdir  # noqa: F401  (re-exported)
 
@@ -498,10 +498,18 @@ def import_weights(
     then works on it: eval, predict, and train (which fine-tunes from it). Returns the
     ``ImportReport``.
 
+    A remote ``workdir`` (``gs://...``) is written in a staging folder and uploaded.
+
     Raises:
       WorkdirMismatch: ``workdir`` already holds checkpoints (nothing is overwritten).
     """
-    workdir = Path(workdir)
+    with staged_training(workdir) as staged:
+        return _import_weights(config, staged.local if staged else Path(workdir), checkpoint,
+                               restore, checkpoint_format)
+
+
+def _import_weights(config: Config, workdir: Path, checkpoint, restore: str,
+                    checkpoint_format: str):
     checkpointer = open_checkpoints(config, workdir)
     try:
         if checkpointer.latest_step() is not None:

@@ -11,6 +11,12 @@ Formats:
   * ``.npz``: the array under ``image`` or ``label`` (or the only array), and an optional
     ``spacing`` array of 3 floats.
 
+Volumes and listings may sit in a remote store (``gs://bucket/kits19/case_00000.nii.gz``,
+through :mod:`jaxdet.files`): a header is read from the first bytes of the file (the first
+decompressed bytes of a ``.nii.gz``, the members' headers of an ``.npz``), a volume is fetched
+whole (it is read whole anyway), and a listing's relative paths resolve beside it in the store.
+Volumes are written to local files (a remote output folder is staged by the command).
+
 Every failure to read a volume (missing, truncated or corrupt file, unknown extension, not a
 3D array) is a :class:`VolumeReadError` naming the file and the reason.
 """
@@ -18,14 +24,18 @@ Every failure to read a volume (missing, truncated or corrupt file, unknown exte
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
+import os
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from jaxdet import files
 
 Spacing = tuple[float, float, float]
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
@@ -68,17 +78,51 @@ def _check_shape(shape: Sequence[int], path: str | Path) -> tuple[int, ...]:
     return shape
 
 
-def _nifti(path: Path) -> Any:
+NIFTI2_HEADER_BYTES = 540  # a NIfTI-1 header is 348 bytes, both say which in their first 4
+
+
+def _nifti_class(head: bytes) -> Any:
+    """The nibabel image class of a NIfTI file whose first bytes are ``head``."""
+    import nibabel as nib
+
+    sizes = {int.from_bytes(head[:4], order) for order in ("little", "big")}
+    return nib.Nifti2Image if NIFTI2_HEADER_BYTES in sizes else nib.Nifti1Image
+
+
+def _nifti(path: str | Path) -> Any:
+    """The nibabel image of a NIfTI file; a remote one is fetched into memory first."""
     import nibabel as nib
 
     try:
-        return nib.load(str(path))
+        if not files.is_url(path):
+            return nib.load(str(path))
+        data = files.read_bytes(path)
+        if str(path).lower().endswith(".gz"):
+            data = gzip.decompress(data)
+        return _nifti_class(data).from_bytes(data)
     except Exception as e:  # noqa: BLE001 - nibabel raises many kinds; report them all alike
         raise VolumeReadError(path, f"not a readable NIfTI file ({type(e).__name__}: {e})") from e
 
 
-def _nifti_shape(img: Any, path: Path) -> tuple[int, ...]:
-    shape = tuple(int(s) for s in img.shape)
+def _remote_nifti_header(path: str) -> tuple[tuple[int, ...], Spacing]:
+    """(shape, spacing) from the first bytes of a remote NIfTI file (decompressed as they
+    stream for a ``.nii.gz``): no voxel is fetched beyond the first block."""
+    try:
+        with files.open_file(path, block_size=1 << 16) as raw:
+            stream = gzip.GzipFile(fileobj=raw) if path.lower().endswith(".gz") else raw
+            head = stream.read(NIFTI2_HEADER_BYTES)
+        header = _nifti_class(head).header_class.from_fileobj(io.BytesIO(head))
+    except Exception as e:  # noqa: BLE001 - truncated / foreign files fail in many ways
+        raise VolumeReadError(path, f"not a readable NIfTI file ({type(e).__name__}: {e})") from e
+    shape = _squeeze_time(tuple(int(s) for s in header.get_data_shape()), path)
+    return shape, _spacing3(header.get_zooms()[:3], path)
+
+
+def _nifti_shape(img: Any, path: str | Path) -> tuple[int, ...]:
+    return _squeeze_time(tuple(int(s) for s in img.shape), path)
+
+
+def _squeeze_time(shape: tuple[int, ...], path: str | Path) -> tuple[int, ...]:
     # (x, y, z, 1, c) as some tools write vector images: drop the singleton time axis
     while len(shape) > 4 and 1 in shape[3:]:
         axis = 3 + shape[3:].index(1)
@@ -97,9 +141,19 @@ def _npz_key(names: Sequence[str], path: Path) -> str:
                                 "'image' or 'label', or a single array")
 
 
-def _exists(path: Path) -> None:
-    if not path.is_file():
+def _exists(path: str | Path) -> None:
+    if not files.isfile(path):
         raise VolumeReadError(path, "no such file")
+
+
+def _as_path(path: str | os.PathLike) -> str | Path:
+    """A local path as a ``Path``; a URL kept as its string."""
+    return os.fspath(path) if files.is_url(path) else Path(path)
+
+
+def _opened(path: str | Path) -> Any:
+    """What numpy and zipfile read: the local path, or a remote file fetched into memory."""
+    return io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path
 
 
 def read_header(path: str | Path, *, spacing: Sequence[float] | None = None
@@ -110,25 +164,30 @@ def read_header(path: str | Path, *, spacing: Sequence[float] | None = None
     ``shape`` is (D, H, W) or (D, H, W, C); ``spacing`` (mm along D, H, W) comes from the file
     when it holds one, else from ``spacing``, else (1, 1, 1). Raises VolumeReadError.
     """
-    path = Path(path)
+    path = _as_path(path)
     kind = volume_format(path)
     _exists(path)
+    remote = files.is_url(path)
     try:
         if kind == "nifti":
+            if remote:
+                return _remote_nifti_header(path)
             img = _nifti(path)
             shape = _nifti_shape(img, path)
             return shape, _spacing3(img.header.get_zooms()[:3], path)
         if kind == "npy":
+            if remote:
+                with files.open_file(path, block_size=1 << 16) as f:
+                    shape = _npy_shape(f)
+                return _check_shape(shape, path), _default_spacing(spacing, path)
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
             return _check_shape(arr.shape, path), _default_spacing(spacing, path)
-        with zipfile.ZipFile(path) as zf:
+        source = files.open_file(path, block_size=1 << 16) if remote else path
+        with zipfile.ZipFile(source) as zf:
             names = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
             key = _npz_key(names, path)
             with zf.open(key + ".npy") as f:
-                version = np.lib.format.read_magic(f)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0)
-                shape = read(f)[0]
+                shape = _npy_shape(f)
             file_spacing = None
             if "spacing" in names:
                 with zf.open("spacing.npy") as f:
@@ -139,6 +198,14 @@ def read_header(path: str | Path, *, spacing: Sequence[float] | None = None
         raise
     except Exception as e:  # noqa: BLE001 - truncated / corrupt files fail in many ways
         raise VolumeReadError(path, f"{type(e).__name__}: {e}") from e
+
+
+def _npy_shape(stream: Any) -> tuple[int, ...]:
+    """The shape in the header of the ``.npy`` data ``stream`` is at the start of."""
+    version = np.lib.format.read_magic(stream)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    return read(stream)[0]
 
 
 def _default_spacing(spacing: Sequence[float] | None, path: Path) -> Spacing:
@@ -154,7 +221,7 @@ def read_volume(path: str | Path, *, spacing: Sequence[float] | None = None,
     ``spacing`` key); default (1, 1, 1). Raises VolumeReadError naming the file (missing,
     truncated or corrupt, unknown extension, not 3D / 4D).
     """
-    path = Path(path)
+    path = _as_path(path)
     kind = volume_format(path)
     _exists(path)
     try:
@@ -168,10 +235,10 @@ def read_volume(path: str | Path, *, spacing: Sequence[float] | None = None,
             array = np.asarray(array).reshape(shape)
             vox = _spacing3(img.header.get_zooms()[:3], path)
         elif kind == "npy":
-            array = np.load(path, allow_pickle=False)
+            array = np.load(_opened(path), allow_pickle=False)
             vox = _default_spacing(spacing, path)
         else:
-            with np.load(path, allow_pickle=False) as data:
+            with np.load(_opened(path), allow_pickle=False) as data:
                 array = data[_npz_key(list(data.files), path)]
                 vox = (_spacing3(data["spacing"], path) if "spacing" in data.files
                        else _default_spacing(spacing, path))
@@ -234,7 +301,7 @@ def _write_nifti(path: Path, data: np.ndarray, spacing: Spacing,
 
     zooms = spacing + ((1.0,) if data.ndim == 4 else ())
     if like is not None and volume_format(like) == "nifti":
-        ref = _nifti(Path(like))
+        ref = _nifti(_as_path(like))
         old = np.asarray(ref.header.get_zooms()[:3], np.float64)
         affine = np.array(ref.affine, np.float64)
         affine[:3, :3] = affine[:3, :3] * (np.asarray(spacing) / old)[None, :]
@@ -252,14 +319,21 @@ def _write_nifti(path: Path, data: np.ndarray, spacing: Spacing,
 # ----------------------------------------------------------------------------- listings
 
 
-def _resolve(value: Any, base: Path, where: str) -> str:
+def _resolve(value: Any, base: str, where: str) -> str:
+    """A listing's path ``value``: absolute paths and URLs as they are, relative ones beside
+    the listing (in its folder ``base``, local or remote)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: expected a file path string, got {value!r:.100}")
-    p = Path(value.strip()).expanduser()
-    return str(p if p.is_absolute() else base / p)
+    value = value.strip()
+    if files.is_url(value):
+        return value
+    if files.is_url(base):
+        return files.join(base, value.removeprefix("./"))
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else Path(base) / p)
 
 
-def _json_entries(data: Any, split: str, listing: Path) -> list:
+def _json_entries(data: Any, split: str, listing: str) -> list:
     if isinstance(data, list):
         return data
     if isinstance(data, dict):
@@ -273,12 +347,12 @@ def _json_entries(data: Any, split: str, listing: Path) -> list:
                      f"of records, got {type(data).__name__}")
 
 
-def _read_json_listing(listing: Path, split: str) -> list[dict]:
+def _read_json_listing(listing: str, split: str) -> list[dict]:
     try:
-        data = json.loads(listing.read_text())
+        data = json.loads(files.read_text(listing))
     except json.JSONDecodeError as e:
         raise ValueError(f"listing {listing}: not valid JSON ({e})") from e
-    base = listing.parent
+    base = files.parent(listing)
     out = []
     for i, entry in enumerate(_json_entries(data, split, listing)):
         where = f"listing {listing}, {split if isinstance(data, dict) else 'record'} [{i}]"
@@ -295,11 +369,11 @@ def _read_json_listing(listing: Path, split: str) -> list[dict]:
     return out
 
 
-def _read_csv_listing(listing: Path) -> list[dict]:
-    base = listing.parent
+def _read_csv_listing(listing: str) -> list[dict]:
+    base = files.parent(listing)
     out = []
     seen_data = False
-    lines = listing.read_text().splitlines()
+    lines = files.read_text(listing).splitlines()
     for lineno, row in enumerate(csv.reader(lines), start=1):
         fields = [f.strip() for f in row]
         if not fields or not any(fields) or fields[0].startswith("#"):
@@ -327,13 +401,14 @@ def read_listing(path: str | Path, *, split: str = "training") -> list[dict]:
     * ``.csv`` / ``.txt``: lines ``image,label`` (label optional); blank lines, ``#`` comments
       and a first line ``image,label`` are skipped.
 
-    Relative paths resolve against the listing's folder. Malformed entries raise ValueError
+    Relative paths resolve against the listing's folder (in the store, for a listing at a
+    URL). Malformed entries raise ValueError
     naming the listing and the line / record; a missing listing raises FileNotFoundError.
     """
-    listing = Path(path)
-    if not listing.is_file():
+    listing = os.fspath(path)
+    if not files.isfile(listing):
         raise FileNotFoundError(f"listing {listing}: no such file")
-    suffix = listing.suffix.lower()
+    suffix = os.path.splitext(listing)[1].lower()
     if suffix == ".json":
         return _read_json_listing(listing, split)
     if suffix in (".csv", ".txt"):

@@ -12,6 +12,7 @@ complete (a checkpoint's checksums) never reaches the store before the files it 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -42,6 +43,16 @@ def staging_folder(url: str, role: str) -> Path:
     return staging_root() / role / f"{name}-{digest}"
 
 
+def _version(info: dict) -> str | None:
+    """What changes with an object's content in a store's listing entry, None if nothing
+    does (then the size alone tells a changed file)."""
+    for key in ("generation", "etag", "ETag", "md5Hash", "crc32c", "mtime", "updated",
+                "LastModified", "created"):
+        if info.get(key) is not None:
+            return f"{key}={info[key]}"
+    return None
+
+
 def _copy(source, target) -> None:
     while chunk := source.read(COPY_BLOCK_BYTES):
         target.write(chunk)
@@ -61,13 +72,35 @@ class Mirror:
         self.skip = skip
         self._pushed: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns)
 
-    def remote_files(self) -> dict[str, int]:
-        """``{relative path: size}`` of every file under the remote folder."""
+    def remote_listing(self) -> dict[str, tuple[int, str | None]]:
+        """``{relative path: (size, version)}`` of every file under the remote folder; the
+        version is what the store says changes with the content (GCS's generation, an ETag,
+        a checksum), None where it says nothing."""
         fs, inner = filesystem(self.remote)
         found = remote_call(self.remote, lambda: fs.find(inner, detail=True))
         prefix = inner.rstrip("/") + "/"
-        return {path[len(prefix):]: int(info.get("size") or 0) for path, info in found.items()
+        return {path[len(prefix):]: (int(info.get("size") or 0), _version(info))
+                for path, info in found.items()
                 if path.startswith(prefix) and info.get("type", "file") == "file"}
+
+    def remote_files(self) -> dict[str, int]:
+        """``{relative path: size}`` of every file under the remote folder."""
+        return {rel: size for rel, (size, _) in self.remote_listing().items()}
+
+    @property
+    def _versions_file(self) -> Path:
+        # beside the staging folder, not in it: never uploaded, never listed as a local file
+        return self.local.with_name(self.local.name + ".versions.json")
+
+    def _known_versions(self) -> dict[str, str | None]:
+        try:
+            return json.loads(self._versions_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _record_versions(self, versions: dict[str, str | None]) -> None:
+        self._versions_file.parent.mkdir(parents=True, exist_ok=True)
+        self._versions_file.write_text(json.dumps(versions))
 
     def local_files(self) -> dict[str, os.stat_result]:
         """``{relative path: stat}`` of every local file not skipped."""
@@ -81,18 +114,23 @@ class Mirror:
 
     def pull(self, *, exact: bool = True,
              wanted: Callable[[str, dict[str, int]], bool] = lambda rel, remote: True) -> int:
-        """Downloads the remote files missing locally or of another size, those for which
+        """Downloads the remote files missing locally, of another size, or replaced in the
+        store since this folder last fetched or sent them (by the store's version), those
+        for which
         ``wanted(relative path, {every remote file: size})`` holds (e.g. only the checkpoint
         folders whose completion marker is there); with ``exact``, deletes the local files
         the remote folder does not hold (skipped ones kept). Returns how many were
         downloaded."""
         self.local.mkdir(parents=True, exist_ok=True)
-        listing, local = self.remote_files(), self.local_files()
-        remote = {rel: size for rel, size in listing.items() if wanted(rel, listing)}
+        listing, local = self.remote_listing(), self.local_files()
+        sizes = {rel: size for rel, (size, _) in listing.items()}
+        remote = {rel: entry for rel, entry in listing.items() if wanted(rel, sizes)}
+        known = self._known_versions()
         count = 0
-        for rel, size in sorted(remote.items()):
-            if rel in local and local[rel].st_size == size:
-                continue
+        for rel, (size, version) in sorted(remote.items()):
+            if (rel in local and local[rel].st_size == size
+                    and (version is None or known.get(rel) == version)):
+                continue  # the same object as the one fetched or sent before
             target = self.local / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".partial")
@@ -104,6 +142,7 @@ class Mirror:
             for rel in set(local) - set(remote):
                 (self.local / rel).unlink(missing_ok=True)
             self._remove_empty_folders()
+        self._record_versions({rel: version for rel, (_, version) in remote.items()})
         self._pushed = {rel: (st.st_size, st.st_mtime_ns)
                         for rel, st in self.local_files().items()}
         if count:
@@ -125,9 +164,16 @@ class Mirror:
                 _copy(src, dst)
             self._pushed[rel] = (local[rel].st_size, local[rel].st_mtime_ns)
         prefixes = tuple(p.rstrip("/") + "/" for p in sync)
+        if not changed and not prefixes:
+            return 0
+        listing = self.remote_listing()
+        if changed:  # what was sent is what a later pull on this folder need not fetch again
+            known = self._known_versions()
+            known.update({rel: listing[rel][1] for rel in changed if rel in listing})
+            self._record_versions(known)
         if prefixes:
             fs, inner = filesystem(self.remote)
-            for rel in self.remote_files():
+            for rel in listing:
                 if rel.startswith(prefixes) and rel not in local and not self.skip(rel):
                     remote_call(self.remote, lambda r=rel: fs.rm_file(f"{inner}/{r}"))
                     self._pushed.pop(rel, None)
@@ -144,3 +190,4 @@ class Mirror:
     def clear_local(self) -> None:
         """Deletes the staging folder."""
         shutil.rmtree(self.local, ignore_errors=True)
+        self._versions_file.unlink(missing_ok=True)

@@ -130,11 +130,12 @@ def getsize(path: PathLike) -> int:
 
 
 def glob(pattern: PathLike, *, files_only: bool = False) -> list[str]:
-    """The paths matching ``pattern``, sorted (URLs keep their scheme); only files with
-    ``files_only`` (one listing on an object store, not one request per match)."""
+    """The paths matching ``pattern``, sorted (URLs keep their scheme); ``**`` matches any
+    depth of folders; only files with ``files_only`` (one listing on an object store, not one
+    request per match)."""
     text = os.fspath(pattern)
     if not is_url(text):
-        found = sorted(_glob.glob(local(text)))
+        found = sorted(_glob.glob(local(text), recursive=True))
         return [p for p in found if os.path.isfile(p)] if files_only else found
     fs, inner = filesystem(text)
     entries = remote_call(text, lambda: fs.glob(inner, detail=True))

@@ -13,14 +13,16 @@ A ``{"state_dict": ...}`` or ``{"model": ...}`` wrapper (training checkpoints) i
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import struct
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+
+from jaxdet import files
 
 SAFETENSORS_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -35,9 +37,10 @@ class TorchFileError(ValueError):
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every tensor of a ``.safetensors`` file (``__metadata__`` skipped)."""
-    path = Path(path)
-    data = path.read_bytes()
+    """Every tensor of a ``.safetensors`` file (``__metadata__`` skipped); ``path`` is a local
+    path or a URL (``gs://...``)."""
+    path = os.fspath(path)
+    data = files.read_bytes(path)
     if len(data) < 8:
         raise TorchFileError(f"{path}: {len(data)} bytes is too short for a safetensors file")
     (size,) = struct.unpack_from("<Q", data, 0)
@@ -93,12 +96,13 @@ def read_torch_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
       FileNotFoundError: no such file.
       TorchFileError: unreadable, or a pickle without PyTorch installed.
     """
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not files.isfile(path):
         raise FileNotFoundError(f"weight file not found: {path}")
-    if path.suffix == ".safetensors":
+    suffix = os.path.splitext(files.basename(path))[1]
+    if suffix == ".safetensors":
         return read_safetensors(path)
-    if path.suffix not in PICKLE_SUFFIXES:
+    if suffix not in PICKLE_SUFFIXES:
         raise TorchFileError(f"{path}: not a weight file jaxdet knows (.safetensors, or a "
                              f"PyTorch pickle: {', '.join(PICKLE_SUFFIXES)})")
     try:
@@ -109,7 +113,8 @@ def read_torch_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
             "(pip install torch: it is read with torch.load(weights_only=True)) or convert "
             "it to .safetensors") from None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        source = io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path
+        state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; name the file and why
         raise TorchFileError(f"{path}: torch.load(weights_only=True) refused it ({_why(e)}); "
                              "jaxdet does not load pickles that need arbitrary code. If you "

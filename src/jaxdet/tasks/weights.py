@@ -45,6 +45,7 @@ from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.interop.torch_files import read_torch_weights
 from jaxdet.interop.torch_names import variable_at
 from jaxdet.train.checkpoint import Checkpointer
+from jaxdet.train.remote_workdir import readable_workdir
 
 log = logging.getLogger("jaxdet")
 
@@ -88,9 +89,9 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
     if kind == "tf":
         return _load_tf(model, config, path, restore)
     if kind == "jaxdet":
-        return _load_workdir(model, config, Path(path), restore)
+        return _load_workdir(model, config, readable_workdir(path), restore)
     if kind == "torch":
-        return _load_torch(model, config, Path(path), restore)
+        return _load_torch(model, config, os.fspath(path), restore)
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
 
 
@@ -160,7 +161,7 @@ def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLi
     return out
 
 
-def _load_torch(model, config, path: Path, restore: str) -> ImportReport:
+def _load_torch(model, config, path: str, restore: str) -> ImportReport:
     """A PyTorch state dict. ``restore: classification``: the backbone alone, from a
     torchvision ResNet or timm MobileNet / EfficientNet classifier (its classifier keys are
     left unused) or from the backbone of a whole detector's file (``backbone.body.*`` of a

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet import files
 from jaxdet.config import schema as S
 from jaxdet.data.volume_dataset import VolumeDataset, VolumePatchLoader
 from jaxdet.data.volume_io import read_listing
@@ -72,10 +73,11 @@ def _dataset(config: S.Config, cfg: Any, workdir: Any, field: str):
                              every_class=cfg.every_class),
             clip=d.intensity_clip, mean=d.intensity_mean, std=d.intensity_std,
             cache=d.cache_volumes)
-    listing = Path(cfg.listing)
-    if not listing.is_absolute() and workdir is not None and not listing.exists():
-        listing = Path(workdir) / listing
-    if not listing.is_file():
+    listing = cfg.listing
+    if (not files.is_url(listing) and not Path(listing).is_absolute() and workdir is not None
+            and not Path(listing).exists()):
+        listing = str(Path(workdir) / listing)
+    if not files.isfile(listing):
         raise FileNotFoundError(f"{field}.listing: {cfg.listing} does not exist (a dataset "
                                 "listing: MSD-style dataset.json or image,label CSV)")
     records = read_listing(listing, split=cfg.split)

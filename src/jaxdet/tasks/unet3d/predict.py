@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdet import files
 from jaxdet.config import schema as S
 from jaxdet.data.volume_dataset import VolumeDataset
 from jaxdet.data.volume_io import VolumeReadError, read_header, read_listing, write_volume
@@ -40,20 +42,21 @@ def volume_suffix(path: str | Path) -> str | None:
     return next((s for s in VOLUME_SUFFIXES if name.endswith(s)), None)
 
 
-def collect_volumes(inputs: list[str | Path]) -> list[Path]:
+def collect_volumes(inputs: list[str | Path]) -> list[str]:
     """The volume files named by ``inputs`` (files, folders searched recursively, listings'
-    images), in order, each once. Raises FileNotFoundError for an input that does not exist
-    and ValueError when nothing is left."""
-    found: list[Path] = []
-    for item in map(Path, inputs):
-        if not item.exists():
+    images; local or in a store such as ``gs://bucket/scans``), in order, each once. Raises
+    FileNotFoundError for an input that does not exist and ValueError when nothing is left."""
+    found: list[str] = []
+    for item in (str(i) for i in inputs):
+        if files.isdir(item):
+            found += [p for p in files.glob(files.join(item, "**"), files_only=True)
+                      if volume_suffix(p)]
+        elif not files.exists(item):
             raise FileNotFoundError(f"{item} does not exist")
-        if item.is_dir():
-            found += sorted(p for p in item.rglob("*") if p.is_file() and volume_suffix(p))
         elif volume_suffix(item):
             found.append(item)
-        elif item.suffix.lower() in (".json", ".csv", ".txt"):
-            found += [Path(r["image"]) for r in read_listing(item)]
+        elif item.lower().endswith((".json", ".csv", ".txt")):
+            found += [r["image"] for r in read_listing(item)]
         else:
             raise ValueError(f"{item}: not a volume ({', '.join(VOLUME_SUFFIXES)}), a folder "
                              "or a listing (.json / .csv)")
@@ -128,7 +131,7 @@ def class_names_of(task: Any) -> tuple[str, ...]:
     return tuple(task.class_names or (f"class_{k}" for k in range(1, task.num_classes)))
 
 
-def _unlabelled_volumes(config: S.Config, paths: list[Path], in_channels: int
+def _unlabelled_volumes(config: S.Config, paths: list[str], in_channels: int
                         ) -> tuple[VolumeDataset | None, list[tuple[str, str]]]:
     """The images of ``paths`` as a ``VolumeDataset`` without labels, preprocessed as the
     config's data (resampling, clipping, normalization; None when no header is usable), and
@@ -168,9 +171,10 @@ class VolumePredictSummary:
         return f"wrote {self.out_dir}/<name>_label.<ext> and predictions.json"
 
 
-def _output_name(path: Path, used: set[str]) -> str:
-    suffix = volume_suffix(path) or path.suffix
-    stem = path.name[: len(path.name) - len(suffix)]
+def _output_name(path: str, used: set[str]) -> str:
+    base = files.basename(path)
+    suffix = volume_suffix(base) or os.path.splitext(base)[1]
+    stem = base[: len(base) - len(suffix)]
     name, k = f"{stem}_label", 2
     while name in used:
         name, k = f"{stem}_label_{k}", k + 1
@@ -195,7 +199,7 @@ def predict_volumes(config: S.Config, task: Any, variables: tuple[Any, Any], inp
     used: set[str] = set()
     records = []
     for i in range(len(dataset) if dataset is not None else 0):
-        path, spacing = Path(dataset.image_path(i)), dataset.spacing(i)
+        path, spacing = dataset.image_path(i), dataset.spacing(i)
         try:
             image, _ = dataset[i]  # resampled and normalized as the eval data
         except VolumeReadError as e:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdet import files
 from jaxdet.config import schema as S
 from jaxdet.data.volume_io import read_volume, volume_format, write_volume
 from jaxdet.tasks.unet3d.predict import (
@@ -157,8 +158,8 @@ class Segmenter:
 
         Args:
           volumes: a volume array [D, H, W] or [D, H, W, C] (any real dtype; C =
-            ``model.in_channels``), a volume file (``.nii``, ``.nii.gz``, ``.npy``, ``.npz``),
-            or a list of them.
+            ``model.in_channels``), a volume file (``.nii``, ``.nii.gz``, ``.npy``, ``.npz``;
+            local or a URL such as ``gs://bucket/ct.nii.gz``), or a list of them.
           spacing: the voxel size in mm along (D, H, W) of arrays and of files that store
             none (``.npy``); default (1, 1, 1), as ``jaxdet predict`` reads a ``.npy``.
         Returns:
@@ -181,7 +182,7 @@ class Segmenter:
         source = None
         if isinstance(volume, (str, os.PathLike)):
             source = str(volume)
-            if not Path(source).exists():
+            if not files.exists(source):
                 raise FileNotFoundError(f"{source} does not exist")
             image, found = read_volume(source, spacing=spacing, dtype=np.float32)
         else:

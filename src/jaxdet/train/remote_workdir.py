@@ -16,6 +16,8 @@ always, and the folder goes up to the store as the run goes.
   :func:`staged_reader`) copy the run's sealed checkpoints and files into a staging folder of
   their own, and send back only what they write (``eval/step_N``, ``eval_watch/``); they never
   delete anything in the bucket.
+* **Weights** (``--checkpoint gs://.../run``, ``train.init_checkpoint`` naming a run in a
+  bucket; :func:`readable_workdir`) are read from a reader's staging copy.
 * **Output folders** (``--out gs://...``; :func:`staged_output`) are written locally, then
   uploaded whole.
 
@@ -130,6 +132,16 @@ def staged_reader(workdir: str | os.PathLike | None) -> Iterator[str | os.PathLi
         staged.push(owner=False)
 
 
+def readable_workdir(workdir: str | os.PathLike) -> Path:
+    """A workdir as a local folder to read: a remote one (``gs://...``) is copied into a
+    reader's staging folder first (its sealed checkpoints and files)."""
+    if not files.is_url(workdir):
+        return Path(workdir)
+    staged = StagedWorkdir(os.fspath(workdir), "read")
+    staged.pull(exact=True)
+    return staged.local
+
+
 @contextlib.contextmanager
 def staged_output(out: str | os.PathLike | None) -> Iterator[str | os.PathLike | None]:
     """An output folder: for a remote one, a local temporary folder uploaded to it when the
@@ -143,4 +155,4 @@ def staged_output(out: str | os.PathLike | None) -> Iterator[str | os.PathLike |
         Mirror(os.fspath(out), local).push()
 
 
-__all__ = ["StagedWorkdir", "staged_output", "staged_reader", "staged_training"]
+__all__ = ["StagedWorkdir", "readable_workdir", "staged_output", "staged_reader", "staged_training"]
