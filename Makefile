@@ -7,7 +7,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
 .PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
-	peer-venv bench-peer clean notebooks notebooks-run docs
+	peer-venv bench-peer clean notebooks notebooks-run docs wheel
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ test: install-test
 	$(VENV)/bin/lint-imports --no-cache
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+## A wheel in dist/ (configs, native sources and sample photos inside); pip install it anywhere.
+wheel: install-test
+	$(PY) -m build --wheel --outdir dist .
 
 ## The manual as a site in site/ (strict: a broken link or anchor fails the build).
 docs: install-test

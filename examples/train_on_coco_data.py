@@ -11,6 +11,8 @@
 # %% [markdown]
 # # Train a detector on your own COCO data
 #
+# [Open in Colab](https://colab.research.google.com/github/jaxdet/jaxdet/blob/main/examples/train_on_coco_data.ipynb)
+#
 # Your data as a COCO annotations file and a folder of images, a config that starts from a
 # shipped one, training from Python with its curves, the evaluation's sample grid, and the
 # trained detector on a new image.
@@ -18,6 +20,16 @@
 # So that this notebook runs anywhere, "your data" is generated here: photos of circles,
 # squares and triangles with their COCO annotations. Point `TRAIN` and `EVAL` at your own
 # files instead (e.g. a dataset exported from CVAT or Label Studio in COCO format).
+
+# %%
+# In Colab or any fresh Python: install jaxdet (skipped where it is installed already)
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("jaxdet") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "jaxdet @ git+https://github.com/jaxdet/jaxdet"], check=True)
 
 # %%
 import json
@@ -31,7 +43,7 @@ from PIL import Image
 import jaxdet
 from jaxdet.data.shapes import generate_shapes
 
-logging.basicConfig(format="%(message)s")  # every library's warnings, shown in the notebook
+logging.basicConfig(format="%(message)s", stream=sys.stdout)  # logs as plain output
 logging.getLogger("jaxdet").setLevel(logging.INFO)  # and jaxdet's progress lines
 QUICK = os.environ.get("JAXDET_EXAMPLES_QUICK") == "1"  # the test suite's tiny run
 DATA = Path("my_data").absolute()
@@ -94,8 +106,9 @@ print(f"step {result.step}: {result.images_per_second:.0f} img/s after a "
       f"AP50 {result.eval_metrics['AP50']:.3f}")
 
 # %% [markdown]
-# The training curves (`curves.png` in the workdir) and the evaluation's sample grid (green:
-# ground truth, the detections drawn over it):
+# The training curves (`curves.png` in the workdir) and the evaluation's sample grid: each
+# evaluated image twice, side by side, its ground truth on the left and the detections on the
+# right (the same pictures are in TensorBoard under the run's evaluation images):
 
 # %%
 workdir = Path("runs/my_detector")

@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-_API = ("CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
+_API = ("CheckpointError", "ConfigError", "CorruptImageError", "Detection", "Detections",
+        "Detector",
         "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult", "VolumeReadError",
-        "WorkdirMismatch", "fine_tune", "fit", "load", "watch_and_evaluate")
+        "WorkdirMismatch", "ZooDownloadError", "download_zoo_model", "fine_tune", "fit", "load",
+        "sample_data", "watch_and_evaluate")
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ loads them
     from jaxdet.api import (  # noqa: F401
         CheckpointError,
         ConfigError,
         CorruptImageError,
+        Detection,
         Detections,
         Detector,
         ExportError,
@@ -35,9 +38,12 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ load
         TrainResult,
         VolumeReadError,
         WorkdirMismatch,
+        ZooDownloadError,
+        download_zoo_model,
         fine_tune,
         fit,
         load,
+        sample_data,
         watch_and_evaluate,
     )
 

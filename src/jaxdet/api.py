@@ -43,19 +43,21 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from jaxdet.app import runs
-from jaxdet.app.detections import Detections
+from jaxdet.app.detections import Detection, Detections
 from jaxdet.app.detector import Detector, load_detector
 from jaxdet.app.eval_watch import watch_run
 from jaxdet.app.fine_tune import FROZEN, prepare_fine_tune
 from jaxdet.app.labels import Labels
 from jaxdet.app.model_source import model_source
 from jaxdet.app.runs import WorkdirMismatch
-from jaxdet.config.loader import ConfigError
+from jaxdet.config.loader import ConfigError, override_list
 from jaxdet.config.schema import Config
 from jaxdet.data.decode import CorruptImageError
 from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.export.exporter import ExportError
 from jaxdet.interop.tf_checkpoint import CheckpointError
+from jaxdet.interop.tf_zoo import ZooDownloadError, download_zoo_model
+from jaxdet.samples import sample_data
 from jaxdet.tasks.unet3d.segmenter import Segmentation, Segmenter
 
 ModelLike = str | os.PathLike | Config
@@ -207,6 +209,7 @@ def watch_and_evaluate(workdir: str | os.PathLike, *, config: ModelLike | None =
         for metrics in jaxdet.watch_and_evaluate("runs/big", timeout=600):
             print(metrics["step"], metrics["AP"])
     """
+    overrides = override_list(overrides)  # a str refused before any waiting
     loaded = None if config is None else model_source(config, overrides=overrides).config
     return watch_run(workdir, loaded, overrides=overrides, timeout=timeout, poll=poll,
                      progress=progress)
@@ -261,6 +264,8 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
     return fit(config, workdir, evaluate=False, progress=progress)
 
 
-__all__ = ["CheckpointError", "ConfigError", "CorruptImageError", "Detections", "Detector",
+__all__ = ["CheckpointError", "ConfigError", "CorruptImageError", "Detection", "Detections",
+           "Detector",
            "ExportError", "Labels", "Segmentation", "Segmenter", "TrainResult",
-           "VolumeReadError", "WorkdirMismatch", "fine_tune", "fit", "load", "watch_and_evaluate"]
+           "VolumeReadError", "WorkdirMismatch", "ZooDownloadError", "download_zoo_model",
+           "fine_tune", "fit", "load", "sample_data", "watch_and_evaluate"]

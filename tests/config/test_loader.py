@@ -230,17 +230,24 @@ def test_self_inheritance_is_a_loop(tmp_path):
 
 def test_missing_base_is_reported(tmp_path):
     path = _write(tmp_path / "orphan.yaml", {"base": "no_such_parent.yaml"})
-    assert "config 'no_such_parent.yaml' is neither a file nor a shipped config" in _error(path)
+    assert (f"config file not found: no_such_parent.yaml (looked in the current folder and in "
+            f"{tmp_path})") in _error(path)
 
 
 # --------------------------------------------------------------------------- names and files
 
 
 def test_unknown_shipped_name_suggests_close_names():
+    """A bare name: the close shipped names and where the whole list is, in one line (not the
+    35 names); a path that does not exist says so, and a .yaml name its shipped twin."""
     message = _error("retinanet_resnet50_fpn_64")
-    assert "is neither a file nor a shipped config" in message
-    assert "Did you mean: retinanet_resnet50_fpn_640" in message
-    assert "Shipped configs:" in message and "shapes_demo" in message
+    assert message.startswith("'retinanet_resnet50_fpn_64' is neither a shipped config nor an "
+                              "existing file or folder; did you mean retinanet_resnet50_fpn_640")
+    assert message.endswith("(`jaxdet configs` lists the shipped configs)")
+    assert "shapes_demo" not in message and "\n" not in message
+    assert _error("configs/mine.yaml") == "config file not found: configs/mine.yaml"
+    assert _error("shapes_dem.yaml") == ("config file not found: shapes_dem.yaml; did you mean "
+                                         "the shipped config shapes_demo?")
 
 
 def test_shipped_name_with_yaml_suffix_resolves():

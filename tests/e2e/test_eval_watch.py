@@ -17,6 +17,7 @@ import pytest
 import jaxdet
 from jaxdet.app import plots, runs
 from jaxdet.app.cli import main
+from tensorboard_events import read_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
@@ -78,6 +79,10 @@ def test_a_finished_run_is_evaluated_once_and_a_stopped_one_until_the_timeout(
     assert "step 6:" in printed and "evaluated 1 checkpoint(s): steps 6" in printed
     rows = _watch_rows(workdir)
     assert [row["step"] for row in rows] == [3, 6]
+    # each evaluation's samples.png panels, beside its scalars (eval.num_visualizations: 8)
+    pictures = read_images(workdir / "eval_watch" / "tensorboard")
+    assert sorted(pictures) == sorted((f"eval_side_by_side_{k}", step)
+                                      for step in (3, 6) for k in range(8))
     # the run evaluated nothing itself: its curves show the watcher's points, redrawn
     assert (workdir / "curves.png").is_file()
     steps, aps = plots.read_training_metrics(workdir)["eval/AP"]

@@ -13,6 +13,7 @@ import jax
 import nibabel as nib
 import numpy as np
 import pytest
+from PIL import Image
 
 import jaxdet
 from jaxdet import tasks
@@ -21,6 +22,7 @@ from jaxdet.app.cli import main
 from jaxdet.config.loader import dump_config, load_config
 from jaxdet.data.volume_io import read_volume, write_volume
 from jaxdet.data.volumes import generated_volume
+from tensorboard_events import read_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
@@ -60,7 +62,11 @@ def test_training_lowers_the_loss_and_beats_a_fresh_network(trained, tmp_path):
     metrics = json.loads((workdir / "eval" / f"step_{STEPS}" / "metrics.json").read_text())
     assert metrics["num_cases"] == 3 and metrics["step"] == STEPS
     assert set(metrics) >= {"dice/sphere", "dice/cube", "mean_dice", "per_case"}
-    assert (workdir / "eval" / f"step_{STEPS}" / "samples.png").is_file()
+    samples = np.asarray(Image.open(workdir / "eval" / f"step_{STEPS}" / "samples.png")
+                         .convert("RGB"))
+    pictures = read_images(workdir / "tensorboard")  # the same picture, in TensorBoard
+    assert list(pictures) == [("eval_samples", STEPS)]
+    np.testing.assert_array_equal(pictures["eval_samples", STEPS], samples)
     # the same evaluation of a fresh network: trained must be clearly better
     task = tasks.build_task(config)
     baseline = task.evaluate(None, *task.initial_variables(),
@@ -124,6 +130,7 @@ def test_the_python_segmenter_equals_the_commands(trained, tmp_path):
     segmenter = jaxdet.load(workdir)
     assert isinstance(segmenter, jaxdet.Segmenter) and segmenter.step == STEPS
     assert segmenter.class_names == ("sphere", "cube")
+    assert repr(segmenter).endswith(f"weights: workdir {workdir} step {STEPS})")
     image, _ = generated_volume((7, 0), (20, 24, 28))
     nifti = write_volume(tmp_path / "case_a.nii.gz", image[..., 0], (2.0, 1.5, 1.0))
     assert main(["predict", "--workdir", str(workdir), str(nifti),

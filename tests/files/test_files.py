@@ -89,7 +89,11 @@ def test_missing_object_and_bucket_are_one_line_not_found(gcs):
 
 
 def test_a_scheme_whose_package_is_missing_names_the_extra(monkeypatch):
+    import fsspec  # noqa: F401 - loads fsspec.registry, the module (fsspec.registry is a mapping)
+
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as if s3fs were not installed
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3",
+                        raising=False)  # nor loaded yet by an earlier test
     file_paths._filesystem.cache_clear()
     with pytest.raises(files.FileAccessError) as err:
         files.read_bytes("s3://bucket/data/train.tfrecord")

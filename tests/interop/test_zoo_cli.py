@@ -1,6 +1,7 @@
 """A TF2 zoo model as downloaded (pipeline.config + checkpoint/ckpt-0), through the command
 line: predict gives TF's detections in image pixels with COCO's names, eval writes beside the
-checkpoint, and convert-checkpoint makes a workdir that every workdir command uses."""
+checkpoint, --workdir takes the zoo folder itself, and convert-checkpoint makes a workdir that
+every workdir command uses."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import jaxdet
 from jaxdet.app.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -70,6 +72,37 @@ def test_predict_with_a_zoo_checkpoint(zoo, tmp_path, capsys):
     _check_equals_tf(entry)
     assert all(d["class_name"] == names[d["class_id"]] for d in entry["detections"])
     assert (out / "test.jpg").is_file()
+
+
+def test_workdir_takes_a_zoo_folder_as_jaxdet_load_does(zoo, tmp_path, capsys):
+    """--workdir takes the zoo folder as downloaded, as jaxdet.load does: the command's
+    detections are the Python API's on the same photo; eval reads the pipeline.config's eval
+    input (the placeholder path named in one line) and, given data, writes where asked."""
+    photo = zoo / "photos" / "test.png"
+    out = tmp_path / "preds"
+    code = main(["predict", "--workdir", str(zoo), str(photo), "--out", str(out),
+                 "--batch-size", "1"])
+    assert code == 0, capsys.readouterr().err
+    entry = json.loads((out / "test.json").read_text())
+    _check_equals_tf(entry)
+    detector = jaxdet.load(zoo)
+    assert repr(detector) == ("Detector(ssd, 90 classes, input 300x300, weights: checkpoint "
+                              f"{zoo / 'checkpoint' / 'ckpt-0'})")
+    assert detector.predict(photo).to_dict() == entry
+    capsys.readouterr()
+    assert main(["eval", "--workdir", str(zoo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("config error: data.eval.input_path is still the TF OD API "
+                          "placeholder 'PATH_TO_BE_CONFIGURED/val2017"), err
+    code = main(["eval", "--workdir", str(zoo), "--out", str(tmp_path / "eval"), "--set",
+                 "data.eval={type: shapes, output_dir: shapes_eval, num_images: 4, "
+                 "image_size: [300, 300]}", "--set", "eval.batch_size=4",
+                 "--set", "parallel.data=1", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert "AP" in json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert main(["predict", "--workdir", str(zoo), str(photo), "--out", str(out),
+                 "--step", "3"]) == 2
+    assert "--step picks a checkpoint of --workdir" in capsys.readouterr().err
 
 
 def test_convert_checkpoint_then_workdir_commands(zoo, tmp_path, capsys):

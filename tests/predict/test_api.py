@@ -61,6 +61,13 @@ def test_predict_on_arrays_and_paths_equals_the_command(detector, images, comman
         assert len(want["detections"]) > 0
 
 
+def test_the_repr_says_where_the_weights_came_from(detector, trained):
+    h, w = detector.input_size
+    assert repr(detector) == (f"Detector(ssd, 3 classes, input {h}x{w}, weights: workdir "
+                              f"{trained} step 6)")
+    assert detector.step == 6
+
+
 def test_one_image_at_batch_1_matches_and_a_pil_image_is_the_same(detector, images,
                                                                   command_json):
     pixels = load_image(images[3])

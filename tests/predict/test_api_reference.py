@@ -12,7 +12,7 @@ import jaxdet
 from jaxdet import api
 
 EXCEPTIONS = {"CheckpointError", "ConfigError", "CorruptImageError", "ExportError",
-              "VolumeReadError", "WorkdirMismatch"}
+              "VolumeReadError", "WorkdirMismatch", "ZooDownloadError"}
 
 
 def _public_callables():

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from PIL import Image
 
 from jaxdet import tasks
 from jaxdet.config.loader import ConfigError, validate
@@ -170,7 +171,13 @@ def test_evaluate_scores_whole_volumes_with_per_class_dice(tmp_path):
     task = tasks.build_task(validate(RAW))
     params, stats = task.initial_variables()
     source = GeneratedVolumes(num_volumes=2, shape=(24, 16, 20), seed=5)
-    metrics = task.evaluate(None, params, stats, source, out_dir=tmp_path)
+    logged = []
+    metrics = task.evaluate(None, params, stats, source, out_dir=tmp_path,
+                            num_visualizations=1, on_images=logged.append)
+    # the samples picture, as TensorBoard gets it: the pixels of samples.png
+    samples = np.asarray(Image.open(tmp_path / "samples.png").convert("RGB"))
+    assert [list(d) for d in logged] == [["eval_samples"]]
+    np.testing.assert_array_equal(logged[0]["eval_samples"], samples)
     cases = []
     for image, label in (source[0], source[1]):
         pred = jnp.argmax(task.segment_volume(params, stats, jnp.asarray(image)), -1)

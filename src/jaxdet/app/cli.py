@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
 from jaxdet import files
 from jaxdet.app import cli_errors
+from jaxdet.app.cli_model import model_of_args, named_config
 from jaxdet.app.cli_staging import staged
 from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
@@ -41,8 +43,8 @@ def _add_model_source_args(p: argparse.ArgumentParser) -> None:
     """Where a model to run comes from: its config, a workdir and / or a checkpoint."""
     _add_config_args(p, required=False)
     p.add_argument("--workdir", default=None,
-                   help="the trained run (checkpoints/, config.yaml); not needed with "
-                        "--checkpoint")
+                   help="the trained run (checkpoints/, config.yaml) or a TF2 zoo model "
+                        "folder (pipeline.config, checkpoint/); not needed with --checkpoint")
     _add_checkpoint_args(p)
 
 
@@ -129,7 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint (or a TF zoo model)")
     _add_config_args(p, required=False)
     p.add_argument("--workdir", default=None,
-                   help="the trained run (needed unless --checkpoint is given)")
+                   help="the trained run, or a TF2 zoo model folder (pipeline.config, "
+                        "checkpoint/); needed unless --checkpoint is given")
     _add_checkpoint_args(p)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     p.add_argument("--out", default=None,
@@ -240,26 +243,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace):
-    """The config named by --config or --pipeline-config, with --set overrides."""
-    if getattr(args, "pipeline_config", None):
-        from jaxdet.config.tfod import load_pipeline_config
-
-        return load_pipeline_config(args.pipeline_config, args.overrides)
-    return load_config(args.config, args.overrides)
-
-
-def _config_for_workdir(args: argparse.Namespace):
-    if args.config or args.pipeline_config:
-        return _load(args)
-    if args.workdir is None:
-        raise ConfigError("give --workdir (a trained run), or --checkpoint with "
-                          "--pipeline-config / --config describing its model")
-    from jaxdet.app.model_source import model_source
-
-    return model_source(workdir=args.workdir, overrides=args.overrides).config
-
-
 def _print_metrics(metrics: dict, out_dir: Path) -> None:
     from jaxdet.eval.runner import format_metrics
 
@@ -274,7 +257,7 @@ def _print_metrics(metrics: dict, out_dir: Path) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from jaxdet.app import runs
 
-    config = _load(args)
+    config = named_config(args)
     _start_distributed(args)
     main_process = _is_main_process()
     result = runs.train(config, args.workdir, evaluate=not args.no_eval,
@@ -309,10 +292,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _eval_once(args: argparse.Namespace) -> int:
     from jaxdet.app import runs
 
-    config = _config_for_workdir(args)
-    _check_checkpoint_args(args)
-    metrics = runs.evaluate(config, args.workdir, step=args.step, out_dir=args.out,
-                            overwrite=args.overwrite, checkpoint=args.checkpoint,
+    source = model_of_args(args)
+    metrics = runs.evaluate(source.config, source.workdir, step=args.step, out_dir=args.out,
+                            overwrite=args.overwrite, checkpoint=source.checkpoint,
                             checkpoint_format=args.checkpoint_format,
                             progress=not args.no_progress)
     out = Path(metrics.pop("out_dir"))
@@ -333,7 +315,7 @@ def _watch(args: argparse.Namespace) -> int:
     if args.workdir is None or given:
         raise ConfigError("--watch follows the checkpoints of a --workdir as they are written"
                           + (f"; it does not take {', '.join(given)}" if given else ""))
-    config = _load(args) if args.config or args.pipeline_config else None
+    config = named_config(args) if args.config or args.pipeline_config else None
     results = eval_watch.watch_run(args.workdir, config, overrides=args.overrides,
                                    timeout=args.timeout, poll=args.poll,
                                    progress=not args.no_progress, on_result=_print_step_metrics)
@@ -348,15 +330,6 @@ def _print_step_metrics(metrics: dict) -> None:
     _print_metrics(metrics, Path(metrics["out_dir"]))
 
 
-def _check_checkpoint_args(args: argparse.Namespace) -> None:
-    if args.workdir is None and args.checkpoint is None:
-        raise ConfigError("give --workdir (a trained run) or --checkpoint (TF OD API or "
-                          "jaxdet weights)")
-    if args.checkpoint is not None and args.step is not None:
-        raise ConfigError("--step picks a checkpoint of --workdir; it does not apply to "
-                          "--checkpoint")
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     with staged(args):
         return _predict(args)
@@ -367,12 +340,12 @@ def _predict(args: argparse.Namespace) -> int:
     from jaxdet.app import runs
     from jaxdet.app.predict import predict_images
 
-    config = _config_for_workdir(args)
-    _check_checkpoint_args(args)
+    source = model_of_args(args)
+    config = source.config
     predict_files = tasks.family(config).predict_files
     if predict_files is not None:  # another kind of input than images (volumes)
         task, state, step = runs.load_for_inference(
-            config, args.workdir, step=args.step, checkpoint=args.checkpoint,
+            config, source.workdir, step=args.step, checkpoint=source.checkpoint,
             checkpoint_format=args.checkpoint_format)
         out = args.out or Path(args.workdir or ".") / "predict"
         summary = predict_files(config, task, runs.inference_variables(config, state),
@@ -386,8 +359,8 @@ def _predict(args: argparse.Namespace) -> int:
             return 1
         print(summary.written())
         return 0
-    summary = predict_images(config, args.workdir, args.inputs, args.out,
-                             checkpoint=args.checkpoint,
+    summary = predict_images(config, source.workdir, args.inputs, args.out,
+                             checkpoint=source.checkpoint,
                              checkpoint_format=args.checkpoint_format,
                              score_threshold=args.score_threshold,
                              max_detections=args.max_detections, batch_size=args.batch_size,
@@ -415,12 +388,12 @@ def _export(args: argparse.Namespace) -> int:
     from jaxdet.export.exporter import check_request
 
     check_request(args.format, args.input_type)  # before any checkpoint is read
-    config = _config_for_workdir(args)
-    _check_checkpoint_args(args)
-    result = export_model(config, args.workdir, args.out, format=args.format,
+    source = model_of_args(args)
+    result = export_model(source.config, source.workdir, args.out, format=args.format,
                           input_type=args.input_type, batch_size=args.batch_size,
                           input_size=args.input_size, step=args.step,
-                          checkpoint=args.checkpoint, checkpoint_format=args.checkpoint_format)
+                          checkpoint=source.checkpoint,
+                          checkpoint_format=args.checkpoint_format)
     print(f"wrote {result.line()}")
     print(f"signature: {result.out_dir / 'signature.json'}")
     return 0
@@ -466,7 +439,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     from jaxdet import tasks
     from jaxdet.config.schema import ShapesDataConfig
 
-    config = _load(args)
+    config = named_config(args)
     family = tasks.family(config)
     split = None if args.no_data else args.data
     automatic = split is None and not args.no_data
@@ -503,7 +476,7 @@ def cmd_convert_config(args: argparse.Namespace) -> int:
 def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
     from jaxdet.app import runs
 
-    config = _load(args)
+    config = named_config(args)
     report = runs.import_weights(config, args.workdir, args.checkpoint, restore=args.restore,
                                  checkpoint_format=args.checkpoint_format)
     print(report.line())
@@ -551,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, RuntimeError) as err:
         print(f"error: {cli_errors.disk_full_line(err) or err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `jaxdet configs | head`: the reader had enough; say nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as err:  # disk full, read-only, a file where a folder should be, ...
         print(f"error: {cli_errors.os_error_line(err)}", file=sys.stderr)
         return 1

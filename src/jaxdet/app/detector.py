@@ -29,7 +29,7 @@ from jaxdet.app import runs
 from jaxdet.app.detections import Detections
 from jaxdet.app.export_job import export_loaded
 from jaxdet.app.labels import Labels, labels_of
-from jaxdet.app.model_source import ModelSource
+from jaxdet.app.model_source import UNTRAINED, ModelSource, describe_weights
 from jaxdet.config import schema as S
 from jaxdet.data import build as data_build
 from jaxdet.data.decode import load_image
@@ -123,12 +123,15 @@ class Detector:
         directly.
       weights_format: ``tf``, ``jaxdet`` or ``torch`` for weights imported from a checkpoint
         file, None for a workdir's own or fresh weights.
+      weights: where the weights came from, in words: ``workdir runs/demo step 1500``,
+        ``checkpoint .../checkpoint/ckpt-0`` or ``untrained (fresh initialization)``.
       variables: (params, batch_stats) the model runs with.
     """
 
     def __init__(self, config: S.Config, task, variables: tuple, *, step: int | str,
                  labels: Labels, decode: str = "accurate", batch_size: int = 1,
-                 source: ModelSource | None = None, weights_format: str | None = None):
+                 source: ModelSource | None = None, weights_format: str | None = None,
+                 weights: str | None = None):
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.config = config
@@ -140,13 +143,14 @@ class Detector:
         self.batch_size = int(batch_size)
         self.source = source
         self.weights_format = weights_format
+        self.weights = weights if weights is not None else describe_weights(source, step)
         self._transforms = tasks.transforms_of(config, training=False, normalize=False)
         self._predictors: dict[int, tuple] = {}
 
     def __repr__(self) -> str:
         h, w = self.input_size
         return (f"Detector({self.config.model.type}, {len(self.labels.names)} classes, input "
-                f"{h}x{w}, step {self.step})")
+                f"{h}x{w}, weights: {self.weights})")
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -344,7 +348,8 @@ def load_detector(source: ModelSource, *, step: int | None = None,
                   data_dir: str | Path | None = None) -> Any:
     """Build the model a :class:`~jaxdet.app.model_source.ModelSource` names and load its
     weights (a workdir's checkpoint, latest or ``step``; or ``source.checkpoint`` imported in
-    full; or, when it names neither, the initializers' fresh weights, with a warning).
+    full; or, when it names neither, the initializers' fresh weights, with a warning: one
+    line on the ``jaxdet`` logger).
     ``data_dir``: where relative dataset paths of the config are read from for the class
     names (default: the workdir, else the current folder).
 
@@ -375,22 +380,26 @@ def load_detector(source: ModelSource, *, step: int | None = None,
     else:
         if step is not None:
             raise ValueError("step picks a checkpoint of a workdir; none was given")
-        log.warning("no workdir or checkpoint given: the %s model starts from its "
-                    "initializers (untrained)", config.model.type)
+        log.warning("the %s model's weights are %s: no checkpoint or workdir was given; "
+                    "pass checkpoint=... (a TF OD API checkpoint, a jaxdet workdir or a "
+                    "PyTorch file) or workdir=... (a trained run) for trained weights",
+                    config.model.type, UNTRAINED)
         task = tasks.build_task(config)
         variables, step = task.initial_variables(), 0
     weights_format = runs.weights_format(source.checkpoint, checkpoint_format)
+    weights = describe_weights(source, step)
     if family.predictor is not None:
         evaluator = functools.partial(evaluate_loaded, config, task, variables, step, source,
                                       weights_format)
         return family.predictor(config, task, variables, step=step, batch_size=batch_size,
-                                evaluator=evaluator)
+                                evaluator=evaluator, weights=weights)
     if data_dir is None:
         data_dir = source.workdir if source.workdir is not None else Path.cwd()
     labels = labels_of(config, data_dir)
     return Detector(config, task, variables, step=step, labels=labels,
                     decode=data_build.decode_mode(config, weights_format),
-                    batch_size=batch_size or 1, source=source, weights_format=weights_format)
+                    batch_size=batch_size or 1, source=source, weights_format=weights_format,
+                    weights=weights)
 
 
 __all__ = ["Detector", "default_score_threshold", "evaluate_loaded", "load_detector",

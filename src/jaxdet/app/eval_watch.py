@@ -7,7 +7,8 @@ writes. Every ``poll`` seconds the workdir's checkpoints are read again; the new
 evaluated yet is evaluated (older ones that appeared meanwhile are skipped and named: the
 evaluation follows the newest weights, as TF's does), into ``WORKDIR/eval/step_N`` like any
 evaluation, and its scalar metrics are logged to ``WORKDIR/eval_watch/metrics.jsonl`` and
-TensorBoard (``WORKDIR/eval_watch/tensorboard``, tags ``eval/AP``, ...), and the run's
+TensorBoard (``WORKDIR/eval_watch/tensorboard``, tags ``eval/AP``, ..., and the pictures
+of ``samples.png`` as ``eval_side_by_side_<k>``), and the run's
 ``curves.png`` is redrawn with them (``app.plots``). A step that already
 has ``eval/step_N/metrics.json`` (training evaluated it, or an earlier watch did) is not
 evaluated again.
@@ -20,6 +21,7 @@ before the run: it waits, up to ``timeout``, for the workdir's ``config.yaml``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -168,7 +170,8 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                 if context is None:
                     context = runs.eval_context(config, task, workdir)
                 out = runs.eval_dir(workdir, step)
-                metrics = context(state, out, step=step, progress=progress)
+                metrics = context(state, out, step=step, progress=progress,
+                                  on_images=functools.partial(logger.log_images, step))
                 metrics["out_dir"], metrics["step"] = str(out), step
                 logger.log(step, {k: v for k, v in metrics.items()
                                   if isinstance(v, (int, float)) and k != "step"}, prefix="eval")

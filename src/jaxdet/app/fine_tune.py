@@ -23,7 +23,7 @@ from PIL import Image
 
 from jaxdet.app.model_source import ModelSource
 from jaxdet.app.runs import WorkdirMismatch
-from jaxdet.config.loader import apply_overrides, validate
+from jaxdet.config.loader import apply_overrides, override_list, validate
 from jaxdet.config.schema import Config
 from jaxdet.data.decode import load_image
 from jaxdet.data.pixels import display_pixels, rgb_pixels
@@ -155,7 +155,9 @@ def prepare_fine_tune(source: ModelSource, images: Sequence, boxes: Sequence,
     and boxes must be the same (then the run resumes).
 
     Raises:
-      WorkdirMismatch: the workdir holds a fine-tuning run on other images or boxes."""
+      WorkdirMismatch: the workdir holds a fine-tuning run on other images or boxes.
+      TypeError: ``overrides`` given as one str (before anything is written)."""
+    overrides = override_list(overrides)
     workdir = Path(workdir)
     data = workdir / DATA_FOLDER
     staging = workdir / f".{DATA_FOLDER}.new"

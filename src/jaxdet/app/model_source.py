@@ -5,6 +5,7 @@ checkpoint file), resolved the same way for the ``jaxdet`` commands and the Pyth
     source = model_source("ssd_mobilenet_v2_320x320_coco17_tpu-8/")  # a TF2 zoo model folder
     source = model_source("pipeline.config", checkpoint="ckpt/ckpt-0")
     source = model_source("shapes_demo")                     # a shipped config: fresh weights
+    source = model_source(workdir="runs/demo")               # --workdir alone: as the first
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jaxdet import files
-from jaxdet.config.loader import ConfigError, apply_overrides, load_config, validate
+from jaxdet.config.loader import (
+    CONFIG_SUFFIXES,
+    ConfigError,
+    ConfigNotFoundError,
+    apply_overrides,
+    load_config,
+    looks_like_path,
+    override_list,
+    validate,
+)
 from jaxdet.config.schema import Config
 from jaxdet.config.tfod import load_pipeline_config
 
@@ -69,12 +79,33 @@ def as_path(path: str | os.PathLike | None) -> Path | str | None:
     return os.fspath(path) if files.is_url(path) else Path(path)
 
 
-def _with_overrides(config: Config, overrides: Iterable[str]) -> Config:
-    overrides = list(overrides)
+def _with_overrides(config: Config, overrides: list[str]) -> Config:
     if not overrides:
         return config
     return validate(apply_overrides(config.model_dump(mode="json"), overrides),
                     source="the config given")
+
+
+def workdir_not_found(path: str | os.PathLike) -> ConfigNotFoundError:
+    """The error for a workdir (or model folder) path that does not exist: the same line from
+    ``jaxdet.load`` and from the commands' ``--workdir``."""
+    return ConfigNotFoundError(f"workdir not found: {os.fspath(path)}")
+
+
+def _from_folder(path: Path | str, workdir: Path | None, checkpoint: Path | str | None,
+                 overrides: list[str]) -> ModelSource:
+    """A jaxdet workdir or a TF2 zoo model folder."""
+    if files.isfile(files.join(path, "config.yaml")):
+        config = load_config(files.join(path, "config.yaml"), overrides)
+        return ModelSource(config, workdir if workdir is not None else _readable(path),
+                           checkpoint)
+    if files.isfile(files.join(path, "pipeline.config")):
+        if checkpoint is None:
+            checkpoint = latest_tf_checkpoint(files.join(path, "checkpoint"))
+        return ModelSource(load_pipeline_config(files.join(path, "pipeline.config"),
+                                                overrides), workdir, checkpoint)
+    raise ConfigError(f"{path} is a folder with neither config.yaml (a jaxdet workdir) nor "
+                      "pipeline.config (a TF OD API model)")
 
 
 def model_source(model: str | os.PathLike | Config | None = None, *,
@@ -91,49 +122,61 @@ def model_source(model: str | os.PathLike | Config | None = None, *,
         - a pipeline.config file (``*.config``): its converted config;
         - a shipped config name (``jaxdet configs``) or a YAML file;
         - a :class:`~jaxdet.config.schema.Config`;
-        - None with ``workdir``: the workdir's saved config.
+        - None with ``workdir``: ``workdir`` taken as the model (a jaxdet workdir or a TF2
+          model-zoo folder; what the commands' ``--workdir`` takes alone).
       workdir: the run whose checkpoints hold the weights, when ``model`` is a config.
       checkpoint: weights to use instead of the workdir's (see ``tasks.weights.load_weights``).
       overrides: ``section.field=value`` strings applied on top of the config.
     Returns:
       A :class:`ModelSource`.
     Raises:
-      ConfigError: nothing names a config, or a folder that is neither a workdir nor a zoo
-        model, or the config is invalid (each message names the path or field).
+      ConfigNotFoundError: a path that does not exist (``workdir not found: PATH``; a
+        ``ConfigError`` and a ``FileNotFoundError``).
+      ConfigError: nothing names a config, a bare name that is no shipped config (the close
+        names suggested), a folder that is neither a workdir nor a zoo model, or the config
+        is invalid (each message names the path or field).
+      TypeError: ``overrides`` given as one str.
     """
-    overrides = list(overrides)
-    workdir = _readable(workdir)
+    overrides = override_list(overrides)
     checkpoint = as_path(checkpoint)
     if model is None:
         if workdir is None:
             raise ConfigError("give a model: a workdir (a trained run), a TF OD API model "
                               "folder or pipeline.config, or a config with a checkpoint")
-        if not workdir.is_dir():
-            raise ConfigError(f"workdir not found: {workdir}")
-        if not (workdir / "config.yaml").is_file():
-            raise ConfigError(f"{workdir} holds no config.yaml, so it is not a jaxdet workdir; "
-                              "name the model's config too (--config / --pipeline-config)")
-        model = workdir
+        if not files.isdir(workdir):
+            raise workdir_not_found(workdir)
+        return _from_folder(_readable(workdir), None, checkpoint, overrides)
+    if workdir is not None and not files.isdir(workdir):
+        raise workdir_not_found(workdir)
+    workdir = _readable(workdir)
     if isinstance(model, Config):
         return ModelSource(_with_overrides(model, overrides), workdir, checkpoint)
     path = as_path(model)
     if files.isdir(path):
-        if files.isfile(files.join(path, "config.yaml")):
-            config = load_config(files.join(path, "config.yaml"), overrides)
-            return ModelSource(config, workdir if workdir is not None else _readable(path),
-                               checkpoint)
-        if files.isfile(files.join(path, "pipeline.config")):
-            if checkpoint is None:
-                checkpoint = latest_tf_checkpoint(files.join(path, "checkpoint"))
-            return ModelSource(load_pipeline_config(files.join(path, "pipeline.config"),
-                                                    overrides), workdir, checkpoint)
-        raise ConfigError(f"{path} is a folder with neither config.yaml (a jaxdet workdir) nor "
-                          "pipeline.config (a TF OD API model)")
+        return _from_folder(path, workdir, checkpoint, overrides)
     if files.basename(path).endswith(".config"):
         if not files.isfile(path):
-            raise ConfigError(f"pipeline.config not found: {path}")
+            raise ConfigNotFoundError(f"pipeline.config not found: {path}")
         return ModelSource(load_pipeline_config(path, overrides), workdir, checkpoint)
+    if (looks_like_path(model) and not files.basename(path).endswith(CONFIG_SUFFIXES)
+            and not files.exists(path)):
+        raise workdir_not_found(model)
     return ModelSource(load_config(model, overrides), workdir, checkpoint)
 
 
-__all__ = ["ModelSource", "as_path", "latest_tf_checkpoint", "model_source"]
+def describe_weights(source: ModelSource | None, step: int | str | None = None) -> str:
+    """Where loaded weights came from, for a reader: ``workdir runs/demo step 1500``,
+    ``checkpoint zoo/checkpoint/ckpt-0`` or ``untrained (fresh initialization)``."""
+    if source is None or not source.has_weights:
+        return UNTRAINED
+    if source.checkpoint is not None:
+        return f"checkpoint {source.checkpoint}" + (f" step {step}" if isinstance(step, int)
+                                                     else "")
+    return f"workdir {source.workdir}" + ("" if step is None else f" step {step}")
+
+
+UNTRAINED = "untrained (fresh initialization)"
+
+
+__all__ = ["UNTRAINED", "ModelSource", "as_path", "describe_weights", "latest_tf_checkpoint",
+           "model_source", "workdir_not_found"]

@@ -4,7 +4,8 @@ Workdir layout::
 
     config.yaml            the resolved config of the run
     checkpoints/<step>/    orbax checkpoints (state + metadata: config fingerprint, data position)
-    metrics.jsonl          one JSON object per logged step; tensorboard/ holds the same
+    metrics.jsonl          one JSON object per logged step; tensorboard/ holds the same and
+                           each evaluation's pictures (eval_side_by_side_<k>)
     eval/step_<N>/         detections.json, metrics.json and samples.png of each evaluation
     eval_watch/            metrics.jsonl + tensorboard/ of ``jaxdet eval --watch`` (eval_watch.py)
 """
@@ -171,7 +172,10 @@ class EvalContext:
                                compiler_options=options)
         return cls(config, task, predict, source, replicated(mesh), weights_format)
 
-    def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True) -> dict:
+    def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True,
+                 on_images=None) -> dict:
+        """Evaluate ``state`` into ``out_dir``; ``on_images(pictures)`` receives the pictures
+        drawn for ``samples.png`` (tag -> uint8 [H, W, 3]) to log, when there are any."""
         variables = (_eval_params(self.config, state), state["batch_stats"])
         if self.variables_sharding is not None:
             variables = jax.device_put(variables, self.variables_sharding)
@@ -190,6 +194,7 @@ class EvalContext:
             progress=progress,
             num_visualizations=self.config.eval.num_visualizations,
             metrics_set=self.config.eval.metrics_set,
+            **({"on_images": on_images} if on_images is not None else {}),
         )
 
 
@@ -298,7 +303,8 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
         def run_eval(step: int, st: dict) -> None:
             if jax.process_index() != 0:
                 return
-            metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress)
+            metrics = eval_ctx(st, workdir / "eval" / f"step_{step}", step=step, progress=progress,
+                               on_images=lambda pictures: logger.log_images(step, pictures))
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             logger.log(step, scalars, prefix="eval")
             log.info("eval at step %d: %s", step, headline_metrics(metrics))

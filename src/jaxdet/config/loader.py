@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -28,19 +29,71 @@ class ConfigError(ValueError):
     """A config that cannot be loaded; the message names each bad field."""
 
 
+class ConfigNotFoundError(ConfigError, FileNotFoundError):
+    """A config file, workdir or model folder named by a path that does not exist (both a
+    :class:`ConfigError` and a ``FileNotFoundError``)."""
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
 def shipped_config_names() -> list[str]:
     """Names of the configs shipped with jaxdet (``configs/*.yaml`` without the suffix)."""
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+def looks_like_path(name: str | os.PathLike) -> bool:
+    """Whether ``name`` names a file or folder rather than a shipped config: it holds a path
+    separator (a URL, a name in a folder), starts with ``.`` or ``~``, or ends with ``.yaml``
+    / ``.yml`` / ``.config``."""
+    text = os.fspath(name)
+    return (any(sep in text for sep in ("/", os.sep, os.altsep) if sep)
+            or text.startswith((".", "~")) or text.endswith((*CONFIG_SUFFIXES, ".config")))
+
+
+def close_config_names(name: str, n: int = 3) -> list[str]:
+    """The shipped config names closest to ``name`` (``difflib``'s similarity, at least 0.6 as
+    ``get_close_matches``), best first; equally close ones in name order (``efficientdet_do``:
+    ``efficientdet_d0`` first)."""
+    scored = [(difflib.SequenceMatcher(None, name, known).ratio(), known)
+              for known in shipped_config_names()]
+    return [known for score, known in sorted(scored, key=lambda sk: (-sk[0], sk[1]))
+            if score >= 0.6][:n]
+
+
+def unknown_name_message(name: str) -> str:
+    """One line for a bare name that is neither a shipped config nor a file or folder: the
+    close shipped names, and where the whole list is."""
+    close = close_config_names(name.removesuffix(".yaml"))
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return (f"'{name}' is neither a shipped config nor an existing file or folder{hint} "
+            "(`jaxdet configs` lists the shipped configs)")
+
+
+def override_list(overrides: Iterable[str]) -> list[str]:
+    """``overrides`` as a list of ``section.field=value`` strings.
+
+    Raises:
+      TypeError: a single str (it would be read one character at a time)."""
+    if isinstance(overrides, (str, bytes)):
+        text = overrides.decode() if isinstance(overrides, bytes) else overrides
+        raise TypeError(f"overrides is a list of 'section.field=value' strings, got the str "
+                        f"{text!r}: write overrides=[{text!r}]")
+    return list(overrides)
+
+
 def resolve_config_path(name_or_path: str | Path,
                         relative_to: str | Path | None = None) -> str | Path:
     """Return the YAML file for a path or URL (``gs://...``), or for the name of a shipped
-    config; a ``base:`` is also looked up beside the file that names it (``relative_to``)."""
+    config; a ``base:`` is also looked up beside the file that names it (``relative_to``).
+
+    Raises:
+      ConfigNotFoundError: a path (see :func:`looks_like_path`) that does not exist.
+      ConfigError: a bare name that is no shipped config (the close ones suggested)."""
     if files.is_url(name_or_path):
         if files.isfile(name_or_path):
             return str(name_or_path)
-        raise ConfigError(f"config file not found: {name_or_path}")
+        raise ConfigNotFoundError(f"config file not found: {name_or_path}")
     candidates: list[str | Path] = [Path(name_or_path)]
     if relative_to is not None:
         candidates.append(files.join(relative_to, str(name_or_path))
@@ -50,12 +103,14 @@ def resolve_config_path(name_or_path: str | Path,
     for path in candidates:
         if files.isfile(path):
             return path
-    close = difflib.get_close_matches(stem, shipped_config_names(), n=3)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ConfigError(
-        f"config '{name_or_path}' is neither a file nor a shipped config.{hint} "
-        f"Shipped configs: {', '.join(shipped_config_names())}"
-    )
+    if not looks_like_path(name_or_path):
+        raise ConfigError(unknown_name_message(str(name_or_path)))
+    where = (f" (looked in the current folder and in {relative_to})"
+             if relative_to is not None else "")
+    close = ([] if Path(name_or_path).name != str(name_or_path) else
+             close_config_names(stem, n=1))
+    hint = f"; did you mean the shipped config {close[0]}?" if close else ""
+    raise ConfigNotFoundError(f"config file not found: {name_or_path}{where}{hint}")
 
 
 def _model_of(annotation: Any, tag_value: Any = None) -> type[BaseModel] | None:
@@ -167,6 +222,7 @@ def _leaf_paths(tree: Mapping, prefix: str = "") -> list[str]:
 
 def apply_overrides(raw: dict, overrides: Iterable[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML; list items by index: ``a.0.b``)."""
+    overrides = override_list(overrides)
     raw = copy.deepcopy(dict(raw))  # nested dicts and lists too: the caller's raw stays intact
     for item in overrides:
         if "=" not in item:

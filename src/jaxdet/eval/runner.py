@@ -132,6 +132,7 @@ def evaluate_and_write(
     num_visualizations: int = 0,
     metrics_set: Sequence[str] = ("coco_detection_metrics",),
     keypoint_tasks: Sequence[KeypointEval] = (),
+    on_images: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> dict:
     """Detect on ``source``, write detections.json + metrics.json in ``out_dir``, return metrics.
 
@@ -140,7 +141,9 @@ def evaluate_and_write(
     ``pascal_voc_detection_metrics`` (``PascalBoxes_Precision/mAP@0.5IOU`` and per class
     ``PascalBoxes_PerformanceByCategory/AP@0.5IOU/<name>``, see ``eval.voc_eval``).
     With ``num_visualizations > 0`` also writes ``samples.png`` (see :func:`write_samples`)
-    for the first ``num_visualizations`` images of the source.
+    for the first ``num_visualizations`` images of the source, and passes the same pictures
+    to ``on_images`` (:func:`side_by_side`: ``eval_side_by_side_<k>`` -> uint8 [H, W, 3],
+    ground truth left, predictions right; the caller logs them to TensorBoard).
 
     ``keypoint_tasks`` (a keypoint model's; the source must carry the keypoint layout): each
     is scored by COCO keypoint AP (OKS with its sigmas, ``eval.coco_keypoint_eval``) into
@@ -213,10 +216,14 @@ def evaluate_and_write(
     metrics["num_images"] = seen
     evaluator.write_detections(out_dir / "detections.json")
     evaluator.write_metrics(out_dir / "metrics.json", extra=extra)
-    if shown:
-        write_samples(out_dir / "samples.png", source, recorder.kept, source.category_names,
-                      len(shown), keypoint_layout=layout if keypoint_evaluators else None,
-                      masks=recorder.kept_masks)
+    if shown:  # drawn once: samples.png, and the same panels for on_images
+        rows, titles = draw_samples(source, recorder.kept, source.category_names, len(shown),
+                                    keypoint_layout=layout if keypoint_evaluators else None,
+                                    masks=recorder.kept_masks)
+        if rows:
+            save_sample_grid(out_dir / "samples.png", rows, titles)
+            if on_images is not None:
+                on_images(side_by_side(rows))
     return metrics
 
 
@@ -367,8 +374,37 @@ def _fit(image: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return resized, np.array([new_h / height, new_w / width] * 2, np.float64)
 
 
-def write_samples(
-    path: str | Path,
+def write_samples(path: str | Path, source, detections: dict[int, tuple[np.ndarray, ...]],
+                  class_names: list[str], num_images: int, **options) -> Path | None:
+    """Writes a PNG grid: per image, ground truth (left) next to predictions (right).
+    Arguments and ``options``: :func:`draw_samples`. Returns ``path``, or None when no image
+    could be drawn."""
+    rows, titles = draw_samples(source, detections, class_names, num_images, **options)
+    return save_sample_grid(path, rows, titles) if rows else None
+
+
+def save_sample_grid(path: str | Path, rows: list[list[Image.Image]], titles: list[str]
+                     ) -> Path:
+    """Saves the panels of :func:`draw_samples` as one PNG grid (``samples.png``), a row per
+    image with its title; cells as large as the largest panel (no empty bands for
+    landscape-only sets)."""
+    cell = (max(im.width for row in rows for im in row),
+            max(im.height for row in rows for im in row))
+    path = Path(path)
+    image_grid(rows, titles, cell).save(path)
+    return path
+
+
+def side_by_side(rows: list[list[Image.Image]]) -> dict[str, np.ndarray]:
+    """The panels of :func:`draw_samples` as TensorBoard images, the TF OD API's evaluation
+    pictures: ``eval_side_by_side_<k>`` -> uint8 [H, 2 W, 3], the k-th drawn image's ground
+    truth (left) joined to its predictions (right), as in ``samples.png``."""
+    return {f"eval_side_by_side_{k}": np.concatenate(
+        [np.asarray(panel.convert("RGB"), np.uint8) for panel in row], axis=1)
+        for k, row in enumerate(rows)}
+
+
+def draw_samples(
     source,
     detections: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
     class_names: list[str],
@@ -379,8 +415,9 @@ def write_samples(
     cell_size: int = SAMPLES_CELL_SIZE,
     keypoint_layout=None,
     masks: dict[int, np.ndarray] | None = None,
-) -> Path | None:
-    """Writes a PNG grid: per image, ground truth (left) next to predictions (right).
+) -> tuple[list[list[Image.Image]], list[str]]:
+    """Draws the panels of ``samples.png``: per image, ground truth (left) and predictions
+    (right), both of one size.
 
     Args:
       source: records ``source[i]`` (image_path, image_id, pixel yxyx boxes, classes).
@@ -399,7 +436,8 @@ def write_samples(
         the class colours; records carrying masks (``masks`` / ``mask_ref``) get theirs drawn
         on the ground truth.
     Returns:
-      ``path``, or None when no image could be drawn.
+      (rows: [ground truth, predictions] PIL images per drawn image, titles: one per row);
+      empty when no image could be drawn.
     """
     rows, titles = [], []
     for index in range(min(num_images, len(source))):
@@ -446,14 +484,7 @@ def write_samples(
                             np.asarray(scores)[keep], class_names, **pred_extra),
         ])
         titles.append(f"image {record['image_id']}: ground truth | predictions ({shown})")
-    if not rows:
-        return None
-    # cells as large as the largest fitted image: no empty bands for landscape-only sets
-    cell = (max(im.width for row in rows for im in row),
-            max(im.height for row in rows for im in row))
-    path = Path(path)
-    image_grid(rows, titles, cell).save(path)
-    return path
+    return rows, titles
 
 
 def _ground_truth_masks(record: dict, size: tuple[int, int]) -> dict:

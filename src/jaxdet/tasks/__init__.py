@@ -66,7 +66,8 @@ class TaskFamily:
     resizes then normalizes) instead of zeros after normalization (TF's SSD); ``data``: a
     :class:`DataPipeline` factory (default :func:`image_pipeline`); ``predict_files``:
     ``jaxdet predict`` (default ``predict.predict_images``); ``predictor(config, task,
-    variables, step=, batch_size=, evaluator=)``: what ``jaxdet.load`` returns for a family
+    variables, step=, batch_size=, evaluator=, weights=)`` (``weights``: where they came
+    from, in words): what ``jaxdet.load`` returns for a family
     whose inputs are not images (default: ``app.detector.Detector``, for images);
     ``tf_name_map(model, config) -> {tf object path: (jaxdet path, transform)}``: where each
     tensor of a TF OD API checkpoint goes in the family's model (None: no TF checkpoint fits

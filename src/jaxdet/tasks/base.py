@@ -174,7 +174,8 @@ class Task(Protocol):
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
         """Predict over an eval source with ``predict`` (a compiled :meth:`predict`), score
         it with the family's evaluators (``eval.metrics_set``), write the results and
-        pictures to ``out_dir``; returns the metrics."""
+        pictures to ``out_dir``; returns the metrics. An ``on_images`` option, when given,
+        receives the pictures (tag -> uint8 [H, W, 3]) for TensorBoard."""
 
     def max_stride(self) -> int:
         """The largest downsampling of the input inside the model (input sizes split over a

@@ -2,8 +2,9 @@
 
 Each ``log`` call appends one JSON line ``{"step": int, "time": unix seconds,
 "metrics": {name: value}}`` (non-finite values written as ``null``) and one TensorBoard
-scalar per metric. Only the process that should write (JAX process 0) passes
-``enabled=True``; a disabled logger touches no files.
+scalar per metric; ``log_images`` writes pictures (an evaluation's) to TensorBoard only.
+Only the process that should write (JAX process 0) passes ``enabled=True``; a disabled
+logger touches no files.
 
 A run resumed from the checkpoint of step ``resume_step`` passes it: rows logged after that
 step by the killed run (steps it trained again) are dropped from ``metrics.jsonl`` and
@@ -85,6 +86,18 @@ class MetricsLogger:
         self._file.write(json.dumps(record) + "\n")
         for name, value in values.items():
             self._writer.add_scalar(name, value, global_step=int(step))
+
+    def log_images(self, step: int, images: Mapping[str, Any]) -> None:
+        """Log pictures at ``step`` to TensorBoard only (one PNG image per tag): ``images``
+        maps a tag to uint8 [H, W, 3] pixels (an evaluation's ``eval_side_by_side_<k>``)."""
+        if not self.enabled or self._writer is None:
+            return
+        for tag, pixels in images.items():
+            array = np.asarray(pixels)
+            if array.dtype != np.uint8 or array.ndim != 3 or array.shape[-1] not in (1, 3, 4):
+                raise ValueError(f"image {tag!r}: need uint8 [H, W, 1|3|4] pixels, got "
+                                 f"{array.dtype} {array.shape}")
+            self._writer.add_image(str(tag), array, global_step=int(step), dataformats="HWC")
 
     def flush(self) -> None:
         if self._file is not None:

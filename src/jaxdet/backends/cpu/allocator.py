@@ -145,5 +145,7 @@ def hint() -> None:
     wanted = " ".join(f"{k}={env[k]}".replace(home + os.sep, "~" + os.sep)
                       for k in ("LD_PRELOAD", "GLIBC_TUNABLES")
                       if env.get(k) != os.environ.get(k))
-    log.info("CPU steps run faster with XLA's buffers kept mapped: start Python with %s "
-             "(the jaxdet command does this itself).", wanted)
+    # a notebook's kernel is started by Jupyter, not by its user: the hint is only noise there
+    level = logging.DEBUG if "ipykernel" in sys.modules else logging.INFO
+    log.log(level, "CPU steps run faster with XLA's buffers kept mapped: start Python with %s "
+            "(the jaxdet command does this itself).", wanted)

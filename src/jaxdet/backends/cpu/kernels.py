@@ -83,8 +83,9 @@ def _register() -> bool:
 
     path = library()
     if path is None:
-        log.info("jaxdet's CPU kernels could not be built (no C++ compiler, or a failed "
-                 "build); the portable jnp code runs instead")
+        log.warning("jaxdet's CPU kernels could not be built (no C++ compiler, or a failed "
+                    "build): the portable jnp code runs instead, slower; install g++ or "
+                    "clang++ (or set CXX)")
         return False
     try:
         lib = ctypes.cdll.LoadLibrary(str(path))

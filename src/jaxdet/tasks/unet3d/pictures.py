@@ -8,6 +8,7 @@ the prediction (classes coloured over the image, background transparent).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,7 +51,24 @@ def _overlay(ax, image: np.ndarray, labels: np.ndarray | None) -> None:
 
 def draw_cases(cases: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, dict]],
                path: str | Path, *, class_names: Sequence[str] = ()) -> Path:
-    """Write the picture of ``cases`` to ``path`` (PNG) and return it.
+    """Write the picture of ``cases`` (:func:`cases_png`) to ``path`` and return it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(cases_png(cases, class_names=class_names))
+    return path
+
+
+def png_pixels(png: bytes) -> np.ndarray:
+    """uint8 [H, W, 3] pixels of a PNG (a picture of :func:`cases_png`, for TensorBoard)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return np.asarray(image.convert("RGB"), np.uint8)
+
+
+def cases_png(cases: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, dict]], *,
+              class_names: Sequence[str] = ()) -> bytes:
+    """The picture of ``cases``, as PNG bytes.
 
     Args:
       cases: (name, image f32[D, H, W, C], label i32[D, H, W], prediction i32[D, H, W],
@@ -86,11 +104,11 @@ def draw_cases(cases: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, di
                    for i, n in enumerate(class_names)]
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0.03 if class_names else 0, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
-    return path
+    return buffer.getvalue()
 
 
-__all__ = ["CLASS_COLOURS", "PLANES", "draw_cases", "orthogonal_slices", "slice_centre"]
+__all__ = ["CLASS_COLOURS", "PLANES", "cases_png", "draw_cases", "orthogonal_slices",
+           "png_pixels", "slice_centre"]

@@ -133,6 +133,8 @@ class Segmenter:
       config: the model's :class:`~jaxdet.config.schema.Config`.
       step: the checkpoint's step (0 for fresh weights).
       class_names: the names of classes 1, 2, ... (0 is the background).
+      weights: where the weights came from, in words (``workdir runs/unet step 600``,
+        ``checkpoint ...``, ``untrained (fresh initialization)``).
 
     Example::
 
@@ -143,11 +145,12 @@ class Segmenter:
 
     def __init__(self, config: S.Config, task: Any, variables: tuple[Any, Any], *,
                  step: int | str, batch_size: int | None = None,
-                 evaluator: Callable[..., dict] | None = None):
+                 evaluator: Callable[..., dict] | None = None, weights: str | None = None):
         self.config = config
         self.task = task
         self.variables = variables
         self.step = step
+        self.weights = weights if weights is not None else f"step {step}"
         self.class_names = class_names_of(task)
         self._segment = segment_function(task, variables, batch_size)
         self._evaluator = evaluator
@@ -223,8 +226,8 @@ class Segmenter:
         return self._evaluator(out_dir, overwrite=overwrite, progress=progress)
 
     def __repr__(self) -> str:
-        return (f"Segmenter({self.config.name!r}, step={self.step}, "
-                f"classes={list(self.class_names)})")
+        return (f"Segmenter({self.config.name!r}, classes={list(self.class_names)}, "
+                f"weights: {self.weights})")
 
 
 __all__ = ["Segmentation", "Segmenter"]

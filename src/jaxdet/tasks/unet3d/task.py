@@ -42,7 +42,7 @@ from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.tasks.base import ModelTask, model_graphdefs, run_model
 from jaxdet.tasks.unet3d import segmentation as seg
-from jaxdet.tasks.unet3d.pictures import draw_cases
+from jaxdet.tasks.unet3d.pictures import cases_png, png_pixels
 
 PyTree = Any
 LOSS_NAMES = ("dice_ce", "adaptive_dice")
@@ -174,7 +174,7 @@ class UNet3DTask(ModelTask):
                  loader_factory: Any = None, out_dir: Any = None, *,
                  max_images: int | None = None, progress: bool = False,
                  num_visualizations: int = 0, extra: dict | None = None,
-                 **options: Any) -> dict:
+                 on_images: Any = None, **options: Any) -> dict:
         """Per-class Dice of whole volumes.
 
         Each case of ``source`` (a sequence of (image f32[D, H, W, C], label i32[D, H, W]),
@@ -185,8 +185,10 @@ class UNet3DTask(ModelTask):
         over cases of each case's mean, "per_case": [{"name", "dice": {...}}], "num_cases",
         **extra}``; with ``out_dir`` also ``metrics.json`` and, for the first
         ``num_visualizations`` cases, ``samples.png`` (orthogonal slices of image, label and
-        prediction, ``pictures.draw_cases``). ``predict``, ``loader_factory`` and the other
-        options of the detectors' evaluation are not used (the seam's signature is kept)."""
+        prediction, ``pictures.cases_png``), whose pixels (uint8 [H, W, 3]) also go to
+        ``on_images({"eval_samples": pixels})`` when given (the caller logs them to
+        TensorBoard). ``predict``, ``loader_factory`` and the other options of the detectors'
+        evaluation are not used (the seam's signature is kept)."""
         del predict, loader_factory, options
         from tqdm import tqdm
 
@@ -231,7 +233,10 @@ class UNet3DTask(ModelTask):
             path.mkdir(parents=True, exist_ok=True)
             (path / "metrics.json").write_text(json.dumps(metrics, indent=1))
             if drawn:
-                draw_cases(drawn, path / "samples.png", class_names=names)
+                picture = cases_png(drawn, class_names=names)
+                (path / "samples.png").write_bytes(picture)
+                if on_images is not None:
+                    on_images({"eval_samples": png_pixels(picture)})
         return metrics
 
 __all__ = ["LOSS_NAMES", "UNet3DTask"]
