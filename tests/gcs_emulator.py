@@ -19,6 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 BUCKET = "jaxdet-test"
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
@@ -31,22 +32,20 @@ def free_port() -> int:
 
 
 @dataclass
-class GcsEmulator:
-    """A running emulator: ``url`` (http://127.0.0.1:PORT), ``bucket`` (created empty)."""
+class StoreEmulator:
+    """A running object-store emulator: ``url`` (http://127.0.0.1:PORT), ``bucket`` (created
+    empty), its ``process``; ``scheme`` is the URL scheme its buckets take."""
 
     url: str
     bucket: str
     process: subprocess.Popen
-
-    def env(self) -> dict[str, str]:
-        """The variables a process needs to use this emulator."""
-        return {"STORAGE_EMULATOR_HOST": self.url, **ENV}
+    scheme: ClassVar[str] = ""
 
     def upload(self, local: Path, prefix: str) -> str:
-        """Copies a local file or folder to ``gs://bucket/prefix``; returns that URL."""
+        """Copies a local file or folder to ``<scheme>://bucket/prefix``; returns that URL."""
         from jaxdet import files
 
-        url = f"gs://{self.bucket}/{prefix}"
+        url = f"{self.scheme}://{self.bucket}/{prefix}"
         items = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         for item in items:
             target = url if local.is_file() else f"{url}/{item.relative_to(local).as_posix()}"
@@ -59,6 +58,17 @@ class GcsEmulator:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+@dataclass
+class GcsEmulator(StoreEmulator):
+    """The GCS emulator (``gs://`` buckets)."""
+
+    scheme: ClassVar[str] = "gs"
+
+    def env(self) -> dict[str, str]:
+        """The variables a process needs to use this emulator."""
+        return {"STORAGE_EMULATOR_HOST": self.url, **ENV}
 
 
 def start(bucket: str = BUCKET, timeout_s: float = 30.0) -> GcsEmulator:

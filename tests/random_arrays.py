@@ -33,3 +33,16 @@ def uniform(seed: Seed, shape: Sequence[int], low: float = 0.0, high: float = 1.
 def seeds(seed: int, count: int) -> list[tuple[int, int]]:
     """``count`` distinct seeds derived from ``seed`` (in place of ``jax.random.split``)."""
     return [(seed, i) for i in range(count)]
+
+
+def jpeg_bytes(height: int, width: int, seed: Seed, quality: int = 90) -> bytes:
+    """A JPEG file's bytes: random RGB pixels of ``height`` x ``width``, the same for the same
+    ``seed``."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()

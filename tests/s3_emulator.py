@@ -16,42 +16,23 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from gcs_emulator import free_port
+from gcs_emulator import StoreEmulator, free_port
 
 BUCKET = "jaxdet-test"
 
 
 @dataclass
-class S3Emulator:
-    """A running emulator: ``url`` (http://127.0.0.1:PORT), ``bucket`` (created empty)."""
+class S3Emulator(StoreEmulator):
+    """The S3 emulator (``s3://`` buckets)."""
 
-    url: str
-    bucket: str
-    process: subprocess.Popen
+    scheme: ClassVar[str] = "s3"
 
     def env(self) -> dict[str, str]:
         """The variables a process needs to use this emulator."""
         return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "testing",
                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-    def upload(self, local: Path, prefix: str) -> str:
-        """Copies a local file or folder to ``s3://bucket/prefix``; returns that URL."""
-        from jaxdet import files
-
-        url = f"s3://{self.bucket}/{prefix}"
-        items = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
-        for item in items:
-            target = url if local.is_file() else f"{url}/{item.relative_to(local).as_posix()}"
-            files.write_bytes(target, item.read_bytes())
-        return url
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 def start(bucket: str = BUCKET, timeout_s: float = 30.0) -> S3Emulator:

@@ -3,31 +3,23 @@ same files give on local disk: TFRecord shards by glob, label maps, the images' 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from jaxdet.data.decode import load_record_image
 from jaxdet.data.tfrecord import encode_example, write_tfrecord
 from jaxdet.data.tfrecord_source import TfRecordSource
+from random_arrays import jpeg_bytes
 
 LABEL_MAP = "item { id: 1 name: 'cat' }\nitem { id: 2 name: 'dog' }\n"
-
-
-def _jpeg(height: int, width: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
 
 
 def _example(seed: int) -> bytes:
     height, width = 48 + 8 * seed, 64
     return encode_example({
-        "image/encoded": [_jpeg(height, width, seed)], "image/format": ["jpeg"],
+        "image/encoded": [jpeg_bytes(height, width, seed)], "image/format": ["jpeg"],
         "image/height": [height], "image/width": [width], "image/source_id": [str(seed)],
         "image/object/bbox/ymin": [0.1], "image/object/bbox/xmin": [0.2],
         "image/object/bbox/ymax": [0.6], "image/object/bbox/xmax": [0.9],

@@ -15,19 +15,9 @@ from jaxdet import files
 from jaxdet.data.decode import load_record_image
 from jaxdet.data.tfrecord import encode_example, write_tfrecord
 from jaxdet.data.tfrecord_source import TfRecordSource
+from random_arrays import jpeg_bytes
 
 LABEL_MAP = "item { id: 1 name: 'cat' }\nitem { id: 2 name: 'dog' }\n"
-
-
-def _jpeg(height: int, width: int, seed: int) -> bytes:
-    import io
-
-    from PIL import Image
-
-    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
 
 
 def _examples(count: int) -> list[bytes]:
@@ -35,7 +25,7 @@ def _examples(count: int) -> list[bytes]:
     for seed in range(count):
         height, width = 40 + 8 * seed, 56
         out.append(encode_example({
-            "image/encoded": [_jpeg(height, width, seed)], "image/format": ["jpeg"],
+            "image/encoded": [jpeg_bytes(height, width, seed)], "image/format": ["jpeg"],
             "image/height": [height], "image/width": [width], "image/source_id": [str(seed)],
             "image/object/bbox/ymin": [0.1], "image/object/bbox/xmin": [0.2],
             "image/object/bbox/ymax": [0.6], "image/object/bbox/xmax": [0.9],
@@ -100,7 +90,7 @@ def test_a_run_with_data_and_workdir_on_s3_equals_a_local_one(s3, data, tiny_ove
     assert (files.read_text(f"{workdir}/eval/step_2/metrics.json")
             == (tmp_path / "local" / "eval" / "step_2" / "metrics.json").read_text())
 
-    files.write_bytes(f"s3://{s3.bucket}/photos/a.jpg", _jpeg(60, 80, 9))
+    files.write_bytes(f"s3://{s3.bucket}/photos/a.jpg", jpeg_bytes(60, 80, 9))
     assert main(["predict", "--workdir", workdir, f"s3://{s3.bucket}/photos", "--out",
                  f"s3://{s3.bucket}/predicted", "--no-progress"]) == 0
     predicted = json.loads(files.read_text(f"s3://{s3.bucket}/predicted/predictions.json"))

@@ -23,6 +23,7 @@ Every failure to read a volume (missing, truncated or corrupt file, unknown exte
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -182,8 +183,9 @@ def read_header(path: str | Path, *, spacing: Sequence[float] | None = None
                 return _check_shape(shape, path), _default_spacing(spacing, path)
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
             return _check_shape(arr.shape, path), _default_spacing(spacing, path)
-        source = files.open_file(path, block_size=1 << 16) if remote else path
-        with zipfile.ZipFile(source) as zf:
+        stream = (files.open_file(path, block_size=1 << 16) if remote
+                  else contextlib.nullcontext(path))
+        with stream as source, zipfile.ZipFile(source) as zf:  # the remote file closed too
             names = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
             key = _npz_key(names, path)
             with zf.open(key + ".npy") as f:
