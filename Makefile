@@ -7,7 +7,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(HOME)/.cache/jaxdet/jax
 WORKDIR ?= runs/demo
 
 .PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
-	peer-venv bench-peer clean notebooks notebooks-run docs wheel
+	peer-venv bench-peer clean notebooks notebooks-run docs wheel install-torch test-torch
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,14 +15,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e .
 	@touch $@
 
-## Export extras: ONNX (jax2onnx pins an older orbax it does not need, hence --no-deps).
-ONNX_PKGS := "onnx>=1.20" "onnx-ir>=0.2" "onnxruntime>=1.24" "equinox>=0.13" "dm-pix>=0.4.4"
+## ONNX export: the onnx extra (jax2onnx, onnx, ONNX Runtime; the test extra includes it).
 $(VENV)/.installed-export: $(VENV)/.installed
-	$(PIP) install $(ONNX_PKGS)
-	$(PIP) install --no-deps "jax2onnx==0.17.1"
+	$(PIP) install -e '.[onnx]'
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed $(VENV)/.installed-export
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -e '.[test]'
 	@touch $@
 
@@ -32,13 +30,29 @@ install-test: $(VENV)/.installed-test
 
 install-export: $(VENV)/.installed-export
 
+## The tests that need PyTorch (.pth files written by torch.save; the default suite skips
+## them): the files holding them, with the torch extra added to the test venv. PyPI's Linux
+## torch brings its CUDA libraries (several GB); TORCH_INDEX=https://download.pytorch.org/whl/cpu
+## installs the CPU-only build (about 200 MB) first instead.
+TORCH_INDEX ?=
+TORCH_TESTS = $(shell grep -rlE --include='test_*.py' 'importorskip\("torch"\)|^ *import torch' tests)
+$(VENV)/.installed-torch: $(VENV)/.installed-test
+	$(if $(TORCH_INDEX),$(PIP) install --index-url $(TORCH_INDEX) "torch>=2.6")
+	$(PIP) install -e '.[test,torch]'
+	@touch $@
+
+install-torch: $(VENV)/.installed-torch
+
+test-torch: install-torch
+	$(PY) -m pytest -q -rs $(TORCH_TESTS)
+
 ## Generate shapes data, train the tiny shapes_demo detector, evaluate and print COCO metrics.
 demo: install
 	$(VENV)/bin/jaxdet demo --workdir $(WORKDIR)
 
 ## Install the test extras and run the whole suite.
 test: install-test
-	$(VENV)/bin/ruff check src tests benchmarks examples/*.py
+	$(VENV)/bin/ruff check src tests benchmarks examples/*.py docs/generate
 	$(VENV)/bin/lint-imports --no-cache
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
@@ -66,9 +80,8 @@ TF_VENV ?= .venv-tf
 $(TF_VENV)/.installed: pyproject.toml
 	@test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
 	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install --upgrade pip
-	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install -e '.[tf-export]' \
-		"pytest>=8" "pytest-xdist>=3.5" $(ONNX_PKGS)
-	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps "jax2onnx==0.17.1"
+	$(TF_VENV)/bin/python -m pip --disable-pip-version-check -q install -e '.[tf-export,onnx]' \
+		"pytest>=8,<9.2" "pytest-xdist>=3.5"
 	@touch $@
 
 install-tf-export: $(TF_VENV)/.installed
@@ -89,17 +102,17 @@ peer-venv: $(PEER_VENV)/.installed
 
 ## jaxdet vs torchvision RetinaNet-R50-FPN at 640x640 (train step and inference, one process).
 bench-peer: peer-venv
-	$(PEER_VENV)/bin/python benchmarks/vs_torchvision.py
+	$(PEER_VENV)/bin/python -m benchmarks.throughput.vs_torchvision
 
 ## Our own throughput figures (no torch needed).
 bench: install
-	$(PY) benchmarks/train_throughput.py --config retinanet_resnet50_fpn_640 --batch-size 2 \
+	$(PY) -m benchmarks.throughput.train --config retinanet_resnet50_fpn_640 --batch-size 2 \
 		--steps 3 --set precision=fp32
-	$(PY) benchmarks/inference_throughput.py --config retinanet_resnet50_fpn_640 \
+	$(PY) -m benchmarks.throughput.inference --config retinanet_resnet50_fpn_640 \
 		--batch-sizes 1 8 --set precision=fp32
 
 lint: install-test
-	$(VENV)/bin/ruff check src tests benchmarks examples/*.py
+	$(VENV)/bin/ruff check src tests benchmarks examples/*.py docs/generate
 	$(VENV)/bin/lint-imports --no-cache
 
 clean:

@@ -1,8 +1,14 @@
 """Test-wide settings (a persistent JAX compilation cache, CPU-only execution, 8 emulated CPU
 devices for the sharding tests) and the tiny config that trains in seconds: 64x64 generated
-shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device (``parallel.data=1``)."""
+shapes, ResNet-18 x0.25, FPN P3-P5 of depth 16, on one device (``parallel.data=1``).
+
+Fixtures shared by several folders: ``run`` (a function eagerly and jitted), ``build_fast``
+(a model with host-drawn weights), ``shapes_dir`` (a tiny generated data set), ``trained`` (a
+tiny trained workdir, with its config ``trained_config``), the bucket emulators ``gcs`` and
+``s3``."""
 
 import contextlib
+import functools
 import os
 
 from compile_settings import compile_settings_line, use_fast_compile_settings
@@ -15,7 +21,9 @@ os.environ.setdefault(
 )
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from flax import nnx  # noqa: E402
 
 from jaxdet.config.loader import load_config  # noqa: E402
 
@@ -92,6 +100,92 @@ def tiny_overrides() -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_config():
     return load_config("shapes_demo", TINY)
+
+
+@pytest.fixture(scope="session")
+def trained_config(tiny_overrides):
+    """The suite's tiny config drawing 2 eval samples: the config of ``trained``."""
+    return load_config("shapes_demo", [*tiny_overrides, "eval.num_visualizations=2"])
+
+
+@pytest.fixture(scope="session")
+def trained(trained_config, tmp_path_factory):
+    """Workdir trained 6 steps; its final eval wrote eval/step_6/{detections.json,samples.png}.
+    Its tests share one ``xdist_group("predict")``, so one worker trains it once."""
+    from jaxdet.jobs import runs
+
+    workdir = tmp_path_factory.mktemp("tiny_run")
+    runs.train(trained_config, workdir, progress=False)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def shapes_dir(tmp_path_factory):
+    """12 generated shapes images of 48..64 px, 3 classes, generated once per session."""
+    from jaxdet.data.shapes import generate_shapes
+
+    out = tmp_path_factory.mktemp("shapes")
+    generate_shapes(out, 12, image_size=((48, 64), (48, 64)), seed=3, num_classes=3,
+                    max_objects=4)
+    return out
+
+
+@pytest.fixture(params=["eager", "jit"])
+def run(request):
+    """``run(fn, *arrays, **static)``: ``fn(*arrays, **static)`` eagerly or jitted.
+
+    Eager mode runs under ``jax.disable_jit()`` (loops run as Python, every op dispatched
+    one by one); jit mode closes the keyword arguments over as static values. Outputs come
+    back as numpy (pytrees preserved).
+    """
+
+    def _run(fn, *args, **static):
+        if request.param == "jit":
+            out = jax.jit(functools.partial(fn, **static))(*args)
+        else:
+            with jax.disable_jit():
+                out = fn(*args, **static)
+        return jax.tree.map(np.asarray, out)
+
+    _run.mode = request.param
+    return _run
+
+
+def _build_fast(factory, seed: int = 0):
+    """``factory()`` with host-side random weights: He-normal kernels, BatchNorm scale/var
+    in [0.5, 1.5], bias/mean in [-0.1, 0.1].
+
+    Building a model for real compiles one random-number program per parameter shape (or one
+    large init program under jit), which costs seconds per model on a small CPU. Tests that
+    only need *some* non-degenerate weights build the model abstractly (``nnx.eval_shape``)
+    and fill it from numpy; tests about initial values build for real."""
+    graphdef, state = nnx.split(nnx.eval_shape(factory))
+    rng = np.random.default_rng(seed)
+    for path, var in nnx.to_flat_state(state):
+        shape, dtype = var.shape, var.dtype
+        name = path[-1]
+        if name == "kernel":
+            fan_in = int(np.prod(shape[:-1]))
+            value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        elif name in ("scale", "var", "edge_weights"):
+            value = rng.uniform(0.5, 1.5, shape)
+        elif name in ("bias", "mean"):
+            value = rng.uniform(-0.1, 0.1, shape)
+        elif isinstance(var, nnx.RngKey):
+            var.set_value(jax.random.key(seed))
+            continue
+        elif isinstance(var, nnx.RngCount):
+            value = np.zeros(shape, dtype)
+        else:
+            raise AssertionError(f"build_fast does not know how to fill {path}")
+        var.set_value(jax.numpy.asarray(value, dtype))
+    return nnx.merge(graphdef, state)
+
+
+@pytest.fixture(scope="session")
+def build_fast():
+    """The :func:`_build_fast` helper: ``build_fast(factory, seed=0) -> module``."""
+    return _build_fast
 
 
 @contextlib.contextmanager

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxdet import tasks
-from jaxdet.app import runs
 from jaxdet.config.loader import dump_config
 from jaxdet.config.schema import Config
+from jaxdet.jobs import runs
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state
 

@@ -8,6 +8,15 @@ The Python API (:mod:`jaxdet.api`: ``load``, ``fit``, ``fine_tune``, ``Detector`
 ``evaluate`` and ``export``, ``Detections``, the 3D U-Net's ``Segmenter`` and
 ``Segmentation``, and the errors they raise) is importable from
 here; it loads on first use, so ``import jaxdet`` alone stays light.
+
+The package, its layers top to bottom: ``api`` (this API); ``cli`` (the ``jaxdet`` command),
+``jobs`` (train, evaluate, predict, export, fine-tune on a config: what the command and the API
+run), ``results`` (detections and labels); ``export`` (serving artifacts); ``tasks`` (one
+folder per model family, and the registry); ``eval``, ``train``, ``parallel`` (evaluators; the
+train step, loop and checkpoints; meshes and sharding); ``models``, ``data``, ``config``,
+``interop`` (network parts; the input pipeline; the config schema; other frameworks' files);
+``core`` (pure array ops); ``backends``, ``files``, ``samples`` (the machine's forms of ops;
+the file layer; the photos that ship with jaxdet).
 """
 
 from __future__ import annotations

@@ -42,23 +42,23 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from jaxdet.app import runs
-from jaxdet.app.detections import Detection, Detections
-from jaxdet.app.detector import Detector, load_detector
-from jaxdet.app.eval_watch import watch_run
-from jaxdet.app.fine_tune import FROZEN, prepare_fine_tune
-from jaxdet.app.labels import Labels
-from jaxdet.app.model_source import model_source
-from jaxdet.app.runs import WorkdirMismatch
 from jaxdet.config.loader import ConfigError, override_list
 from jaxdet.config.schema import Config
 from jaxdet.data.decode import CorruptImageError
-from jaxdet.data.volume_io import VolumeReadError
 from jaxdet.export.exporter import ExportError
 from jaxdet.interop.tf_checkpoint import CheckpointError
 from jaxdet.interop.tf_zoo import ZooDownloadError, download_zoo_model
+from jaxdet.jobs import runs
+from jaxdet.jobs.detector import Detector, load_detector
+from jaxdet.jobs.eval_watch import watch_run
+from jaxdet.jobs.fine_tune import FROZEN, prepare_fine_tune
+from jaxdet.jobs.model_source import model_source
+from jaxdet.jobs.runs import WorkdirMismatch
+from jaxdet.results.detections import Detection, Detections
+from jaxdet.results.labels import Labels
 from jaxdet.samples import sample_data
 from jaxdet.tasks.unet3d.segmenter import Segmentation, Segmenter
+from jaxdet.tasks.unet3d.volume_io import VolumeReadError
 
 ModelLike = str | os.PathLike | Config
 
@@ -85,7 +85,7 @@ def load(model: ModelLike | None = None, *, workdir: str | os.PathLike | None = 
       batch_size: images per compiled predict call (default 1); for the 3D U-Net, sliding
         windows per network call (default ``model.sliding_window.batch_size``).
     Returns:
-      A :class:`~jaxdet.app.detector.Detector`; for a ``unet3d`` model a
+      A :class:`~jaxdet.jobs.detector.Detector`; for a ``unet3d`` model a
       :class:`~jaxdet.tasks.unet3d.segmenter.Segmenter` (volumes in, label volumes out).
     Raises:
       ConfigError, FileNotFoundError, WorkdirMismatch, CheckpointError (see the module

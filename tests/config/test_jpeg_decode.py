@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.data import build as data_build
+from jaxdet.jobs import runs
 
 FIXTURE = Path(__file__).parents[1] / "interop" / "fixtures" / \
     "tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"
@@ -38,7 +38,7 @@ def test_auto_follows_where_the_weights_come_from(tmp_path):
     assert runs.weights_format(tmp_path / "ckpt-0") == "tf"
     assert runs.weights_format(None) is None
     init = load_config("shapes_demo", [f"train.init_checkpoint.path={tmp_path / 'ckpt-0'}"])
-    assert data_build.decode_mode(init) == "tf"
+    assert data_build.decode_mode(init, runs.init_weights_format(init)) == "tf"
 
 
 def test_an_explicit_choice_wins():

@@ -10,11 +10,11 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.config.precision import job_precision, resolve_precision
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.core.precision import compute_dtype
+from jaxdet.jobs import runs
 
 TFOD_CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "data" / "tfod" / "configs"
 PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
@@ -109,17 +109,18 @@ class Built(Exception):
                                                  ("cpu", jnp.float32)])
 def test_the_train_job_builds_the_model_in_the_platforms_precision(tmp_path, monkeypatch,
                                                                     platform, dtype):
-    """``runs.train`` resolves the precision by ``jax.default_backend()`` before it builds the
-    task, and keeps the config as written (``bf16_on_tpu``) for the workdir."""
+    """``runs.train`` resolves the precision by ``jax.default_backend()`` before it resolves
+    the family and builds the task, and keeps the config as written (``bf16_on_tpu``) for the
+    workdir."""
     config = load_pipeline_config(_pipeline(tmp_path, True))
     built = []
 
-    def build_task(resolved):
+    def resolve(resolved):
         built.append(resolved)
         raise Built
 
     monkeypatch.setattr(runs.jax, "default_backend", lambda: platform)
-    monkeypatch.setattr(runs.tasks, "build_task", build_task)
+    monkeypatch.setattr(runs.tasks, "resolve", resolve)
     monkeypatch.setattr(runs.data_build, "check_data_paths", lambda *a, **k: None)
     with pytest.raises(Built):
         runs.train(config, tmp_path / "run")

@@ -31,13 +31,13 @@ def test_pipeline_config_and_yaml_from_a_bucket_equal_local_ones(tmp_path, gcs):
 
 def test_the_cli_reads_a_pipeline_config_from_a_bucket(gcs):
     pipeline = gcs.upload(ZOO, "configs/cli/pipeline.config")
-    done = subprocess.run([sys.executable, "-m", "jaxdet.app.cli", "summary",
+    done = subprocess.run([sys.executable, "-m", "jaxdet.cli.main", "summary",
                            "--pipeline-config", pipeline], capture_output=True, text=True,
                           env=gcs_emulator.environ_for(gcs), timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "input 300 x 300 x 3" in done.stdout
 
-    missing = subprocess.run([sys.executable, "-m", "jaxdet.app.cli", "summary",
+    missing = subprocess.run([sys.executable, "-m", "jaxdet.cli.main", "summary",
                               "--pipeline-config", f"gs://{gcs.bucket}/nowhere.config"],
                              capture_output=True, text=True, env=gcs_emulator.environ_for(gcs),
                              timeout=300, check=False)
@@ -50,7 +50,7 @@ def test_convert_config_writes_its_yaml_into_a_bucket(gcs, tmp_path):
     """``jaxdet convert-config --out gs://...``: the same YAML as written to disk, and the
     command names the bucket's path."""
     from jaxdet import files
-    from jaxdet.app.cli import main
+    from jaxdet.cli.main import main
 
     pipeline = gcs.upload(ZOO, "configs/convert/pipeline.config")
     out = f"gs://{gcs.bucket}/configs/convert/jaxdet.yaml"

@@ -16,12 +16,12 @@ from flax import nnx
 
 from jaxdet import tasks
 from jaxdet.config.compare import differences
+from jaxdet.config.label_map import format_label_map
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import convert_pipeline_config, load_pipeline_config
 from jaxdet.config.tfod_common import TfodConfigError
 from jaxdet.data import build as data_build
 from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS
-from jaxdet.data.label_map import format_label_map
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks.center_net import build as center_net_build
 

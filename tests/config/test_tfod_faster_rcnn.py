@@ -362,7 +362,7 @@ def test_ignored_fields_are_reported(tmp_path):
 def test_cli_convert_config_and_summary(tmp_path, capsys):
     """``jaxdet convert-config`` writes a YAML that loads back to the converted config;
     ``jaxdet summary --pipeline-config`` prints TF's parameter count."""
-    from jaxdet.app.cli import main
+    from jaxdet.cli.main import main
 
     path = TFOD_CONFIGS / f"{R50_640}.config"
     out = tmp_path / "converted.yaml"

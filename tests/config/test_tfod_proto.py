@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import text_format
 
 import jaxdet
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.config.loader import ConfigError
 from jaxdet.config.tfod import convert_pipeline_config, load_pipeline_config
 from jaxdet.config.tfod_proto import message_descriptor, pipeline_message

@@ -1,4 +1,5 @@
-"""Fixtures for the data tests: a tiny generated shapes data set and box/pixel helpers."""
+"""Fixtures for the data tests: box/pixel helpers (the tiny generated shapes data set,
+``shapes_dir``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,6 @@ import types
 
 import numpy as np
 import pytest
-
-from jaxdet.data.shapes import generate_shapes
-
-
-@pytest.fixture(scope="session")
-def shapes_dir(tmp_path_factory):
-    """12 images of 48..64 px, 3 classes, generated once per session."""
-    out = tmp_path_factory.mktemp("shapes")
-    generate_shapes(out, 12, image_size=((48, 64), (48, 64)), seed=3, num_classes=3,
-                    max_objects=4)
-    return out
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.data.boxes_json import BoxesJsonSource
 
 DUCKY = Path(__file__).parents[2].parent / "shared" / "data" / "ducky"

@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.app.convert_dataset import source_to_coco, source_to_tfrecord
 from jaxdet.config import schema as S
-from jaxdet.config.loader import ConfigError, load_config
-from jaxdet.data import build as data_build
-from jaxdet.data.coco import CocoSource
-from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, KeypointLayout, KeypointSpec
-from jaxdet.data.label_map import (
+from jaxdet.config.label_map import (
     LabelMapError,
     format_label_map,
     keypoint_spec_from_label_map,
     parse_label_map_items,
     read_label_map_items,
 )
+from jaxdet.config.loader import ConfigError, load_config
+from jaxdet.data import build as data_build
+from jaxdet.data.coco import CocoSource
+from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS, KeypointLayout, KeypointSpec
 from jaxdet.data.records import coco_ground_truth, make_record
 from jaxdet.data.tfrecord import encode_example, write_tfrecord
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
+from jaxdet.jobs.convert_dataset import source_to_coco, source_to_tfrecord
 
 LABEL_MAPS = Path(__file__).resolve().parents[3] / "shared" / "data" / "tfod" / "label_maps"
 needs_shared = pytest.mark.skipif(not LABEL_MAPS.is_dir(), reason="../shared/data not present")

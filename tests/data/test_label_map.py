@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.data.label_map import (
+from jaxdet.config.label_map import (
     LabelMapError,
     class_names_from_label_map,
     format_label_map,
@@ -104,8 +104,8 @@ def test_coco_names_are_the_tf_model_zoo_label_map():
 
     import pytest
 
+    from jaxdet.config.label_map import read_label_map
     from jaxdet.data.coco_names import COCO_CATEGORY_NAMES
-    from jaxdet.data.label_map import read_label_map
 
     path = Path(__file__).parents[2].parent / "shared/data/tfod/label_maps/mscoco_label_map.pbtxt"
     if not path.is_file():

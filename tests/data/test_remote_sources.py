@@ -58,8 +58,8 @@ def test_training_on_bucket_records_equals_training_on_local_ones(tmp_path, gcs,
     parameters and the same evaluation as on the same files on local disk."""
     import jax
 
-    from jaxdet.app import runs
     from jaxdet.config.loader import load_config
+    from jaxdet.jobs import runs
 
     folder = tmp_path / "data"
     folder.mkdir()
@@ -105,7 +105,7 @@ def test_voc_in_a_bucket_converts_to_tfrecord_shards_in_the_bucket(tmp_path, gcs
     """``jaxdet convert-dataset --from voc`` with the annotations and images in the bucket and
     ``--out`` / ``--label-map-out`` there too: the shards read back as the same records as
     the VOC source read from local disk."""
-    from jaxdet.app.cli import main
+    from jaxdet.cli.main import main
     from jaxdet.data.shapes import generate_shapes
     from jaxdet.data.voc import VocSource
 
@@ -144,7 +144,7 @@ def test_coco_output_and_preview_written_into_a_bucket_equal_local_ones(tmp_path
     """``jaxdet convert-dataset --to coco --out gs://... --preview gs://...png``: the same
     annotations, images and picture as written to local disk."""
     from jaxdet import files
-    from jaxdet.app.cli import main
+    from jaxdet.cli.main import main
     from jaxdet.data.shapes import generate_shapes
 
     ann = generate_shapes(tmp_path / "shapes", 3, image_size=(40, 56), seed=7, num_classes=2)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from jaxdet.config.label_map import read_label_map
 from jaxdet.config.loader import ConfigError, load_config
 from jaxdet.data import build as data_build
 from jaxdet.data.decode import CorruptImageError, load_image_bytes, load_record_image
 from jaxdet.data.eval_loader import make_eval_loader
-from jaxdet.data.label_map import read_label_map
 from jaxdet.data.resize import FixedShapeResizer
 from jaxdet.data.tfrecord import encode_example, iter_tfrecord, parse_example, write_tfrecord
 from jaxdet.data.tfrecord_source import TfRecordSource, pixel_box, resolve_input_paths

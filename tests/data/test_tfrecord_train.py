@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 
 TFOD = Path(__file__).resolve().parents[3] / "shared" / "data" / "tfod"
 PETS = TFOD / "pets_examples.record"

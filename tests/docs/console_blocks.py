@@ -38,7 +38,7 @@ def run(command: str, cwd: Path) -> str:
     without trailing spaces."""
     argv = shlex.split(command)
     if argv[0] == "jaxdet":
-        argv = [sys.executable, "-m", "jaxdet.app.cli", *argv[1:]]
+        argv = [sys.executable, "-m", "jaxdet.cli.main", *argv[1:]]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "COLUMNS": "100", "NO_COLOR": "1",
            "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.app.zoo_table import BEGIN, render
+from doc_generators import load_generator
+
+zoo_table = load_generator("zoo_table")
+BEGIN, render = zoo_table.BEGIN, zoo_table.render
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "guides" / "tfod.md"
@@ -24,5 +27,5 @@ def test_the_page_holds_a_row_per_zoo_config():
 def test_the_zoo_table_is_current():
     text = PAGE.read_text()
     assert render(text, CONFIGS) == text, (
-        "docs/guides/tfod.md is stale: run `python -m jaxdet.app.zoo_table --configs "
+        "docs/guides/tfod.md is stale: run `python docs/generate/zoo_table.py --configs "
         "DIR --write docs/guides/tfod.md`")

@@ -19,10 +19,10 @@ import pytest
 
 import gcs_emulator
 from jaxdet import files
-from jaxdet.app.cli import main
-from jaxdet.app.convert_dataset import source_to_tfrecord
+from jaxdet.cli.main import main
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.shapes import generate_shapes
+from jaxdet.jobs.convert_dataset import source_to_tfrecord
 from jaxdet.train.checkpoint import Checkpointer
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
@@ -61,7 +61,7 @@ def _sealed_steps(workdir: str) -> list[int]:
 
 
 def _train_command(bucket: str, workdir: str | Path) -> list[str]:
-    return [sys.executable, "-m", "jaxdet.app.cli", "train", "--pipeline-config",
+    return [sys.executable, "-m", "jaxdet.cli.main", "train", "--pipeline-config",
             f"{bucket}/pipeline.config", "--workdir", str(workdir), "--no-eval",
             "--no-progress", *[a for s in SETS for a in ("--set", s)]]
 

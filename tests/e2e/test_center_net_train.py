@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from jaxdet.app import runs
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 
 pytestmark = pytest.mark.xdist_group("e2e")
 

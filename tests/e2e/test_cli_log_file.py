@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import jaxdet
-from jaxdet.app.cli import _parser, main
+from jaxdet.cli.main import _parser, main
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
@@ -20,7 +20,7 @@ def test_train_into_a_log_file_writes_plain_lines(tiny_overrides, tmp_path):
     sets = [arg for item in overrides for arg in ("--set", item)]
     log_file = tmp_path / "train.log"
     with open(log_file, "w") as out:
-        subprocess.run([sys.executable, "-m", "jaxdet.app.cli", "train", "--config",
+        subprocess.run([sys.executable, "-m", "jaxdet.cli.main", "train", "--config",
                         "shapes_demo", "--workdir", str(tmp_path / "run"), *sets],
                        stdout=out, stderr=subprocess.STDOUT, check=True,
                        env={**os.environ, "JAX_PLATFORMS": "cpu"})

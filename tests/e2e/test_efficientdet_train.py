@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jaxdet import tasks
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 
 pytestmark = pytest.mark.xdist_group("efficientdet_d0")
 

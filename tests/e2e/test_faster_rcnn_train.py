@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from jaxdet.app import runs
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 

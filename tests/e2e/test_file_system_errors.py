@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
 
 def _jaxdet(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "jaxdet.app.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "jaxdet.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 

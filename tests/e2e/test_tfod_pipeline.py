@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from jaxdet.app.cli import main
-from jaxdet.app.convert_dataset import source_to_tfrecord
+from jaxdet.cli.main import main
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.shapes import generate_shapes
+from jaxdet.jobs.convert_dataset import source_to_tfrecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 

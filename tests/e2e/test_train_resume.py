@@ -10,7 +10,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from jaxdet import tasks
-from jaxdet.app import runs
+from jaxdet.jobs import runs
 from jaxdet.train import build as train_build
 from jaxdet.train.step import init_train_state, make_train_step
 

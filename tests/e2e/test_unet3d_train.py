@@ -17,11 +17,11 @@ from PIL import Image
 
 import jaxdet
 from jaxdet import tasks
-from jaxdet.app import runs
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.config.loader import dump_config, load_config
-from jaxdet.data.volume_io import read_volume, write_volume
-from jaxdet.data.volumes import generated_volume
+from jaxdet.jobs import runs
+from jaxdet.tasks.unet3d.volume_io import read_volume, write_volume
+from jaxdet.tasks.unet3d.volumes import generated_volume
 from tensorboard_events import read_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
@@ -70,7 +70,7 @@ def test_training_lowers_the_loss_and_beats_a_fresh_network(trained, tmp_path):
     # the same evaluation of a fresh network: trained must be clearly better
     task = tasks.build_task(config)
     baseline = task.evaluate(None, *task.initial_variables(),
-                             runs._build_source(config, tmp_path, "eval"))
+                             tasks.resolve(config).build_source(tmp_path, "eval"))
     print(f"unet3d e2e mean Dice: trained {metrics['mean_dice']:.3f}, fresh "
           f"{baseline['mean_dice']:.3f}")
     assert metrics["mean_dice"] > baseline["mean_dice"] + 0.4

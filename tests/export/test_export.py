@@ -21,10 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.app import runs
-from jaxdet.app.cli import main
-from jaxdet.app.detector import preprocess_images
-from jaxdet.app.export_job import export_model
+from jaxdet.cli.main import main
 from jaxdet.config.loader import load_config
 from jaxdet.export import ExportError
 from jaxdet.export.runtimes import (
@@ -33,6 +30,9 @@ from jaxdet.export.runtimes import (
     near_tie_differences,
     predict_as_signature,
 )
+from jaxdet.jobs import runs
+from jaxdet.jobs.detector import preprocess_images
+from jaxdet.jobs.export_job import export_model
 from untrained_workdir import untrained_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export")]

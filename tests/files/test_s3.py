@@ -67,9 +67,9 @@ def test_tfrecord_shards_and_label_map_on_s3_equal_local_ones(data):
 @pytest.mark.xdist_group("e2e")
 def test_a_run_with_data_and_workdir_on_s3_equals_a_local_one(s3, data, tiny_overrides,
                                                                tmp_path, monkeypatch):
-    from jaxdet.app import runs
-    from jaxdet.app.cli import main
+    from jaxdet.cli.main import main
     from jaxdet.config.loader import load_config
+    from jaxdet.jobs import runs
 
     monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "staging"))
     local, remote = data

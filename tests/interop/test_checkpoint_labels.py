@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdet.app.runs import results_home
 from jaxdet.interop.tf_checkpoint import training_step
+from jaxdet.jobs.runs import results_home
 
 
 class _FakeCheckpoint:

@@ -39,12 +39,12 @@ from flax import nnx
 from PIL import Image
 
 from jaxdet import tasks
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import plan_tf_import
 from jaxdet.interop.tfod_names import UnmappedModelError, tf_unapplied, variables_of
+from jaxdet.jobs import runs
 from jaxdet.models.abstract import abstract_build
 from jaxdet.tasks import tf_name_map as detector_map
 from jaxdet.tasks import weights

@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdet.app.labels import class_labels
-from jaxdet.app.predict import predict_images
 from jaxdet.config.loader import load_config
 from jaxdet.config.tfod import load_pipeline_config
+from jaxdet.jobs.predict import predict_images
+from jaxdet.results.labels import class_labels
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PHOTOS = Path(__file__).parents[1] / "data" / "fixtures" / "jpeg"

@@ -1,7 +1,7 @@
 """PyTorch weight files: ``.safetensors`` read without torch (checked against the reference
 ``safetensors`` library), pickles refused clearly when torch is absent, and a torchvision
 ResNet-50 classifier state dict restored as a detector's backbone (``restore:
-classification``). effdet whole-detector files: tests/models/test_effdet_equivalence.py."""
+classification``). effdet whole-detector files: tests/tasks/ssd/test_effdet_equivalence.py."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxdet
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -151,8 +151,8 @@ def test_verbose_import_names_every_tensor_it_counts(zoo, caplog):
     import logging
     import re
 
-    from jaxdet.app import runs
     from jaxdet.config.tfod import load_pipeline_config
+    from jaxdet.jobs import runs
 
     config = load_pipeline_config(zoo / "pipeline.config", SETS[1::2])
     with caplog.at_level(logging.DEBUG, logger="jaxdet"):

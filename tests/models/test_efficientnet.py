@@ -27,8 +27,7 @@ from jaxdet.models.backbones.efficientnet import (
 )
 from jaxdet.models.layers import BatchNormParams
 from random_arrays import normal
-
-from .conftest import torch_deterministic_weights
+from torch_weights import torch_deterministic_weights
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BN = BatchNormParams(momentum=0.99, epsilon=1e-3)  # TF EfficientNet

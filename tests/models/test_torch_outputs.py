@@ -24,8 +24,7 @@ from flax import nnx
 from jaxdet.config.loader import load_config
 from jaxdet.tasks.ssd import build as ssd_build
 from jaxdet.tasks.weights import load_weights
-
-from .conftest import torch_deterministic_weights
+from torch_weights import torch_deterministic_weights
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TORCH_PYTORCH = ["model.backbone.padding=symmetric", "model.backbone.batch_norm.epsilon=1e-5"]

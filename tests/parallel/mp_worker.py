@@ -42,8 +42,9 @@ def main() -> int:
 
     import numpy as np
 
-    from jaxdet.app import cli, runs
+    from jaxdet.cli import main as cli
     from jaxdet.config.loader import load_config
+    from jaxdet.jobs import runs
 
     cli_args = cli._parser().parse_args([
         "train", "--config", "shapes_demo", "--workdir", args.workdir, "--no-eval",

@@ -3,7 +3,7 @@ pod / Open MPI detection), the errors for bad ones, and the CLI flags that carry
 
 import pytest
 
-from jaxdet.app import cli
+from jaxdet.cli import main as cli
 from jaxdet.parallel import distributed
 from jaxdet.parallel.distributed import DistributedError, DistributedSpec, resolve
 

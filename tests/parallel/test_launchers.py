@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
+from jaxdet.jobs import runs
 from jaxdet.train.checkpoint import Checkpointer
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
@@ -44,7 +44,7 @@ def _run_two(workdir: Path, overrides: list[str], envs: list[dict[str, str]]) ->
     """Two ``jaxdet train`` processes, process i with ``envs[i]`` added to its environment."""
     base = dict(os.environ, JAX_PLATFORMS="cpu")
     base.pop("XLA_FLAGS", None)  # one CPU device per process
-    cmd = [sys.executable, "-m", "jaxdet.app.cli", "train", "--config", "shapes_demo",
+    cmd = [sys.executable, "-m", "jaxdet.cli.main", "train", "--config", "shapes_demo",
            "--workdir", str(workdir), "--no-eval", "--no-progress", "--distributed-timeout",
            "60", *[f"--set={o}" for o in overrides]]
     procs = [subprocess.Popen(cmd, env={**base, **env}, stdout=subprocess.PIPE,

@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.data.loader import SHARDED_STATE_FORMAT, gather_ints
+from jaxdet.jobs import runs
 from jaxdet.train.checkpoint import Checkpointer
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jaxdet import tasks
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.mesh import MeshLayoutError, make_mesh
 from jaxdet.parallel.sharding import batch_sharding, place, place_batch, state_sharding

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from jaxdet.app import runs
 from jaxdet.config.changes import batch_change_warning
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 from jaxdet.train.build import build_schedule
 
 COSINE = ["train.learning_rate={name: cosine, learning_rate_base: 0.08, "

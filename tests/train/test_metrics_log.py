@@ -111,6 +111,7 @@ def test_fresh_run_clears_rows_of_a_run_killed_before_its_first_checkpoint(tmp_p
 def test_tensorboard_starts_without_loading_torch(tmp_path):
     """The logger leaves PyTorch (installed with the test extras) unloaded, its events are
     written all the same, and a later ``import torch`` works as usual."""
+    pytest.importorskip("torch")  # without PyTorch there is nothing to leave unloaded
     code = (f"import sys\nfrom jaxdet.train.metrics_log import MetricsLogger\n"
             f"logger = MetricsLogger({str(tmp_path)!r})\n"
             f"logger.log(1, {{'loss': 0.5}})\nlogger.close()\n"

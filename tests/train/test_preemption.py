@@ -169,7 +169,7 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
 
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(dump_config(tiny_config))
-    train = [sys.executable, "-m", "jaxdet.app.cli", "train", "--config", str(config_file),
+    train = [sys.executable, "-m", "jaxdet.cli.main", "train", "--config", str(config_file),
              "--no-eval", "--set", "train.log_every=1", "--set", "train.num_steps=60",
              "--set", "train.checkpoint_every=100"]
     stopped = tmp_path / "stopped"

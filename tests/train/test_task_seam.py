@@ -10,8 +10,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxdet import tasks
-from jaxdet.app import runs
 from jaxdet.config.loader import load_config
+from jaxdet.jobs import runs
 from jaxdet.parallel.mesh import make_mesh
 from jaxdet.parallel.sharding import batch_sharding
 from jaxdet.tasks.ssd import SSDTask

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.app import eval_watch, runs
 from jaxdet.config.loader import load_config
 from jaxdet.eval.visualize import title_height
+from jaxdet.jobs import eval_watch, runs
 from jaxdet.train.metrics_log import MetricsLogger
 from tensorboard_events import read_images, read_scalars
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jaxdet.app.cli import main
+from jaxdet.cli.main import main
 from jaxdet.train.workdir_lock import LOCK_NAME, WorkdirBusy, hold_workdir
 
 HOLD = """

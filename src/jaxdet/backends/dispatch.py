@@ -13,7 +13,11 @@ the XLA op.
   one 2D convolution over stacked depth taps (the fast one on XLA:CPU);
 * :func:`compiler_options`: XLA:CPU compile options for a jitted step or predict;
 * :func:`on_cpu`: whether jax computes on the host CPU (no GPU or TPU), for defaults that
-  depend on it (the loader's worker processes, the allocator hint).
+  depend on it (the loader's worker processes, the allocator hint);
+* :func:`kernels_available`: whether jaxdet's CPU kernels are built and registered in this
+  process, and :func:`winograd_conv3x3`, the Winograd form of a 3x3 convolution at any shape
+  (what :func:`conv_general_dilated` takes for wide ones on CPU): for the benchmarks that
+  time each form against the one it replaces.
 
 What a process sets up before jax starts (the allocator) is ``backends.process``.
 """
@@ -33,6 +37,7 @@ from jaxdet.backends.cpu.batch_norm import batch_statistics, normalize_with_batc
 from jaxdet.backends.cpu.compile_options import cpu_compiler_options as compiler_options
 from jaxdet.backends.cpu.conv2d import conv_general_dilated
 from jaxdet.backends.cpu.conv3d import depth_stacked_conv
+from jaxdet.backends.cpu.winograd import winograd_conv3x3
 
 CONV3D_LOWERINGS = {"native": jax.lax.conv_general_dilated, "depth_stacked": depth_stacked_conv}
 
@@ -40,6 +45,13 @@ CONV3D_LOWERINGS = {"native": jax.lax.conv_general_dilated, "depth_stacked": dep
 def on_cpu() -> bool:
     """Whether jax's default backend is the host CPU (no GPU or TPU in use)."""
     return jax.default_backend() == "cpu"
+
+
+def kernels_available() -> bool:
+    """Whether jaxdet's CPU kernels (XLA FFI) are built and registered in this process (built
+    on the first call); False where ``JAXDET_CPU_KERNELS=0`` or they cannot be built. Code
+    traced on one CPU device, outside ``trace.portable()``, calls them when this is True."""
+    return cpu_kernels.available()
 
 
 def default_conv3d_lowering() -> str:
@@ -94,5 +106,5 @@ def _kernel_top_k_jvp(k, primals, tangents):
 
 
 __all__ = ["CONV3D_LOWERINGS", "batch_statistics", "compiler_options", "conv_general_dilated",
-           "default_conv3d_lowering", "has_batch_norm_form", "max_pool_2d",
-           "normalize_with_batch_statistics", "on_cpu", "top_k_per_class"]
+           "default_conv3d_lowering", "has_batch_norm_form", "kernels_available", "max_pool_2d",
+           "normalize_with_batch_statistics", "on_cpu", "top_k_per_class", "winograd_conv3x3"]

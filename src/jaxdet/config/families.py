@@ -1,7 +1,7 @@
 """Model sections added at run time: a family defined outside jaxdet registers its own
 ``model:`` class, and configs with its ``model.type`` validate like the shipped ones.
 
-``jaxdet.tasks.register_family`` calls :func:`register_model_config`; the shipped families'
+Registering a family (the task registry) calls :func:`register_model_config`; the shipped families'
 sections are the ``AnyModelConfig`` union of ``config.schema``.
 """
 

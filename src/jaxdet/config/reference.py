@@ -111,8 +111,8 @@ def config_reference() -> str:
 
 def shipped_configs_table() -> str:
     """One row per shipped config: what it builds, input size, batch, steps."""
+    from jaxdet.config.input_size import input_size
     from jaxdet.config.loader import load_config, shipped_config_names
-    from jaxdet.data.build import input_size
 
     rows = [
         "| config | builds | input | backbone | neck | head | batch x steps |",

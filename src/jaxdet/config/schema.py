@@ -63,12 +63,12 @@ from jaxdet.config.schema_model import (  # noqa: F401  (re-exported)
     IdentityNeckConfig,
     LossConfig,
     MatcherConfig,
-    ModelConfig,
     MultiscaleAnchorsConfig,
     NeckConfig,
     PostProcessingConfig,
     SSDAnchorsConfig,
     SSDFeatureMapsConfig,
+    SSDModelConfig,
     WeightSharedHeadConfig,
 )
 from jaxdet.config.schema_params import InitializerRule, WeightDecayRule
@@ -87,7 +87,7 @@ log = logging.getLogger("jaxdet.config")
 
 
 # the model section: one family per ``model.type``
-AnyModelConfig = Annotated[ModelConfig | CenterNetModelConfig | FasterRCNNModelConfig
+AnyModelConfig = Annotated[SSDModelConfig | CenterNetModelConfig | FasterRCNNModelConfig
                            | UNet3DModelConfig, Field(discriminator="type")]
 
 class CocoDataConfig(Strict):

@@ -365,7 +365,7 @@ class PostProcessingConfig(Strict):
     pre_nms_top_k: int = Field(1000, ge=1)
 
 
-class ModelConfig(Strict):
+class SSDModelConfig(Strict):
     """A single-stage detector: backbone -> neck -> box predictor over anchors."""
 
     type: Literal["ssd"] = "ssd"

@@ -13,7 +13,7 @@ from jaxdet.config.schema_base import Strict
 class GeneratedVolumesDataConfig(Strict):
     """Generated volumes that need no download: 1 to ``max_objects`` spheres (class 1) and
     axis-aligned cubes (class 2) of random centre and size in Gaussian noise of standard
-    deviation ``noise`` (``data.volumes.GeneratedVolumes``). Volume i is drawn from seed
+    deviation ``noise`` (``tasks.unet3d.volumes.GeneratedVolumes``). Volume i is drawn from seed
     (``seed``, i), so the same settings give the same volumes on every machine; use another
     ``seed`` for held-out volumes. ``every_class``: every volume holds at least one sphere
     and one cube (as every KiTS19 case holds a kidney); with a class absent from a volume, a

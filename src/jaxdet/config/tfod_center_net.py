@@ -27,11 +27,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from jaxdet.config.keypoint_specs import COCO_PERSON_KEYPOINTS
+from jaxdet.config.label_map import (
+    LabelMapError,
+    keypoint_spec_from_label_map,
+    read_label_map_items,
+)
 from jaxdet.config.pbtxt import Message
 from jaxdet.config.tfod_common import Mapper, image_resizer
 from jaxdet.config.tfod_deepmac import map_deepmac
-from jaxdet.data.keypoints import COCO_PERSON_KEYPOINTS
-from jaxdet.data.label_map import LabelMapError, keypoint_spec_from_label_map, read_label_map_items
 
 _RESNET_BN = {"decay": 0.99, "epsilon": 1.001e-5}  # tf.keras.applications ResNets
 _HOURGLASS_BN = {"decay": 0.1, "epsilon": 1e-5}  # Keras momentum 0.1, as TF's hourglass has it

@@ -4,7 +4,7 @@
 (:func:`greedy_nms_loop`) unless the exporter forms ask for ``nms_as_op``
 (:mod:`jaxdet.core.portable`); then it binds ``greedy_nms_p``, a primitive with the same
 values whose XLA lowering *is* the loop, so jax runs it unchanged, while an exporter can map
-it onto its runtime's own NMS kernel (ONNX ``NonMaxSuppression``: ``jaxdet.export.onnx_nms``)
+it onto its runtime's own NMS kernel (ONNX ``NonMaxSuppression``)
 instead of a data-dependent loop of small ops.
 """
 

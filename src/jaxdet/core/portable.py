@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdet.backends import dispatch, trace
-from jaxdet.backends.windows import window_slices
+from jaxdet.backends.pooling_windows import window_slices
 
 
 @dataclasses.dataclass(frozen=True)

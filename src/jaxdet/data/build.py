@@ -1,7 +1,7 @@
 """Config -> data objects: input size, resizer, augment ops, sources, train and eval loaders.
 
 Takes config sections, returns plain objects. What depends on the model family (whether the
-resizer's padding is normalized with the image) is passed in: ``jaxdet.tasks`` knows it.
+resizer's padding is normalized with the image) is passed in by the caller, which knows the family.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import jax
 
 from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
+from jaxdet.config.input_size import input_size
 from jaxdet.config.loader import ConfigError
 from jaxdet.core.precision import compute_dtype
 from jaxdet.data import augment, augment_color, augment_crop, resize
@@ -27,22 +28,9 @@ from jaxdet.data.normalize import PixelNormalizer, transfer_layout
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
-from jaxdet.interop.formats import detect_format
 
 log = logging.getLogger("jaxdet")
 
-
-
-def input_size(data: S.DataConfig) -> tuple[int, int]:
-    """The static (height, width) every image is resized and padded to."""
-    r = data.resizer
-    if isinstance(r, S.FixedShapeResizerConfig):
-        return (r.height, r.width)
-    if not r.pad_to_max_dimension:
-        raise ValueError(
-            "data.resizer.pad_to_max_dimension must be true: jaxdet needs one static input shape"
-        )
-    return (r.max_dimension, r.max_dimension)
 
 
 # --------------------------------------------------------------------------- data
@@ -122,7 +110,7 @@ def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool
     """Per-sample transforms after decode: [augment ops] + resizer + normalize; in training
     with ``data.crowd_boxes: train``, crowd objects are made ordinary ones first
     (``pads_raw_pixels``: the padding is normalized like black pixels, see
-    ``augment.Normalize``; a config's family says which: ``jaxdet.tasks.transforms_of``).
+    ``augment.Normalize``; a config's family says which).
     ``normalize=False`` stops at the resizer: the loaders do, and the device normalizes
     (:func:`pixel_normalizer`)."""
     size = input_size(cfg)
@@ -141,7 +129,7 @@ def pixel_normalizer(config: S.Config, *, pads_raw_pixels: bool) -> PixelNormali
     """The device-side normalization of the images the loaders send (``data.normalize``), in
     the dtype the network computes in (the task casts its input to it: the same values), or
     None for data that are not images (the 3D U-Net's volumes). ``pads_raw_pixels``: as in
-    :func:`build_transforms` (``jaxdet.tasks.build_normalizer`` passes the family's)."""
+    :func:`build_transforms` (the caller passes the family's)."""
     if config.data.type != "images":
         return None
     return PixelNormalizer(tuple(config.data.mean), tuple(config.data.std),
@@ -161,19 +149,12 @@ def train_batch_layout(config: S.Config, task) -> BatchLayout:
 
 def decode_mode(config: S.Config, weights_format: str | None = None) -> str:
     """How JPEGs decode (``data.decode``): ``data.jpeg_decode`` when set; for ``auto``,
-    ``tf`` when the weights come from a TF checkpoint (``weights_format="tf"``, e.g. ``jaxdet
-    predict --checkpoint``, or ``train.init_checkpoint``), else ``accurate``."""
+    ``tf`` when the job's weights come from a TF checkpoint (``weights_format="tf"``: the job
+    knows, e.g. ``jaxdet predict --checkpoint`` or ``train.init_checkpoint``), else
+    ``accurate``."""
     mode = getattr(config.data, "jpeg_decode", "auto")
     if mode != "auto":
         return mode
-    if weights_format is None and config.train.init_checkpoint is not None:
-        init = config.train.init_checkpoint
-        weights_format = init.format
-        if weights_format == "auto":
-            try:
-                weights_format = detect_format(init.path)
-            except FileNotFoundError:
-                weights_format = None
     if weights_format != "tf":
         return "accurate"
     if not _said_tf_decode:
@@ -301,11 +282,12 @@ def check_class_count(config: S.Config, source) -> None:
 
 def build_train_loader(config: S.Config, source, *, seed: int | None = None,
                        shard_index: int | None = None, shard_count: int | None = None,
-                       layout=None):
+                       layout=None, weights_format: str | None = None):
     """Infinite, deterministic, resumable training batches (see ``data.loader``): images of
     ``data.train_image_dtype``, not normalized (the train step does:
     ``train.build.build_train_step(..., normalizer=...)``); ``layout``:
-    :func:`train_batch_layout`, which the first batch is checked against.
+    :func:`train_batch_layout`, which the first batch is checked against; ``weights_format``:
+    where the run's starting weights come from, for :func:`decode_mode`.
 
     ``train.batch_size`` is the global batch; process ``shard_index`` of ``shard_count``
     (default: this JAX process of all) gets its ``batch_size // shard_count`` rows of each.
@@ -326,7 +308,7 @@ def build_train_loader(config: S.Config, source, *, seed: int | None = None,
         gather=gather_ints if shard_count == jax.process_count() > 1 else None,
         layout=layout,
         image_dtype=config.data.train_image_dtype,
-        decode=decode_mode(config),
+        decode=decode_mode(config, weights_format),
     )
 
 

@@ -23,18 +23,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxdet.config.keypoint_specs import COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS, KeypointSpec
+
 KEYPOINT_KEYS = ("keypoints", "keypoint_visibility")
 
-# COCO's person keypoints and the per-keypoint OKS sigmas of its evaluation (pycocotools).
-COCO_PERSON_KEYPOINTS = (
-    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
-    "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip",
-    "right_hip", "left_knee", "right_knee", "left_ankle", "right_ankle",
-)
-COCO_PERSON_SIGMAS = (
-    0.026, 0.025, 0.025, 0.035, 0.035, 0.079, 0.079, 0.072, 0.072, 0.062, 0.062, 0.107,
-    0.107, 0.087, 0.087, 0.089, 0.089,
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,16 +116,6 @@ class KeypointLayout:
         """(keypoints f32 [n, K, 2] zeros, visibility int32 [n, K] zeros)."""
         k = self.num_keypoints
         return np.zeros((n, k, 2), np.float32), np.zeros((n, k), np.int32)
-
-
-@dataclasses.dataclass(frozen=True)
-class KeypointSpec:
-    """A keypoint group as configured (``model.keypoint_tasks``), before its class name is
-    resolved against a dataset's classes: ``class_name``, keypoint ``names``, ``skeleton``."""
-
-    class_name: str
-    names: tuple[str, ...]
-    skeleton: tuple[tuple[int, int], ...] = ()
 
 
 def resolve_layout(specs: Sequence[KeypointSpec], class_names: Sequence[str],

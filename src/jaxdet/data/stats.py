@@ -6,7 +6,7 @@
 A *source* is any random-access data source (``len(source)``, ``source[i]`` -> record with
 PIXEL ``boxes`` (ymin, xmin, ymax, xmax), ``classes`` and ``is_crowd``; see
 ``data.records``) with ``category_names``. Training logs this summary at start, and
-``jaxdet summary --data`` prints it with the anchor coverage (``jaxdet.tasks.ssd.anchor_fit``).
+``jaxdet summary --data`` prints it with the anchor coverage of SSD-like families.
 """
 
 from __future__ import annotations

@@ -79,17 +79,17 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxdet import files
+from jaxdet.config.label_map import (
+    LabelMapItem,
+    class_names_from_label_map,
+    read_label_map_items,
+    text_to_id,
+)
 from jaxdet.data.keypoints import (
     KeypointLayout,
     KeypointSpec,
     check_object_keypoints,
     resolve_layout,
-)
-from jaxdet.data.label_map import (
-    LabelMapItem,
-    class_names_from_label_map,
-    read_label_map_items,
-    text_to_id,
 )
 from jaxdet.data.masks import (
     MASK_KEY,

@@ -22,6 +22,7 @@ from jaxdet.eval.coco_keypoint_eval import CocoKeypointEvaluator
 from jaxdet.eval.coco_mask_eval import CocoMaskEvaluator, mask_metrics, paste_box_masks
 from jaxdet.eval.visualize import draw_detections, image_grid, resize_masks
 from jaxdet.eval.voc_eval import VocEvaluator, class_ap_key, map_key
+from jaxdet.models.task import Task
 
 PyTree = Any
 log = logging.getLogger("jaxdet")
@@ -31,8 +32,6 @@ SAMPLES_TOP_K = 5  # ... or the top-k when none reaches the threshold
 SAMPLES_CELL_SIZE = 320
 METRICS_SETS = ("coco_detection_metrics", "pascal_voc_detection_metrics", "coco_mask_metrics")
 
-# A task (the ``jaxdet.tasks.base.Task`` protocol); eval sits below tasks and names no family.
-Task = Any
 
 
 def predict_callable(task: Task, *, allow_tf32: bool = True,

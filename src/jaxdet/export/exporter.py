@@ -13,8 +13,8 @@ complete, so a failed export leaves nothing half-written):
   :func:`jaxdet.export.serving.serving_function` (weights inside), lowered for CPU, CUDA and
   TPU; it runs with jax alone (``jax.export.deserialize(bytes).call(images)``), no jaxdet.
   The batch is polymorphic (any B) unless ``batch_size`` fixes it.
-* ``onnx``: ``model.onnx`` (opset 23, converted by jax2onnx, ``make install-export``), for ONNX
-  Runtime; a fixed batch (default 1). Max pooling is traced as strided slices and greedy NMS
+* ``onnx``: ``model.onnx`` (opset 23, converted by jax2onnx; ``pip install 'jaxdet[onnx]'``), for
+  ONNX Runtime; a fixed batch (default 1). Max pooling is traced as strided slices and greedy NMS
   as one primitive (``core.portable.exportable``) that becomes ONNX ``NonMaxSuppression``
   (``export/onnx_nms.py``), so the whole model, NMS included, is one ONNX graph without loops;
   convolutions as plain convolutions (ONNX Runtime's kernels, not jaxdet's CPU rewrites).
@@ -240,8 +240,8 @@ def export_onnx(fn, size: tuple[int, int], *, batch_size: int, input_type: str
     try:
         from jax2onnx import to_onnx
     except ImportError as e:
-        raise ExportError("--format onnx needs jax2onnx, onnx and onnxruntime: run `make "
-                          "install-export`") from e
+        raise ExportError("--format onnx needs jax2onnx, onnx and onnxruntime: run `pip "
+                          "install 'jaxdet[onnx]'` (in a clone: make install-export)") from e
     from jaxdet.export import onnx_nms  # noqa: F401 - registers NMS -> NonMaxSuppression
 
     spec = _input_spec(size, batch_size, input_type)

@@ -10,6 +10,10 @@ reads, and :func:`read_range` fetches one byte range (one HTTP range request on 
 are one line naming the path (:class:`FileAccessError`; a missing file stays a
 ``FileNotFoundError``); the remote libraries retry dropped connections themselves and
 :func:`remote_call` tries once more before naming the failure.
+
+Modules: ``paths`` (exists, glob, list, make and remove folders), ``streams`` (open, read
+whole or a byte range, write), ``errors`` (one-line errors; one more try after the client's
+own retries), ``mirror`` (a local folder kept in step with a bucket folder).
 """
 
 from jaxdet.files.errors import FileAccessError

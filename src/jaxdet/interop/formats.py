@@ -31,4 +31,20 @@ def detect_format(path: str | os.PathLike) -> str:
     return "tf"
 
 
-__all__ = ["detect_format"]
+def weights_format(checkpoint: str | os.PathLike | None, checkpoint_format: str = "auto"
+                   ) -> str | None:
+    """The format of the weights a job starts from or loads (``"tf"``, ``"jaxdet"``,
+    ``"torch"``): ``checkpoint_format`` when given, else :func:`detect_format`'s; None without
+    a checkpoint or when nothing is there (yet). A TF checkpoint's model sees TF's JPEG decode
+    (``data.build.decode_mode``)."""
+    if checkpoint is None:
+        return None
+    if checkpoint_format != "auto":
+        return checkpoint_format
+    try:
+        return detect_format(checkpoint)
+    except FileNotFoundError:
+        return None
+
+
+__all__ = ["detect_format", "weights_format"]

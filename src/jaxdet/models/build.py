@@ -30,7 +30,7 @@ def batch_norm_params(cfg: S.BatchNormConfig) -> BatchNormParams:
     return BatchNormParams(momentum=cfg.decay, epsilon=cfg.epsilon, frozen=cfg.frozen)
 
 
-def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
+def build_backbone(cfg: S.SSDModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
     b = cfg.backbone
     bn = batch_norm_params(b.batch_norm)
     if b.name.startswith("resnet_v2_"):
@@ -95,7 +95,7 @@ def build_backbone(cfg: S.ModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Module:
     )
 
 
-def build_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
+def build_neck(cfg: S.SSDModelConfig, in_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
     """A neck several families share, from ``cfg.neck``: the FPN (RetinaNet, Faster R-CNN) or
     the identity (a CenterNet reading one backbone level). A family's own necks (the SSD
     family's BiFPN and feature maps, CenterNet's upsampling necks) are built by its builder."""

@@ -22,7 +22,7 @@ def build_mesh(config: S.Config) -> Mesh:
 
 def check_mesh_layout(config: S.Config, mesh: Mesh, task: Any, *,
                       splits: tuple[str, ...] = ("train", "eval")) -> None:
-    """Check that train (micro-)batches and eval batches of ``task`` (a ``tasks.base.Task``)
+    """Check that train (micro-)batches and eval batches of ``task`` (a ``models.task.Task``)
     split over ``mesh`` (clear errors naming the field): images (``task.input_size`` (H, W)) by
     ``parallel.mesh.check_batch_layout``, which also refuses a split of the image width;
     volume patches (``task.input_size`` (D, H, W)) by ``parallel.mesh.check_volume_layout``

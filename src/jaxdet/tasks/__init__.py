@@ -1,17 +1,22 @@
-"""Tasks: one folder per meta-architecture, one registry line each (see ``tasks.base``).
+"""Tasks: one folder per meta-architecture, one registry line each.
 
-``build_task(config)`` dispatches on ``config.model.type``; ``fingerprint_fields(config)``
-gives what fixes a checkpoint's tensors for that family; ``transforms_of`` and
-``build_normalizer`` build the input pipeline's last steps as the family pads its images;
-``tf_name_map`` and ``torch_detector_map`` give the family's checkpoint name maps (TF OD API
-checkpoints, whole-detector torch state dicts). Nothing else in jaxdet branches on the model
-type.
+``resolve(config)`` looks ``config.model.type`` up once and returns a ``Family``: the
+family's builders bound to the config (the task, the input pipeline's last steps as the family
+pads its images, the checkpoint fingerprint, the TF OD API and torch checkpoint name maps). A
+job resolves its config once and passes the ``Family`` down; nothing else in jaxdet branches
+on the model type. ``build_task(config)`` and the other module functions do the same for one
+call (tests, notebooks).
+
+Modules: ``family`` (``TaskFamily``, the registry's record; ``Family``, a resolved one),
+``data_pipeline`` (``DataPipeline``), ``detector`` (what the box detectors share: the box
+batch, box evaluation, the image pipeline), ``weights`` (weights from TF, torch and jaxdet
+checkpoints into a family's model); one folder per family: ``ssd`` (SSD, RetinaNet,
+EfficientDet), ``center_net``, ``faster_rcnn`` (Faster and Mask R-CNN), ``unet3d``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,15 +25,15 @@ from pydantic import BaseModel
 
 from jaxdet.config import schema as S
 from jaxdet.config.families import register_model_config, unregister_model_config
-from jaxdet.data import build as data_build
 from jaxdet.data.normalize import PixelNormalizer
-from jaxdet.data.stats import dataset_stats, format_dataset_stats
-from jaxdet.interop.tfod_names import Target, UnmappedModelError
+from jaxdet.interop.tfod_names import Target
 from jaxdet.interop.torch_names import TorchDetectorMap
-from jaxdet.models import build as models_build
-from jaxdet.tasks.base import DataPipeline, Task
+from jaxdet.models.task import Task
 from jaxdet.tasks.center_net import build as center_net
 from jaxdet.tasks.center_net import tf_names as center_net_tf
+from jaxdet.tasks.data_pipeline import DataPipeline
+from jaxdet.tasks.detector import image_pipeline
+from jaxdet.tasks.family import Family, TaskFamily
 from jaxdet.tasks.faster_rcnn import build as faster_rcnn
 from jaxdet.tasks.faster_rcnn import tf_names as faster_rcnn_tf
 from jaxdet.tasks.ssd import build as ssd
@@ -39,55 +44,6 @@ from jaxdet.tasks.unet3d import build as unet3d
 from jaxdet.tasks.unet3d.data import volume_pipeline
 from jaxdet.tasks.unet3d.predict import predict_volumes
 from jaxdet.tasks.unet3d.segmenter import Segmenter
-
-
-def image_pipeline() -> DataPipeline:
-    """The detectors' images: ``data.build.build_source`` / ``build_train_loader`` and
-    ``data.stats``."""
-
-    def build_source(config: S.Config, workdir: Any, split: str):
-        return data_build.build_source(getattr(config.data, split), workdir,
-                                       num_classes=config.model.num_classes,
-                                       field=f"data.{split}",
-                                       keypoints=data_build.keypoint_specs(config),
-                                       masks=data_build.load_masks(config))
-
-    return DataPipeline(build_source, data_build.build_train_loader,
-                        lambda source, title: format_dataset_stats(dataset_stats(source), title))
-
-
-@dataclass(frozen=True)
-class TaskFamily:
-    """How a ``model.type`` is built: ``build(config, seed=...) -> Task``;
-    ``fingerprint_fields(config) -> dict`` (JSON-able; hashed into the checkpoint
-    fingerprint); ``summary(config, **options) -> dict`` and ``format_summary(dict) -> str``
-    (``jaxdet summary``: parameters, FLOPs, the family's own rows); ``pads_raw_pixels``: the
-    resizer's padding holds black pixels that are normalized with the image (TF's CenterNet
-    resizes then normalizes) instead of zeros after normalization (TF's SSD); ``data``: a
-    :class:`DataPipeline` factory (default :func:`image_pipeline`); ``predict_files``:
-    ``jaxdet predict`` (default ``predict.predict_images``); ``predictor(config, task,
-    variables, step=, batch_size=, evaluator=, weights=)`` (``weights``: where they came
-    from, in words): what ``jaxdet.load`` returns for a family
-    whose inputs are not images (default: ``app.detector.Detector``, for images);
-    ``tf_name_map(model, config) -> {tf object path: (jaxdet path, transform)}``: where each
-    tensor of a TF OD API checkpoint goes in the family's model (None: no TF checkpoint fits
-    the family);
-    ``torch_detector_map(model, state, source) -> interop.torch_names.TorchDetectorMap |
-    None``: the family's map of a whole detector's torch state dict (``source`` names the
-    file), None for a file it does not read (None: it reads none; a backbone alone is
-    ``weights``' shared path)."""
-
-    build: Callable[..., Task]
-    fingerprint_fields: Callable[[S.Config], dict[str, Any]]
-    summary: Callable[..., dict]
-    format_summary: Callable[[dict], str]
-    pads_raw_pixels: bool = False
-    data: Callable[[], DataPipeline] = image_pipeline
-    predict_files: Callable[..., Any] | None = None
-    predictor: Callable[..., Any] | None = None
-    tf_name_map: Callable[[nnx.Module, S.Config], dict[str, Target]] | None = None
-    torch_detector_map: Callable[[nnx.Module, Mapping[str, np.ndarray], str],
-                                 TorchDetectorMap | None] | None = None
 
 
 def _shipped_families() -> dict[str, TaskFamily]:
@@ -149,58 +105,49 @@ def family(config: S.Config) -> TaskFamily:
     return families[kind]
 
 
+def resolve(config: S.Config | Family) -> Family:
+    """``config``'s :class:`Family`: its ``model.type`` looked up once, for a whole job (a
+    ``Family`` is returned as it is, so a function may take either).
+
+    Raises:
+      ValueError: no family has that ``model.type`` (naming the ones there are)."""
+    return config if isinstance(config, Family) else Family(config, family(config))
+
+
 def build_task(config: S.Config, *, seed: int | None = None) -> Task:
-    """The task of ``config`` (``seed``: default ``train.seed``), its model's parameters drawn
-    as ``train.initializers`` says where it names them."""
-    seed = config.train.seed if seed is None else seed
-    task = family(config).build(config, seed=seed)
-    if config.train.initializers:
-        models_build.apply_initializers(task.model, config.train.initializers, seed)
-    return task
+    """``resolve(config).build_task(seed=seed)``: the task of ``config`` (``seed``: default
+    ``train.seed``)."""
+    return resolve(config).build_task(seed=seed)
 
 
 def fingerprint_fields(config: S.Config) -> dict[str, Any]:
     """What fixes the checkpoint's tensors for ``config``'s family."""
-    return family(config).fingerprint_fields(config)
+    return resolve(config).fingerprint_fields()
 
 
 def tf_name_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
-    """``{tf object path: (jaxdet path, transform)}``: where each tensor of a TF OD API
-    checkpoint goes in ``model``, built from ``config`` (its family's ``tf_name_map``).
-
-    Raises:
-      UnmappedModelError: a family without TF checkpoints (naming ``model.type``), or a model
-        part without a map (the message names it)."""
-    name_map = family(config).tf_name_map
-    if name_map is None:
-        raise UnmappedModelError(
-            f"model.type={config.model.type!r} has no TF OD API checkpoint name map: its "
-            "weights cannot come from a TF checkpoint; train it from scratch or from jaxdet "
-            "weights")
-    return name_map(model, config)
+    """``resolve(config).tf_name_map(model)`` (:meth:`Family.tf_name_map`)."""
+    return resolve(config).tf_name_map(model)
 
 
 def torch_detector_map(model: nnx.Module, config: S.Config, state: Mapping[str, np.ndarray],
                        *, source: str) -> TorchDetectorMap | None:
-    """The map of a whole detector's torch state dict ``state`` (the file ``source``) onto
-    ``model``, built from ``config``, by its family's ``torch_detector_map``; None where the
-    family has none or does not read that file."""
-    detector_map = family(config).torch_detector_map
-    return None if detector_map is None else detector_map(model, state, source)
+    """``resolve(config).torch_detector_map(...)`` (:meth:`Family.torch_detector_map`)."""
+    return resolve(config).torch_detector_map(model, state, source=source)
 
 
 def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
-    """``data.build.build_transforms`` of ``config.data`` as ``config``'s family pads."""
-    return data_build.build_transforms(config.data, training=training, normalize=normalize,
-                                       pads_raw_pixels=family(config).pads_raw_pixels)
+    """``resolve(config).transforms(...)`` (:meth:`Family.transforms`)."""
+    return resolve(config).transforms(training=training, normalize=normalize)
 
 
 def build_normalizer(config: S.Config) -> PixelNormalizer | None:
-    """``data.build.pixel_normalizer`` of ``config`` as its family pads (None for volumes)."""
-    return data_build.pixel_normalizer(config, pads_raw_pixels=family(config).pads_raw_pixels)
+    """``resolve(config).normalizer()`` (:meth:`Family.normalizer`)."""
+    return resolve(config).normalizer()
 
 
-__all__ = ["DataPipeline", "Task", "TaskFamily", "build_normalizer", "build_task", "family",
+__all__ = ["DataPipeline", "Family", "Task", "TaskFamily", "build_normalizer", "build_task",
+           "family", "resolve",
            "register_family", "unregister_family",
            "fingerprint_fields", "image_pipeline", "tf_name_map", "torch_detector_map",
            "transforms_of"]

@@ -17,7 +17,8 @@ workdir: its latest orbax checkpoint), ``torch`` (a ``.safetensors`` or ``.pth``
 an effdet EfficientDet, or a torchvision ResNet / timm MobileNet or EfficientNet backbone;
 ``interop.torch_files``) or ``auto`` (whichever ``path`` is).
 
-The name maps are the model's family's (``tasks.tf_name_map``, ``tasks.torch_detector_map``);
+The name maps are the model's family's (``Family.tf_name_map``, ``Family.torch_detector_map``:
+the functions take the job's resolved ``tasks.Family``, or a config for a single call);
 what every family shares stays here: a backbone alone from a classification checkpoint (TF or
 torch) or from a detection one, and jaxdet workdirs by variable path.
 """
@@ -44,6 +45,7 @@ from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint
 from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.interop.torch_files import read_torch_weights
 from jaxdet.interop.torch_names import variable_at
+from jaxdet.tasks.family import Family
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.remote_workdir import readable_workdir
 
@@ -74,10 +76,11 @@ def _check_mode(restore: str) -> None:
         raise ValueError(f"restore={restore!r}; allowed: {', '.join(RESTORE_MODES)}")
 
 
-def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *,
+def load_weights(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,
                  restore: str = "full", format: str = "auto") -> ImportReport:
-    """Copy weights from ``path`` into ``model`` (built from ``config``) in place; see the
-    module docstring. Returns what was restored, re-initialised and left unused.
+    """Copy weights from ``path`` into ``model`` (built from ``config``, or the job's resolved
+    family of it) in place; see the module docstring. Returns what was restored,
+    re-initialised and left unused.
 
     Raises:
       FileNotFoundError / CheckpointError / ValueError: a missing or unreadable checkpoint,
@@ -87,17 +90,17 @@ def load_weights(model: nnx.Module, config: S.Config, path: str | os.PathLike, *
     _check_mode(restore)
     kind = detect_format(path) if format == "auto" else format
     if kind == "tf":
-        return _load_tf(model, config, path, restore)
+        return _load_tf(model, tasks.resolve(config), path, restore)
     if kind == "jaxdet":
-        return _load_workdir(model, config, readable_workdir(path), restore)
+        return _load_workdir(model, readable_workdir(path), restore)
     if kind == "torch":
-        return _load_torch(model, config, os.fspath(path), restore)
+        return _load_torch(model, tasks.resolve(config), os.fspath(path), restore)
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
 
 
-def _tf_mapping(model, config, ckpt: TfCheckpoint, restore: str) -> dict:
+def _tf_mapping(model, family: Family, ckpt: TfCheckpoint, restore: str) -> dict:
     """``{tf object path: (jaxdet path, transform)}`` for ``restore`` from ``ckpt``."""
-    mapping = tasks.tf_name_map(model, config)
+    mapping = family.tf_name_map(model)
     if restore == "classification":
         mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
         if any(p.startswith(_TF_CLASSIFICATION_ROOT) for p in ckpt.variables()):
@@ -113,9 +116,9 @@ def _tf_mapping(model, config, ckpt: TfCheckpoint, restore: str) -> dict:
     return mapping
 
 
-def _load_tf(model, config, path, restore: str) -> ImportReport:
+def _load_tf(model, family: Family, path, restore: str) -> ImportReport:
     ckpt = TfCheckpoint(path)
-    mapping = _tf_mapping(model, config, ckpt, restore)
+    mapping = _tf_mapping(model, family, ckpt, restore)
     report = load_tf_checkpoint(
         model, ckpt, mapping, unapplied=tf_unapplied(model),
         reinitialize=(lambda tf_path: restore == "detection"))
@@ -124,21 +127,22 @@ def _load_tf(model, config, path, restore: str) -> ImportReport:
     return report
 
 
-def load_tf_detection_checkpoint(model: nnx.Module, config: S.Config,
+def load_tf_detection_checkpoint(model: nnx.Module, config: Family | S.Config,
                                  checkpoint: TfCheckpoint | str | os.PathLike,
                                  **kwargs) -> ImportReport:
     """``interop.tf_import.load_tf_checkpoint`` with the TF name map of the detector ``config``
-    builds (``tasks.tf_name_map``); ``kwargs``: ``reinitialize``.
+    builds (:meth:`Family.tf_name_map`; ``config``: the config or its resolved family);
+    ``kwargs``: ``reinitialize``.
 
     Raises:
       UnmappedModelError: a family or model part without a map (the message names it).
       CheckpointError: as ``load_tf_checkpoint``."""
-    mapping = tasks.tf_name_map(model, config)
+    mapping = tasks.resolve(config).tf_name_map(model)
     return load_tf_checkpoint(model, checkpoint, mapping, unapplied=tf_unapplied(model),
                               **kwargs)
 
 
-def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLike, *,
+def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,
                       restore: str = "full") -> dict[str, list[str]]:
     """The TF names of ``model``'s variables, from the TF checkpoint at ``path``: per jaxdet
     path (``backbone/layers/0/conv/kernel``, as ``train.freeze_variables`` sees it) the TF
@@ -150,7 +154,7 @@ def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLi
     ckpt = TfCheckpoint(path)
     keys, full_names = ckpt.variables(), ckpt.full_names()
     out: dict[str, list[str]] = {}
-    for tf_path, (target, _) in _tf_mapping(model, config, ckpt, restore).items():
+    for tf_path, (target, _) in _tf_mapping(model, tasks.resolve(config), ckpt, restore).items():
         key = keys.get(tf_path)
         if key is None:
             continue
@@ -161,25 +165,25 @@ def tf_variable_names(model: nnx.Module, config: S.Config, path: str | os.PathLi
     return out
 
 
-def _load_torch(model, config, path: str, restore: str) -> ImportReport:
+def _load_torch(model, family: Family, path: str, restore: str) -> ImportReport:
     """A PyTorch state dict. ``restore: classification``: the backbone alone, from a
     torchvision ResNet or timm MobileNet / EfficientNet classifier (its classifier keys are
     left unused) or from the backbone of a whole detector's file (``backbone.body.*`` of a
     torchvision detector, ``backbone.*`` of an effdet EfficientDet; its other keys are not
     reported unused). Otherwise a whole detector, by the map of the model's family
-    (``tasks.torch_detector_map``: the SSD family reads effdet EfficientDets and torchvision's
+    (:meth:`Family.torch_detector_map`: the SSD family reads effdet EfficientDets and torchvision's
     RetinaNet)."""
 
     state = read_torch_weights(path)
     prefix = torch_names.backbone_prefix(state)
     if restore != "classification":
-        found = tasks.torch_detector_map(model, config, state, source=str(path))
+        found = family.torch_detector_map(model, state, source=str(path))
         if found is not None:
             return _copy_arrays(model, str(path), found.state, found.mapping, restore,
                                 where="in the file", expected_unused=found.expected_unused)
         if prefix:
             raise CheckpointError(f"{path} holds a whole detector's state dict that "
-                                  f"model.type={config.model.type!r} has no map for: restore "
+                                  f"model.type={family.name!r} has no map for: restore "
                                   "its backbone alone with restore: classification")
         raise CheckpointError(f"{path} holds a backbone (classifier) state dict: restore it "
                               "with restore: classification")
@@ -262,7 +266,7 @@ def _flatten(tree, prefix: str = "") -> dict:
     return {prefix.rstrip("/"): tree}
 
 
-def _load_workdir(model, config, workdir: Path, restore: str) -> ImportReport:
+def _load_workdir(model, workdir: Path, restore: str) -> ImportReport:
     """A jaxdet workdir's latest checkpoint, by variable path (no transform)."""
     mapping = {"/".join(map(str, path)): (path, "identity") for path in variables_of(model)}
     if restore == "classification":

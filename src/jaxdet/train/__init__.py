@@ -1,0 +1,10 @@
+"""Training: the state, the compiled step, the loop and its checkpoints.
+
+Modules: ``step`` (the train state and the compiled train step), ``accumulate`` (loss and
+gradients, over micro-batches), ``loss_scale`` (float16 dynamic loss scaling), ``optim``
+(schedules and optimizers, TF OD API's), ``build`` (optimizer, schedule, loss scaling and
+train step of a config's ``train`` section), ``loop`` (the hook-based loop), ``metrics_log``
+(metrics.jsonl and TensorBoard), ``checkpoint`` (orbax checkpoints with metadata),
+``checkpoint_integrity`` (checksums of a checkpoint's files), ``preemption`` (SIGTERM / SIGINT:
+finish the step, checkpoint), ``workdir_lock`` (one training run per workdir),
+``remote_workdir`` (workdirs in a bucket, through a local staging folder)."""

@@ -26,9 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
-Task = Any
-
+from jaxdet.models.task import Task
 
 PyTree = Any
 

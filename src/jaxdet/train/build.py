@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from pathlib import Path
 
 import optax
 
@@ -12,14 +12,14 @@ from jaxdet.backends.dispatch import compiler_options
 from jaxdet.config import schema as S
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.models.param_rules import ParamPattern
+from jaxdet.models.task import Task
 from jaxdet.train import optim
+from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loss_scale import LossScaleParams
 from jaxdet.train.step import make_train_step
 
 log = logging.getLogger("jaxdet")
 
-# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
-Task = Any
 
 
 def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
@@ -125,7 +125,7 @@ def build_train_step(
 
     ``normalizer``: the batches come from ``data.build.build_train_loader`` (raw ``images``
     and ``image_info``, ``data.build.train_batch_layout``), and the step normalizes them first
-    with it (``tasks.build_normalizer(config)``); None: they hold the network's input already."""
+    with it (``tasks.Family.normalizer()``); None: they hold the network's input already."""
     return make_train_step(
         task,
         tx,
@@ -139,4 +139,17 @@ def build_train_step(
         batch_sharding=batch_sharding,
         compiler_options=compiler_options(eigen_convolutions=config.data.type == "images"),
         normalizer=None if normalizer is None else normalizer.normalize_batch,
+    )
+
+
+def build_checkpointer(config: S.Config, workdir: Path, *, read_only: bool = False
+                       ) -> Checkpointer:
+    """The workdir's checkpoints (``workdir/checkpoints``, ``train.keep_checkpoints`` kept,
+    one every ``train.checkpoint_every`` steps); ``read_only`` for a reader beside a run that
+    may be writing."""
+    return Checkpointer(
+        workdir / "checkpoints",
+        keep=config.train.keep_checkpoints,
+        every_steps=config.train.checkpoint_every,
+        read_only=read_only,
     )

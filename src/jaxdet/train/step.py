@@ -17,12 +17,10 @@ import jax.numpy as jnp
 import optax
 
 from jaxdet.data.batch_layout import abstract_batch
+from jaxdet.models.task import Task
 from jaxdet.models.thin_maps import mesh_scope
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.accumulate import loss_and_grads
-
-# A task (the ``tasks.base.Task`` protocol): train sits below tasks and names no family.
-Task = Any
 
 PyTree = Any
 TrainState = dict

@@ -19,7 +19,8 @@ in and zeroes every page again at the next call:
    zeroed, had cost a random step of a run a second). ``JAXDET_BLOCK_CACHE=0`` turns it off,
    ``JAXDET_BLOCK_CACHE_BLOCKS`` / ``_MAX_MB`` / ``_MIN_MB`` / ``_WAIT_MS`` tune it. It is
    compiled once per machine with the system's C compiler into ``~/.cache/jaxdet``
-   (``$XDG_CACHE_HOME``); without a compiler, or off glibc, only the huge pages apply.
+   (``$XDG_CACHE_HOME``); without a compiler, or off glibc, only the huge pages apply (without
+   a compiler, :func:`hint` says so once per machine: ``native_build.report_fallback``).
 
 Both are read when a process starts, so the ``jaxdet`` command and the throughput and profile
 benchmarks start themselves again with them (:func:`reexec_with_fast_allocator`);
@@ -84,13 +85,13 @@ def block_cache_library(cache_dir: Path | None = None, source: Path = BLOCK_CACH
                         compiler: str | None = None) -> Path | None:
     """The block-cache shim (``native/block_cache.c``) built for this machine: a shared library
     in ``cache_dir`` (default ``$XDG_CACHE_HOME/jaxdet``, else ``~/.cache/jaxdet``) named by the
-    source's hash, compiled on the first call with ``compiler`` (default ``$CC``, ``cc`` or
-    ``gcc``). Returns None where it cannot be had (not glibc Linux, no compiler, a failed
-    build; the reason is logged at debug level)."""
+    source's hash, compiled on the first call with ``compiler`` (default ``$CC``, ``cc``,
+    ``gcc`` or ``clang``). Returns None where it cannot be had (not glibc Linux, no compiler, a
+    failed build; the reason is logged at debug level)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     return native_build.cached_library(
-        source, "block_cache", compiler or native_build.find_compiler("CC", ("cc", "gcc")),
+        source, "block_cache", compiler or native_build.compiler("block_cache"),
         ["-O2", "-shared", "-fPIC"], libraries=["-ldl", "-lpthread"], directory=cache_dir)
 
 
@@ -134,10 +135,14 @@ _hinted = [False]
 
 def hint() -> None:
     """Log once, on the CPU backend, how to get huge pages and the block cache when this
-    process runs without them."""
+    process runs without them; where the block cache cannot be built (no C compiler), the
+    machine's one warning about native parts that fall back."""
     if _hinted[0]:
         return
     _hinted[0] = True
+    if (os.environ.get(BLOCK_CACHE_OPT_OUT, "1") != "0" and platform.system() == "Linux"
+            and platform.libc_ver()[0] == "glibc" and block_cache_library() is None):
+        native_build.report_fallback("block_cache")
     env = fast_allocator_environment(os.environ)
     if env is None:
         return

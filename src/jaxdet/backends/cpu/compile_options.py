@@ -3,7 +3,7 @@ convolutions.
 
 XLA:CPU hands matrix multiplies, reductions and convolutions to YNNPACK by default. Eigen's
 convolutions are faster for some models on the 2-core CPU machines (``benchmarks/`` with and
-without these options, see BENCHMARKS.md):
+without these options, see benchmarks/LOG.md):
 
 - **train steps of detectors**, the kernel gradients above all: RetinaNet-ResNet50 640 at batch
   2 took 4.3-4.6 s a step against 5.0-5.3 s, MobileNetV2 SSD 320 at batch 8 0.55-0.70 s against

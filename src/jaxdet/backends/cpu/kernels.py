@@ -4,7 +4,7 @@ XLA:CPU turns some of a detector's gradient computations into many sweeps over m
 one would do. The kernel gradient of a 3x3 depthwise convolution is nine reductions (each
 tap's product with the output gradient, summed over the batch and the image), each reading
 the activation and the output gradient again: 30% of an SSD MobileNetV2 train step on the
-2-core CPU (BENCHMARKS.md, issue 22). ``native/cpu_kernels.cc`` computes it in one pass.
+2-core CPU (benchmarks/LOG.md, issue 22). ``native/cpu_kernels.cc`` computes it in one pass.
 
 The source is compiled once per machine with the system's C++ compiler (``$CXX``, ``c++`` or
 ``g++``) against jax's own FFI headers, tuned for the CPU it runs on (``-march=native``), into
@@ -62,7 +62,7 @@ def library(directory: Path | None = None, source: Path = SOURCE,
         (Path(include) / "xla" / "ffi" / "api" / "ffi.h").read_bytes()).digest()
     return native_build.cached_library(
         source, "cpu_kernels",
-        compiler or native_build.find_compiler("CXX", ("c++", "g++", "clang++")),
+        compiler or native_build.compiler("cpu_kernels"),
         ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}"],
         key=key, directory=directory)
 
@@ -82,10 +82,8 @@ def _register() -> bool:
     import ctypes  # noqa: PLC0415
 
     path = library()
-    if path is None:
-        log.warning("jaxdet's CPU kernels could not be built (no C++ compiler, or a failed "
-                    "build): the portable jnp code runs instead, slower; install g++ or "
-                    "clang++ (or set CXX)")
+    if path is None:  # no C++ compiler, or a failed build: one warning per machine says so
+        native_build.report_fallback("cpu_kernels")
         return False
     try:
         lib = ctypes.cdll.LoadLibrary(str(path))
@@ -102,8 +100,8 @@ def usable() -> bool:
     """Whether code being traced now may call the kernels: on the CPU backend, traced as
     ``backends.trace.Forms.NATIVE`` (not within ``trace.portable()``, ``trace.reference()`` or
     an export), not partitioned over a mesh of more than one device
-    (``jax.sharding.get_abstract_mesh()``, which ``jaxdet.models.thin_maps.mesh_scope`` sets
-    around a sharded step), and available."""
+    (``jax.sharding.get_abstract_mesh()``, which the models set around a sharded step), and
+    available."""
     if (not kernels_allowed() or jax.default_backend() != "cpu"
             or not traced_on_one_device()):
         return False

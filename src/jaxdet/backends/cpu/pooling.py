@@ -8,7 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxdet.backends.windows import window_slices
+from jaxdet.backends.pooling_windows import window_slices
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))

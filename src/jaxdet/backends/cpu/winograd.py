@@ -14,7 +14,7 @@ algorithm (36 matmuls contracting the tiles, then the kernel transform's adjoint
 
 On the 2-core CPU machines XLA:CPU's own convolutions already run near the fp32 peak, so the
 arithmetic saved is the only lever left. Timed one convolution at a time
-(``python benchmarks/winograd_conv.py --grad``), the forward pass of RetinaNet-ResNet50's
+(``python -m benchmarks.cpu.winograd --grad``), the forward pass of RetinaNet-ResNet50's
 3x3 convolutions ran 1.3-2.2x faster and forward plus gradients 1.2-2.1x. Results match the
 direct convolution to within about 2e-5 of the output's largest value (F(4x4, 3x3) rounds
 more than a direct sum: its transforms scale by up to 8 and 1/24); they are only used for
@@ -192,7 +192,7 @@ def _bwd(residuals, grad):
 
 winograd_conv3x3.defvjp(_fwd, _bwd)
 
-# Where the transforms pay for themselves (``benchmarks/winograd_conv.py`` on CPU-2): both
+# Where the transforms pay for themselves (``benchmarks/cpu/winograd.py`` on CPU-2): both
 # channel counts at least this, and at least this many 4x4 output tiles in the batch.
 MIN_CHANNELS = 64
 MIN_TILES = 50

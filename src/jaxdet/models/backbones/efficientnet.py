@@ -12,7 +12,7 @@ level   stride  end of                       B0 ch
 5       32      stage 6 (``blocks[6]``)      320
 ======  ======  ===========================  ========
 
-Names follow timm so ``jaxdet.interop.torch_names`` maps its ``state_dict``
+Names follow timm so the torch name maps take its ``state_dict``
 one-to-one: ``conv_stem, bn1, blocks[i][j]`` where stage 0 holds depthwise-separable blocks
 (``conv_dw, bn1, se, conv_pw, bn2``) and the others MBConv blocks (``conv_pw, bn1, conv_dw,
 bn2, se, conv_pwl, bn3``); ``se`` is ``conv_reduce, conv_expand``.

@@ -1,7 +1,7 @@
 """MobileNet V1 and V2 backbones (ReLU6), laid out like timm's ``mobilenetv1_100`` and
 ``mobilenetv2_100``.
 
-Names follow timm so ``jaxdet.interop.torch_names`` maps its ``state_dict``
+Names follow timm so the torch name maps take its ``state_dict``
 one-to-one: ``conv_stem, bn1, blocks[i][j], conv_head, bn2`` where a block is either a
 depthwise-separable block (``conv_dw, bn1, conv_pw, bn2``) or an inverted residual
 (``conv_pw, bn1, conv_dw, bn2, conv_pwl, bn3``).

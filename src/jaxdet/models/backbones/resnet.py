@@ -3,7 +3,7 @@
 Attribute names mirror torchvision (``conv1, bn1, layer1..layer4``; each Bottleneck has
 ``conv1, bn1, conv2, bn2, conv3, bn3``, each BasicBlock ``conv1, bn1, conv2, bn2``, and
 ``downsample = [conv, bn]``), so
-``jaxdet.interop.torch_names`` maps a torchvision ``state_dict`` one-to-one.
+the torch name maps take a torchvision ``state_dict`` one-to-one.
 There is no ``fc``: the model returns feature maps. ``width_multiplier`` < 1 gives narrow
 variants (no torchvision counterpart) for small problems; 1.0 is the standard network.
 """

@@ -28,16 +28,11 @@ from flax import nnx
 from jaxdet.core.coordinates import points_to_original_coordinates, to_original_coordinates
 from jaxdet.data.batch_layout import BatchField, BatchLayout
 from jaxdet.eval.runner import KeypointEval
-from jaxdet.tasks.base import (
-    ModelTask,
-    box_batch_layout,
-    evaluate_boxes,
-    model_graphdefs,
-    run_model,
-)
+from jaxdet.models.task import ModelTask, model_graphdefs, run_model
 from jaxdet.tasks.center_net import targets as cn
 from jaxdet.tasks.center_net.deepmac import DeepMACHead
 from jaxdet.tasks.center_net.keypoints import KeypointTask
+from jaxdet.tasks.detector import box_batch_layout, evaluate_boxes
 
 PyTree = Any
 
@@ -91,7 +86,7 @@ class CenterNetTask(ModelTask):
     # ----------------------------------------------------------------- layout and variables
 
     def batch_layout(self) -> BatchLayout:
-        """As the SSD family's (``tasks.base.box_batch_layout``), plus with keypoint tasks
+        """As the SSD family's (``tasks.detector.box_batch_layout``), plus with keypoint tasks
         ``keypoints`` f32[N, K, 2] (normalized y, x) and ``keypoint_visibility`` i32[N, K];
         with a mask head ``masks`` u8[N, Hm, Wm]."""
         layout = box_batch_layout(self.input_size, self.max_boxes)
@@ -256,7 +251,7 @@ class CenterNetTask(ModelTask):
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """Boxes, scored as the SSD family's are (:func:`tasks.base.evaluate_boxes`), and each
+        """Boxes, scored as the SSD family's are (:func:`tasks.detector.evaluate_boxes`), and each
         keypoint task's keypoints by COCO keypoint AP with its OKS sigmas."""
 
         if self.keypoint_tasks:

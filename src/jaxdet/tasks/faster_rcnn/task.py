@@ -51,7 +51,8 @@ from jaxdet.core.roi_ops import (
     multilevel_matmul_crop_and_resize,
 )
 from jaxdet.data.batch_layout import BatchField, BatchLayout
-from jaxdet.tasks.base import ModelTask, box_batch_layout, evaluate_boxes, model_graphdefs
+from jaxdet.models.task import ModelTask, model_graphdefs
+from jaxdet.tasks.detector import box_batch_layout, evaluate_boxes
 from jaxdet.tasks.faster_rcnn import ops as frcnn
 from jaxdet.tasks.faster_rcnn.samplers import batch_balanced_sample
 
@@ -130,7 +131,7 @@ class FasterRCNNTask(ModelTask):
     # ----------------------------------------------------------------- layout and model
 
     def batch_layout(self) -> BatchLayout:
-        """The SSD family's batch (``tasks.base.box_batch_layout``) plus ``image_info``
+        """The SSD family's batch (``tasks.detector.box_batch_layout``) plus ``image_info``
         f32[4] (orig_h, orig_w, content_h, content_w): proposals are clipped to the content,
         as TF clips them to the true image shape; with masks, ``masks`` u8[N, Hm, Wm]."""
         layout = box_batch_layout(self.input_size, self.max_boxes)
@@ -350,7 +351,7 @@ class FasterRCNNTask(ModelTask):
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """COCO / VOC box metrics, as the SSD family (:func:`tasks.base.evaluate_boxes`); COCO
+        """COCO / VOC box metrics, as the SSD family (:func:`tasks.detector.evaluate_boxes`); COCO
         mask metrics too (``coco_mask_metrics``) when the detections carry ``masks``."""
         return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
                               out_dir, **options)

@@ -32,7 +32,7 @@ from jaxdet.tasks.ssd.ssd_feature_maps import SSDFeatureMaps
 from jaxdet.tasks.ssd.task import MatchingParams, PostProcessParams, SSDTask
 
 
-def build_ssd_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype,
+def build_ssd_neck(cfg: S.SSDModelConfig, in_channels: dict[int, int], *, dtype,
                    rngs: nnx.Rngs) -> nnx.Module:
     """The neck of ``cfg.neck``: BiFPN (EfficientDet), SSD feature maps (extra layers on the
     backbone's last two levels), or a shared neck (``models.build.build_neck``: the FPN)."""
@@ -67,7 +67,7 @@ def build_ssd_neck(cfg: S.ModelConfig, in_channels: dict[int, int], *, dtype,
     return build_neck(cfg, in_channels, dtype=dtype, rngs=rngs)
 
 
-def build_anchor_generator(cfg: S.ModelConfig):
+def build_anchor_generator(cfg: S.SSDModelConfig):
     a = cfg.anchors
     if isinstance(a, S.MultiscaleAnchorsConfig):
         return anchor_lib.MultiscaleAnchorGenerator(
@@ -90,12 +90,12 @@ def build_anchor_generator(cfg: S.ModelConfig):
     )
 
 
-def num_class_outputs(cfg: S.ModelConfig) -> int:
+def num_class_outputs(cfg: S.SSDModelConfig) -> int:
     """Class logits per anchor: num_classes, plus one background slot if configured."""
     return cfg.num_classes + int(cfg.add_background_class)
 
 
-def _check_anchor_levels(cfg: S.ModelConfig, levels: list[int]) -> None:
+def _check_anchor_levels(cfg: S.SSDModelConfig, levels: list[int]) -> None:
     a = cfg.anchors
     if isinstance(a, S.MultiscaleAnchorsConfig):
         if list(range(a.min_level, a.max_level + 1)) != levels:
@@ -110,7 +110,7 @@ def _check_anchor_levels(cfg: S.ModelConfig, levels: list[int]) -> None:
         )
 
 
-def build_head(cfg: S.ModelConfig, neck_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
+def build_head(cfg: S.SSDModelConfig, neck_channels: dict[int, int], *, dtype, rngs: nnx.Rngs):
     """The box predictor over the neck's levels (``neck_channels``: {level: channels})."""
     h = cfg.head
     levels = sorted(neck_channels)
@@ -191,7 +191,7 @@ def build_anchors(config: S.Config, model: SSDDetector) -> np.ndarray:
     return np.asarray(anchors, np.float32)
 
 
-def build_box_coder(cfg: S.ModelConfig):
+def build_box_coder(cfg: S.SSDModelConfig):
     c = cfg.box_coder
     if c.name == "faster_rcnn":
         return box_coders.FasterRcnnBoxCoder(scales=tuple(c.scales),
@@ -199,7 +199,7 @@ def build_box_coder(cfg: S.ModelConfig):
     return box_coders.MeanStddevBoxCoder(stddev=c.stddev)
 
 
-def build_loss_params(cfg: S.ModelConfig) -> DetectionLossParams:
+def build_loss_params(cfg: S.SSDModelConfig) -> DetectionLossParams:
     loss = cfg.loss
     if loss.classification == "softmax" and not cfg.add_background_class:
         raise ValueError(
@@ -227,7 +227,7 @@ def build_loss_params(cfg: S.ModelConfig) -> DetectionLossParams:
     )
 
 
-def build_matching_params(cfg: S.ModelConfig) -> MatchingParams:
+def build_matching_params(cfg: S.SSDModelConfig) -> MatchingParams:
     m = cfg.matcher
     return MatchingParams(
         m.matched_threshold,
@@ -238,7 +238,7 @@ def build_matching_params(cfg: S.ModelConfig) -> MatchingParams:
     )
 
 
-def build_post_process_params(cfg: S.ModelConfig) -> PostProcessParams:
+def build_post_process_params(cfg: S.SSDModelConfig) -> PostProcessParams:
     return PostProcessParams(**cfg.post_processing.model_dump())
 
 

@@ -4,7 +4,7 @@ functions that a train step and a predict step are made of.
 ``SSDTask`` holds constructed objects only (a Flax module, anchors, a box coder, loss and
 post-processing parameters); ``tasks.ssd.build`` makes it from a config. Its methods are pure
 functions of (params, batch_stats, arrays), safe to call inside ``jax.jit``. It implements
-``tasks.base.Task``.
+``models.task.Task``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,8 @@ from jaxdet.core.nms import batched_nms, clip_to_window, convert_scores
 from jaxdet.core.target_assigner import assign_targets
 from jaxdet.data.batch_layout import BatchLayout
 from jaxdet.models.remat import REMAT_TARGETS
-from jaxdet.tasks.base import (
-    ModelTask,
-    box_batch_layout,
-    evaluate_boxes,
-    model_graphdefs,
-    run_model,
-)
+from jaxdet.models.task import ModelTask, model_graphdefs, run_model
+from jaxdet.tasks.detector import box_batch_layout, evaluate_boxes
 from jaxdet.tasks.ssd.loss import DetectionLossParams, detection_loss, loss_normalizer
 from jaxdet.tasks.ssd.model import concat_levels
 
@@ -94,7 +89,7 @@ class SSDTask(ModelTask):
     # ----------------------------------------------------------------- layout
 
     def batch_layout(self) -> BatchLayout:
-        """The box detector's train batch (``tasks.base.box_batch_layout``)."""
+        """The box detector's train batch (``tasks.detector.box_batch_layout``)."""
         return box_batch_layout(self.input_size, self.max_boxes)
 
     # ----------------------------------------------------------------- forward
@@ -174,7 +169,8 @@ class SSDTask(ModelTask):
 
     def evaluate(self, predict: Any, params: PyTree, batch_stats: PyTree, source: Any,
                  loader_factory: Any, out_dir: Any, **options: Any) -> dict:
-        """Detect over an eval source and score the boxes (:func:`tasks.base.evaluate_boxes`)."""
+        """Detect over an eval source and score the boxes
+        (:func:`tasks.detector.evaluate_boxes`)."""
         return evaluate_boxes(self, predict, params, batch_stats, source, loader_factory,
                               out_dir, **options)
 

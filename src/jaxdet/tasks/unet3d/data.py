@@ -5,7 +5,7 @@ A source is a sequence of cases: ``source[i] -> (image f32[D, H, W, C], label i3
 after resampling and intensity normalization, with ``name(i)`` (the case's file name or
 ``generated_<i>``), ``spacing(i)`` (mm, the volume as read) and ``skipped`` (cases left out:
 file, reason). Training reads patches of ``model.patch_size`` from it
-(``data.volume_dataset.VolumePatchLoader``); evaluation segments its whole volumes.
+(``tasks.unet3d.volume_dataset.VolumePatchLoader``); evaluation segments its whole volumes.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 
 from jaxdet import files
 from jaxdet.config import schema as S
-from jaxdet.data.volume_dataset import VolumeDataset, VolumePatchLoader
-from jaxdet.data.volume_io import read_listing
-from jaxdet.data.volume_transforms import PatchAugment, clip_and_normalize
-from jaxdet.data.volumes import GeneratedVolumes
-from jaxdet.tasks.base import DataPipeline
+from jaxdet.tasks.data_pipeline import DataPipeline
+from jaxdet.tasks.unet3d.volume_dataset import VolumeDataset, VolumePatchLoader
+from jaxdet.tasks.unet3d.volume_io import read_listing
+from jaxdet.tasks.unet3d.volume_transforms import PatchAugment, clip_and_normalize
+from jaxdet.tasks.unet3d.volumes import GeneratedVolumes
 
 log = logging.getLogger("jaxdet")
 
@@ -110,10 +110,12 @@ def patch_augment(config: S.Config) -> PatchAugment:
 
 
 def build_volume_train_loader(config: S.Config, source, *, layout=None, seed: int | None = None,
-                              shard_index: int | None = None, shard_count: int | None = None):
+                              shard_index: int | None = None, shard_count: int | None = None,
+                              weights_format: str | None = None):
     """Infinite, deterministic, resumable batches of random patches of ``model.patch_size``
     (``train.batch_size`` in all; this process gets its ``batch_size // processes`` rows).
-    ``layout`` is accepted for the seam and not needed: the patch size fixes every shape."""
+    ``layout`` and ``weights_format`` are accepted for the seam and not needed: the patch
+    size fixes every shape, and volumes are no JPEGs."""
     import jax
 
     del layout

@@ -4,7 +4,7 @@
 abstract arguments carrying the mesh's shardings (``jax.ShapeDtypeStruct``: no array is
 allocated, so a 256^3 patch can be measured on a laptop), compiles it, and reads
 ``compiled.memory_analysis()``: the buffers of one device's share of the partitioned program.
-Used by ``benchmarks/unet3d_memory.py``.
+The memory benchmark of the U-Net reports it.
 """
 
 from __future__ import annotations

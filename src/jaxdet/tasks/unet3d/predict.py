@@ -2,7 +2,7 @@
 
 Inputs are volume files (``.nii``, ``.nii.gz``, ``.npy``, ``.npz``), folders of them (searched
 recursively) or dataset listings (``.json`` / ``.csv``, their images). Each volume is read
-(``data.volume_io.read_volume``), preprocessed as the config's eval data (resampled to
+(``tasks.unet3d.volume_io.read_volume``), preprocessed as the config's eval data (resampled to
 ``data.target_spacing``, intensities clipped and normalized), segmented whole by Gaussian-blended
 sliding windows (``UNet3DTask.segment_volume``), and its argmax brought back to the input's own
 grid (nearest voxel), then written in the input's format and spacing as
@@ -27,9 +27,9 @@ import numpy as np
 
 from jaxdet import files
 from jaxdet.config import schema as S
-from jaxdet.data.volume_dataset import VolumeDataset
-from jaxdet.data.volume_io import VolumeReadError, read_header, read_listing, write_volume
-from jaxdet.data.volume_transforms import prepare_volume
+from jaxdet.tasks.unet3d.volume_dataset import VolumeDataset
+from jaxdet.tasks.unet3d.volume_io import VolumeReadError, read_header, read_listing, write_volume
+from jaxdet.tasks.unet3d.volume_transforms import prepare_volume
 
 log = logging.getLogger("jaxdet")
 
@@ -78,7 +78,7 @@ def prepare_volume_for(config: S.Config, image: np.ndarray, spacing: Sequence[fl
                        in_channels: int, *, name: str = "the volume") -> np.ndarray:
     """An image volume [D, H, W] or [D, H, W, C] with voxel size ``spacing`` as the network
     of ``config`` reads it: f32[D', H', W', C], resampled, clipped and normalized as its eval
-    data (``data.volume_transforms.prepare_volume``). Raises ValueError naming ``name`` for
+    data (``tasks.unet3d.volume_transforms.prepare_volume``). Raises ValueError naming ``name`` for
     another rank or another channel count than ``in_channels``."""
     image = np.asarray(image, np.float32)
     if image.ndim == 3:

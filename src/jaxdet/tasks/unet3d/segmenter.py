@@ -26,7 +26,6 @@ import numpy as np
 
 from jaxdet import files
 from jaxdet.config import schema as S
-from jaxdet.data.volume_io import read_volume, volume_format, write_volume
 from jaxdet.tasks.unet3d.predict import (
     class_counts,
     class_names_of,
@@ -36,6 +35,7 @@ from jaxdet.tasks.unet3d.predict import (
     stored_labels,
     volume_suffix,
 )
+from jaxdet.tasks.unet3d.volume_io import read_volume, volume_format, write_volume
 
 Spacing = tuple[float, float, float]
 

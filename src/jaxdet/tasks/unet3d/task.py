@@ -17,7 +17,7 @@ depth split over the mesh's ``spatial`` axis) and ``labels`` i32[D, H, W] (class
   direct callers.
 
 A model with BatchNorm (the TPU reference's network) updates its running statistics in
-training (:meth:`UNet3DTask.apply` returns them, ``tasks.base.run_model``) and normalizes with
+training (:meth:`UNet3DTask.apply` returns them, ``models.task.run_model``) and normalizes with
 them in eval mode (predict, sliding windows, evaluate).
 
 Inference: :meth:`UNet3DTask.predict` on a batch of patches; :meth:`UNet3DTask.segment_volume`
@@ -39,10 +39,10 @@ from flax import nnx
 
 from jaxdet.backends import process
 from jaxdet.data.batch_layout import BatchField, BatchLayout
-from jaxdet.data.volume_io import VolumeReadError
-from jaxdet.tasks.base import ModelTask, model_graphdefs, run_model
+from jaxdet.models.task import ModelTask, model_graphdefs, run_model
 from jaxdet.tasks.unet3d import segmentation as seg
 from jaxdet.tasks.unet3d.pictures import cases_png, png_pixels
+from jaxdet.tasks.unet3d.volume_io import VolumeReadError
 
 PyTree = Any
 LOSS_NAMES = ("dice_ce", "adaptive_dice")
@@ -103,7 +103,7 @@ class UNet3DTask(ModelTask):
     def apply(self, params: PyTree, batch_stats: PyTree, images: jax.Array, *, train: bool,
               rng: jax.Array | None = None) -> tuple[jax.Array, PyTree]:
         """(f32[B, D, H, W, K] logits, batch_stats): in training the BatchNorm statistics
-        updated by this batch (``tasks.base.run_model``; empty for a model without BatchNorm),
+        updated by this batch (``models.task.run_model``; empty for a model without BatchNorm),
         in eval mode those given (used, not updated)."""
         logits, new_stats = run_model(self._graphdefs, params, batch_stats,
                                       images.astype(self.compute_dtype), train=train, rng=rng)
