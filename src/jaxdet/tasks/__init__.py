@@ -16,10 +16,8 @@ EfficientDet), ``center_net``, ``faster_rcnn`` (Faster and Mask R-CNN), ``unet3d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from flax import nnx
 from pydantic import BaseModel
 
@@ -27,7 +25,6 @@ from jaxdet.config import schema as S
 from jaxdet.config.families import register_model_config, unregister_model_config
 from jaxdet.data.normalize import PixelNormalizer
 from jaxdet.interop.tfod_names import Target
-from jaxdet.interop.torch_names import TorchDetectorMap
 from jaxdet.models.task import Task
 from jaxdet.tasks.center_net import build as center_net
 from jaxdet.tasks.center_net import tf_names as center_net_tf
@@ -130,12 +127,6 @@ def tf_name_map(model: nnx.Module, config: S.Config) -> dict[str, Target]:
     return resolve(config).tf_name_map(model)
 
 
-def torch_detector_map(model: nnx.Module, config: S.Config, state: Mapping[str, np.ndarray],
-                       *, source: str) -> TorchDetectorMap | None:
-    """``resolve(config).torch_detector_map(...)`` (:meth:`Family.torch_detector_map`)."""
-    return resolve(config).torch_detector_map(model, state, source=source)
-
-
 def transforms_of(config: S.Config, *, training: bool, normalize: bool = True) -> list:
     """``resolve(config).transforms(...)`` (:meth:`Family.transforms`)."""
     return resolve(config).transforms(training=training, normalize=normalize)
@@ -149,5 +140,5 @@ def build_normalizer(config: S.Config) -> PixelNormalizer | None:
 __all__ = ["DataPipeline", "Family", "Task", "TaskFamily", "build_normalizer", "build_task",
            "family", "resolve",
            "register_family", "unregister_family",
-           "fingerprint_fields", "image_pipeline", "tf_name_map", "torch_detector_map",
+           "fingerprint_fields", "image_pipeline", "tf_name_map",
            "transforms_of"]
