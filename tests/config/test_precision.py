@@ -121,7 +121,7 @@ def test_the_train_job_builds_the_model_in_the_platforms_precision(tmp_path, mon
 
     monkeypatch.setattr(runs.jax, "default_backend", lambda: platform)
     monkeypatch.setattr(runs.tasks, "resolve", resolve)
-    monkeypatch.setattr(runs.data_build, "check_data_paths", lambda *a, **k: None)
+    monkeypatch.setattr(runs.placeholders, "check_data_paths", lambda *a, **k: None)
     with pytest.raises(Built):
         runs.train(config, tmp_path / "run")
     assert compute_dtype(built[0].precision) == dtype

@@ -147,7 +147,7 @@ def test_placeholders_are_kept_for_summary_but_named(tmp_path):
 @needs_shared
 def test_misspelt_placeholder_of_the_d7_config_is_refused_too():
     """TF's own D7 config says PATH_TO_BEE_CONFIGURED for its eval input."""
-    from jaxdet.data.build import check_data_paths
+    from jaxdet.config.placeholders import check_data_paths
 
     name = "ssd_efficientdet_d7_1536x1536_coco17_tpu-32.config"
     config = load_pipeline_config(TFOD_CONFIGS / name)

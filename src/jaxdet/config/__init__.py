@@ -6,7 +6,8 @@ Modules: ``schema`` (every field a config may hold, with its default; the sectio
 ``schema_unet3d``, ``schema_volumes``, ``schema_augment``, ``schema_params``, re-exported by it),
 ``families`` (model sections a family outside jaxdet registers), ``loader`` (YAML with
 ``base:`` and ``--set`` overrides; ``ConfigError``), ``changes`` (what a resumed run changed),
-``compare`` (field-level differences of two configs), ``precision`` (the dtypes a job computes
+``compare`` (field-level differences of two configs), ``placeholders`` (the TF OD API's
+``PATH_TO_BE_CONFIGURED`` left in a config, refused), ``precision`` (the dtypes a job computes
 in), ``input_size`` (the static input size of a config's resizer), ``keypoint_specs``
 (keypoints as a config names them), ``label_map`` (TF OD API label maps, read and written),
 ``pbtxt`` (the protobuf text format), ``reference`` (the manual's generated config pages);

@@ -7,7 +7,6 @@ resizer's padding is normalized with the image) is passed in by the caller, whic
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from jaxdet.backends import dispatch
 from jaxdet.config import schema as S
 from jaxdet.config.input_size import input_size
 from jaxdet.config.loader import ConfigError
+from jaxdet.config.placeholders import check_dataset_paths
 from jaxdet.core.precision import compute_dtype
 from jaxdet.data import augment, augment_color, augment_crop, resize
 from jaxdet.data.batch_layout import BatchLayout
@@ -113,12 +113,16 @@ def build_transforms(cfg: S.DataConfig, *, training: bool, pads_raw_pixels: bool
     ``augment.Normalize``; a config's family says which).
     ``normalize=False`` stops at the resizer: the loaders do, and the device normalizes
     (:func:`pixel_normalizer`)."""
-    size = input_size(cfg)
-    method = cfg.resizer.method
-    ops = [build_augment_op(op, size, method) for op in cfg.augment] if training else []
+    resizer = build_resizer(cfg)
+    size = resizer.output_size
+    if size is None:
+        raise ValueError("data.resizer.pad_to_max_dimension must be true: jaxdet needs one "
+                         "static input shape")
+    ops = ([build_augment_op(op, size, resizer.method) for op in cfg.augment]
+           if training else [])
     if training and cfg.crowd_boxes == "train":
         ops.insert(0, augment.TrainCrowdBoxes())
-    ops.append(build_resizer(cfg))
+    ops.append(resizer)
     if normalize:
         ops.append(augment.Normalize(mean=tuple(cfg.mean), std=tuple(cfg.std),
                                      zero_padding=not pads_raw_pixels))
@@ -168,38 +172,6 @@ def decode_mode(config: S.Config, weights_format: str | None = None) -> str:
 _said_tf_decode: list[bool] = []
 
 
-_TF_FIELDS = {  # jaxdet data field -> the TF OD API pipeline.config field it comes from
-    "input_path": "{role}_input_reader.tf_record_input_reader.input_path",
-    "label_map_path": "{role}_input_reader.label_map_path",
-}
-
-
-def _check_configured(cfg: S.TfRecordDataConfig, field: str | None) -> None:
-    """Refuse the TF OD API placeholder ``PATH_TO_BE_CONFIGURED``, naming the field to set."""
-    for name, paths in (("input_path", cfg.input_path), ("label_map_path", (cfg.label_map_path,))):
-        # The TF OD API's own d7 config misspells it PATH_TO_BEE_CONFIGURED.
-        bad = [p for p in paths if p and re.search(r"PATH_TO_BE+_CONFIGURED", p)]
-        if not bad:
-            continue
-        roles = [field.rsplit(".", 1)[-1]] if field else ["train", "eval"]
-        ours = " or ".join(f"data.{r}.{name}" for r in roles)
-        theirs = " / ".join(_TF_FIELDS[name].format(role=r) for r in roles)
-        example = "train-?????-of-00100.tfrecord" if name == "input_path" else "label_map.pbtxt"
-        raise ConfigError(
-            f"{ours} is still the TF OD API placeholder {bad[0]!r} (from {theirs}); set it to "
-            f"your file, e.g. --set {ours.split(' or ')[0]}=/data/{example}"
-        )
-
-
-def check_data_paths(config: S.Config, *, splits: tuple[str, ...] = ("train", "eval")) -> None:
-    """Raises ConfigError, before any work, if a TFRecord dataset still holds a TF OD API
-    ``PATH_TO_BE_CONFIGURED`` placeholder (the message names the field to set)."""
-    for split in splits:
-        cfg = getattr(config.data, split)
-        if isinstance(cfg, S.TfRecordDataConfig):
-            _check_configured(cfg, f"data.{split}")
-
-
 def keypoint_specs(config: S.Config) -> tuple[KeypointSpec, ...]:
     """The keypoint groups the model's keypoint tasks read (``model.keypoint_tasks``, in
     order); empty for a model without them (SSD, a CenterNet without keypoint tasks)."""
@@ -234,7 +206,7 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
     """
     keypoints = tuple(keypoints)
     if isinstance(cfg, S.TfRecordDataConfig):
-        _check_configured(cfg, field)
+        check_dataset_paths(cfg, field)
         return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes,
                               keypoints=keypoints, masks=masks)
     if isinstance(cfg, S.CocoDataConfig):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from jaxdet.files.errors import remote_call
-from jaxdet.files.paths import filesystem, is_url, join
+from jaxdet.files.paths import exists, filesystem, is_url, join
 from jaxdet.files.streams import open_file
 
 logger = logging.getLogger("jaxdet.files")
@@ -71,6 +71,20 @@ class Mirror:
         self.local = Path(local)
         self.skip = skip
         self._pushed: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns)
+        self._bucket_seen = False
+
+    def require_bucket(self) -> None:
+        """Raise FileNotFoundError unless the remote folder's bucket exists (checked once: a
+        watcher pulls at every look). A folder in a missing bucket would list as empty."""
+        if self._bucket_seen:
+            return
+        scheme, rest = self.remote.split("://", 1)
+        bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+        if not exists(bucket):
+            raise FileNotFoundError(f"{self.remote}: the bucket {bucket} does not exist "
+                                    "(create it first, e.g. gcloud storage buckets create "
+                                    f"{bucket})")
+        self._bucket_seen = True
 
     def remote_listing(self) -> dict[str, tuple[int, str | None]]:
         """``{relative path: (size, version)}`` of every file under the remote folder; the
@@ -120,7 +134,11 @@ class Mirror:
         ``wanted(relative path, {every remote file: size})`` holds (e.g. only the checkpoint
         folders whose completion marker is there); with ``exact``, deletes the local files
         the remote folder does not hold (skipped ones kept). Returns how many were
-        downloaded."""
+        downloaded.
+
+        Raises:
+          FileNotFoundError: the bucket does not exist (before anything is written)."""
+        self.require_bucket()
         self.local.mkdir(parents=True, exist_ok=True)
         listing, local = self.remote_listing(), self.local_files()
         sizes = {rel: size for rel, (size, _) in listing.items()}

@@ -3,8 +3,8 @@
     report = load_tf_checkpoint(model, "checkpoint/ckpt-0", mapping)
     print(report.line())   # "restored 326 tensors, 0 re-initialised, 0 unused in the checkpoint"
 
-The map from TF object paths to jaxdet variables is the model's family's
-(``tasks.tf_name_map``; ``weights.load_tf_detection_checkpoint`` asks for it); every
+The map from TF object paths to jaxdet variables is the model's family's (its
+``tf_name_map``, passed in by ``tasks.weights``); every
 tensor is CRC-checked, transformed to jaxdet's layout and shape-checked. A checkpoint of
 another architecture stops at the first missing names (listed, with what the checkpoint has
 instead); a tensor whose shape differs is an error naming it, unless it may be
@@ -14,6 +14,7 @@ re-initialised (``reinitialize``: e.g. the class predictor for a new class count
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
-from jaxdet.interop.tfod_names import Path, Target, to_ours
+from jaxdet.interop.tfod_names import Path, Target, tf_unapplied, to_ours
 from jaxdet.interop.torch_names import variable_at
 
 # Not model weights: the save counter, the object graph, optimizer slots and step counters.
@@ -36,13 +37,16 @@ _BOOKKEEPING = re.compile(r"^(save_counter|_CHECKPOINTABLE_OBJECT_GRAPH)|\.OPTIM
 class ImportReport:
     """What an import did: jaxdet variable paths restored and re-initialised, checkpoint keys
     left unused (bookkeeping such as the save counter not counted) and those that the TF model
-    holds but never applies (``unapplied``)."""
+    holds but never applies (``unapplied``). ``variable_names``: from a TF checkpoint, per
+    jaxdet variable path the names TF gave it (:func:`tf_variable_names`), for
+    ``train.freeze_variables`` regexes written against them; empty from other formats."""
 
     source: str
     restored: list[str] = field(default_factory=list)
     reinitialized: list[str] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
     unapplied: list[str] = field(default_factory=list)
+    variable_names: dict[str, list[str]] = field(default_factory=dict)
 
     def line(self) -> str:
         extra = (f" ({len(self.unapplied)} more that TF holds but does not apply, e.g. a "
@@ -50,6 +54,15 @@ class ImportReport:
         return (f"{self.source}: restored {len(self.restored)} tensors, "
                 f"{len(self.reinitialized)} re-initialised, {len(self.unused)} unused in the "
                 f"checkpoint{extra}")
+
+    def log(self, logger: logging.Logger | None = None) -> None:
+        """One INFO line (:meth:`line`) on the ``jaxdet`` logger; every name at DEBUG (``-v``)."""
+        logger = logger or logging.getLogger("jaxdet")
+        logger.info("init weights: %s", self.line())
+        for title, names in (("restored", self.restored),
+                             ("re-initialised", self.reinitialized), ("unused", self.unused)):
+            for name in names:
+                logger.debug("init weights %s: %s", title, name)
 
 
 def _closest(missing: str, available: list[str]) -> str:
@@ -168,5 +181,75 @@ def load_tf_checkpoint(
     return report
 
 
-__all__ = ["ImportPlan", "ImportReport", "PlannedTensor", "load_tf_checkpoint", "plan_tf_import",
+# Where a detection checkpoint keeps its backbone, and where a classification one does (TF:
+# ``tf.train.Checkpoint(feature_extractor=backbone)``).
+_TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
+                 "model/_feature_extractor/_base_model/",  # CenterNet's ResNet-v1 FPN
+                 "model/_feature_extractor/_efficientnet/")
+_TF_CLASSIFICATION_ROOT = "feature_extractor/"
+
+NameMap = Callable[[nnx.Module], dict[str, Target]]
+
+
+def restore_mapping(mapping: dict[str, Target], ckpt: TfCheckpoint,
+                    restore: str) -> dict[str, Target]:
+    """The part of a detector's name map ``mapping`` that ``restore`` reads from ``ckpt``:
+    all of it, or (``classification``) the backbone's tensors, renamed to where a
+    classification checkpoint keeps them when ``ckpt`` is one."""
+    if restore != "classification":
+        return mapping
+    mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
+    if not any(p.startswith(_TF_CLASSIFICATION_ROOT) for p in ckpt.variables()):
+        return mapping  # the backbone part of a detection checkpoint, mapped as it is
+    renamed = {}
+    for tf_path, target in mapping.items():
+        for prefix in _TF_BACKBONES:
+            if tf_path.startswith(prefix):
+                tf_path = _TF_CLASSIFICATION_ROOT + tf_path[len(prefix):]
+        renamed[tf_path] = target
+    return renamed
+
+
+def load_tf_weights(model: nnx.Module, path: str | os.PathLike, name_map: NameMap, *,
+                    restore: str) -> ImportReport:
+    """Copy the TF checkpoint at ``path`` into ``model`` in place, by the map
+    ``name_map(model)`` gives (the model's family's), as ``restore`` says
+    (``tasks.weights.load_weights``): ``detection`` re-initialises tensors of another shape,
+    ``classification`` reads the backbone alone (the detector's own tensors are then not
+    reported unused)."""
+    ckpt = TfCheckpoint(path)
+    mapping = restore_mapping(name_map(model), ckpt, restore)
+    report = load_tf_checkpoint(model, ckpt, mapping, unapplied=tf_unapplied(model),
+                                reinitialize=lambda tf_path: restore == "detection")
+    if restore == "classification":
+        report.unused = [k for k in report.unused if not k.startswith("model/")]
+    report.variable_names = _variable_names(ckpt, mapping)
+    return report
+
+
+def tf_variable_names(model: nnx.Module, path: str | os.PathLike, name_map: NameMap, *,
+                      restore: str = "full") -> dict[str, list[str]]:
+    """Per jaxdet variable path of ``model`` (``backbone/layers/0/conv/kernel``) the names the
+    TF checkpoint at ``path`` gives it: the variable name it recorded (``conv1_conv/kernel``)
+    and the object path (``model/_feature_extractor/...``); only the part ``restore`` reads."""
+    ckpt = TfCheckpoint(path)
+    return _variable_names(ckpt, restore_mapping(name_map(model), ckpt, restore))
+
+
+def _variable_names(ckpt: TfCheckpoint, mapping: dict[str, Target]) -> dict[str, list[str]]:
+    keys, full_names = ckpt.variables(), ckpt.full_names()
+    out: dict[str, list[str]] = {}
+    for tf_path, (target, _) in mapping.items():
+        key = keys.get(tf_path)
+        if key is None:
+            continue
+        names = out.setdefault("/".join(map(str, target)), [])
+        for name in (full_names.get(key), tf_path):
+            if name and name not in names:
+                names.append(name)
+    return out
+
+
+__all__ = ["ImportPlan", "ImportReport", "NameMap", "PlannedTensor", "load_tf_checkpoint",
+           "load_tf_weights", "plan_tf_import", "restore_mapping", "tf_variable_names",
            "variable_at"]

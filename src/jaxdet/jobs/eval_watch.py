@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from jaxdet import files, tasks
+from jaxdet.config import placeholders
 from jaxdet.config.schema import Config
-from jaxdet.data import build as data_build
 from jaxdet.eval.runner import headline_metrics
 from jaxdet.jobs import runs
 from jaxdet.jobs.model_source import model_source
@@ -117,7 +117,7 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
       ValueError: the config has no ``data.eval``.
     """
     workdir = Path(workdir)
-    data_build.check_data_paths(config, splits=("eval",))
+    placeholders.check_data_paths(config, splits=("eval",))
     if config.data.eval is None:
         raise ValueError("data.eval is not set: there is nothing to evaluate on")
     last_step = config.train.num_steps

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks
+from jaxdet.config import placeholders
 from jaxdet.config.precision import resolve_precision
 from jaxdet.config.schema import Config
 from jaxdet.data import build as data_build
@@ -65,9 +66,8 @@ class EvalContext:
             predict = make_predict_fn(task, allow_tf32=config.allow_tf32,
                                       compiler_options=options, normalizer=normalizer)
             return cls(family, task, predict, source, weights_format=weights_format)
-        predict = mesh_predict(predict_callable(task, allow_tf32=config.allow_tf32,
-                                                normalizer=normalizer), mesh,
-                               compiler_options=options)
+        one_device = predict_callable(task, allow_tf32=config.allow_tf32, normalizer=normalizer)
+        predict = mesh_predict(one_device, mesh, compiler_options=options)
         return cls(family, task, predict, source, replicated(mesh), weights_format)
 
     def __call__(self, state: dict, out_dir: Path, *, step: int, progress: bool = True,
@@ -138,7 +138,7 @@ def evaluate(
     divide over ``parallel.data``. With ``checkpoint`` (a TF OD API checkpoint or another
     workdir, see :func:`load_for_inference`) the workdir is optional; the results then go to
     ``out_dir``, by default ``eval/<checkpoint name>`` beside the checkpoint's folder."""
-    data_build.check_data_paths(config, splits=("eval",))
+    placeholders.check_data_paths(config, splits=("eval",))
     family = tasks.resolve(resolve_precision(config, jax.default_backend(), "eval"))
     task, state, step = load_for_inference(family, workdir, step=step, checkpoint=checkpoint,
                                            checkpoint_format=checkpoint_format)
@@ -178,7 +178,7 @@ def evaluate_model(family: Family, task: Task, state: dict, step: int | str, hom
     (``home/eval/step_N``, :func:`eval_dir`); ``weights_format``: ``"tf"`` for a TF
     checkpoint's weights (TF's JPEG decode). Returns the metrics with ``out_dir`` and
     ``step``."""
-    data_build.check_data_paths(family.config, splits=("eval",))
+    placeholders.check_data_paths(family.config, splits=("eval",))
     ctx = eval_context(family, task, Path(home), weights_format=weights_format)
     out = Path(out_dir) if out_dir else eval_dir(home, step, overwrite=overwrite)
     metrics = ctx(state, out, step=step, progress=progress)

@@ -103,7 +103,7 @@ def load_for_inference(
     task = family.build_task()
     report = weights.load_weights(task.model, family, checkpoint, restore="full",
                                   format=checkpoint_format)
-    weights.log_report(report)  # every restored / unused tensor named at DEBUG (-v)
+    report.log()  # every restored / unused tensor named at DEBUG (-v)
     params, batch_stats = task.initial_variables()
     return task, {"params": params, "batch_stats": batch_stats}, checkpoint_label(
         checkpoint, checkpoint_format)

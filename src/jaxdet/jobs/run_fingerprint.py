@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from jaxdet.config.schema import Config
 from jaxdet.tasks import Family, resolve
-from jaxdet.train.checkpoint import Checkpointer
-
-
-class WorkdirMismatch(RuntimeError):
-    """The workdir holds checkpoints of a different model/input configuration."""
+from jaxdet.train.checkpoint import Checkpointer, WorkdirMismatch
 
 
 def config_fingerprint(family: Family | Config) -> str:
@@ -20,26 +16,10 @@ def config_fingerprint(family: Family | Config) -> str:
 
 def check_fingerprint(checkpointer: Checkpointer, step: int, family: Family, workdir) -> None:
     """Raise ``WorkdirMismatch`` unless checkpoint ``step`` was written with the fingerprint
-    of ``family``'s config (naming the setting that fits where only the momentum form
-    differs)."""
-    found = checkpointer.read_metadata(step).get("fingerprint")
-    expected = family.checkpoint_fingerprint()
-    config = family.config
-    if found == expected:
-        return
-    optimizer = config.train.optimizer
-    as_optax = config.model_copy(update={"train": config.train.model_copy(update={
-        "optimizer": optimizer.model_copy(update={"momentum_form": "optax"})})})
-    if optimizer.momentum_form != "optax" and found == family.with_config(
-            as_optax).checkpoint_fingerprint():
-        raise WorkdirMismatch(
-            f"{workdir} was trained with train.optimizer.momentum_form optax (the form of "
-            "jaxdet's configs before they kept TF's); add --set "
-            "train.optimizer.momentum_form=optax to continue or evaluate it. Nothing was "
-            "overwritten."
-        )
-    raise WorkdirMismatch(
-        f"{workdir} holds checkpoints of a different model, input size or optimizer "
-        f"(config fingerprint {found} != {expected}); use another --workdir. "
-        "Nothing was overwritten."
-    )
+    of ``family``'s config (naming the setting that fits where it matches the config under
+    earlier defaults: :meth:`tasks.Family.former_fingerprints`)."""
+    checkpointer.check_fingerprint(step, family.checkpoint_fingerprint(),
+                                   former=family.former_fingerprints(), workdir=workdir)
+
+
+__all__ = ["WorkdirMismatch", "check_fingerprint", "config_fingerprint"]

@@ -15,7 +15,6 @@ Workdir layout::
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import jax
 
 from jaxdet import tasks
 from jaxdet.backends import dispatch, process
+from jaxdet.config import placeholders
 from jaxdet.config.changes import (
     batch_change_warning,
     check_resume,
@@ -36,7 +36,6 @@ from jaxdet.data import build as data_build
 from jaxdet.eval.runner import (
     headline_metrics,
 )
-from jaxdet.interop.formats import detect_format
 from jaxdet.jobs import evaluation
 from jaxdet.jobs.evaluation import (
     EvalContext,
@@ -58,10 +57,8 @@ from jaxdet.jobs.inference import (
 )
 from jaxdet.jobs.run_fingerprint import (
     WorkdirMismatch,
-    check_fingerprint,
     config_fingerprint,
 )
-from jaxdet.models.task import Task
 from jaxdet.parallel import build as parallel_build
 from jaxdet.parallel.sharding import (
     batch_sharding,
@@ -70,8 +67,9 @@ from jaxdet.parallel.sharding import (
     state_sharding,
     with_shardings,
 )
-from jaxdet.tasks import Family, weights
+from jaxdet.tasks import weights
 from jaxdet.train import build as train_build
+from jaxdet.train.build import VARIABLE_NAMES_FILE
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
@@ -81,34 +79,6 @@ from jaxdet.train.workdir_lock import WorkdirBusy, hold_workdir
 
 log = logging.getLogger("jaxdet")
 evaluate = evaluation.evaluate  # named here with the other workdir jobs
-
-
-VARIABLE_NAMES_FILE = "tf_variable_names.json"
-
-
-def _variable_names(family: Family, task: Task, workdir: Path, *,
-                    tf_checkpoint: str | Path | None = None) -> dict[str, list[str]] | None:
-    """Other names of the parameters that ``train.freeze_variables`` /
-    ``update_trainable_variables`` regexes may match: the TF variable names of the TF
-    checkpoint the run started from. Once found they are kept in the workdir
-    (``tf_variable_names.json``), so a resumed run rebuilds the same optimizer even when the
-    TF checkpoint has moved. ``tf_checkpoint``: the checkpoint of a run that starts now (names
-    are read from it only if it is a TF one). None when no regex is set or there are no such
-    names."""
-    t = family.config.train
-    if not (t.freeze_variables or t.update_trainable_variables):
-        return None
-    saved = workdir / VARIABLE_NAMES_FILE
-    if saved.is_file():
-        return json.loads(saved.read_text())
-    if tf_checkpoint is None or detect_format(tf_checkpoint) != "tf":
-        return None
-    restore = t.init_checkpoint.restore if t.init_checkpoint is not None else "full"
-    names = weights.tf_variable_names(task.model, family, tf_checkpoint, restore=restore)
-    if jax.process_index() == 0:
-        workdir.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(names, indent=0, sort_keys=True))
-    return names
 
 
 def train(
@@ -122,57 +92,73 @@ def train(
     """Train ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
 
     Holds the workdir's training lock throughout (process 0 of a multi-process run):
-    :class:`WorkdirBusy` if another run holds it, before anything in the workdir changes."""
-    data_build.check_data_paths(config, splits=("train", "eval") if evaluate else ("train",))
-    weights.check_init_checkpoint(config)
+    :class:`WorkdirBusy` if another run holds it, before anything in the workdir changes.
+    The config runs in this platform's precision; the workdir keeps it as written."""
+    placeholders.check_training_placeholders(
+        config, splits=("train", "eval") if evaluate else ("train",))
+    written, config = config, resolve_precision(config, jax.default_backend(), "train")
     with staged_training(workdir) as staged:  # a remote workdir: a local copy, kept in step
         local = staged.local if staged is not None else Path(workdir)
         local.mkdir(parents=True, exist_ok=True)
         lock = hold_workdir(local) if jax.process_index() == 0 else contextlib.nullcontext()
         with lock:
-            return _train(config, local, stop_after=stop_after, progress=progress,
+            return _train(config, written, local, stop_after=stop_after, progress=progress,
                           evaluate=evaluate,
                           on_sealed=None if staged is None else lambda: staged.push(owner=True))
 
 
-def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: bool,
-           evaluate: bool, on_sealed=None) -> LoopResult:
+def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | None,
+           progress: bool, evaluate: bool, on_sealed=None) -> LoopResult:
+    """The run itself, in the workdir's local folder. The steps go down the layers: the
+    family (model, starting weights), then what trains it (optimizer, mesh, state), then its
+    data, then the loop."""
     if dispatch.on_cpu():
         process.allocator_hint()
-    written, config = config, resolve_precision(config, jax.default_backend(), "train")
+    if config.data.train is None:
+        raise ValueError("data.train is not set: there is nothing to train on")
     family = tasks.resolve(config)  # the one lookup of model.type in this job
     task = family.build_task()
     fingerprint = family.checkpoint_fingerprint()
+    former_fingerprints = family.former_fingerprints()
     checkpointer = train_build.build_checkpointer(config, workdir)
     checkpointer.on_sealed = on_sealed
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint
+    imported = None
+    if start is None and init is not None:  # a new run starts from these weights
+        imported = weights.load_weights(task.model, family, init.path, restore=init.restore,
+                                        format=init.format)
+        imported.log()
     # "tf": the images decode as the TF checkpoint's model saw them
     init_format = None if init is None else weights_format(init.path, init.format)
-    variable_names = _variable_names(
-        family, task, workdir, tf_checkpoint=init.path if init and start is None else None)
+    evaluating = evaluate and config.data.eval is not None
+    changes: dict = {}
+    if start is not None:  # another run's checkpoints, or another config's: refused here
+        checkpointer.check_fingerprint(start, fingerprint, former=former_fingerprints,
+                                       workdir=workdir)
+        changes = check_resume(workdir, written.model_dump(mode="json"))  # before any data
+    variable_names = train_build.regex_variable_names(
+        config.train, workdir, imported.variable_names if imported else None)
     tx, schedule = train_build.build_optimizer(config.train, variable_names)
     ema = config.train.ema_decay is not None
-    evaluating = evaluate and config.data.eval is not None
     mesh = parallel_build.build_mesh(config)
     parallel_build.check_mesh_layout(config, mesh, task,
-                               splits=("train", "eval") if evaluating else ("train",))
+                                     splits=("train", "eval") if evaluating else ("train",))
     loss_scale = train_build.build_loss_scale(config)
     abstract = abstract_train_state(task, tx, ema=ema, loss_scale=loss_scale)
     shardings = state_sharding(mesh, abstract,
                                shard_optimizer_state=config.parallel.shard_optimizer_state)
-    layout = data_build.train_batch_layout(config, task)  # raw pixels, normalized in the step
-    batch_shardings = batch_sharding(mesh, layout)
-
-    if config.data.train is None:
-        raise ValueError("data.train is not set: there is nothing to train on")
-    changes: dict = {}
-    if start is not None:
-        check_fingerprint(checkpointer, start, family, workdir)
-        changes = check_resume(workdir, written.model_dump(mode="json"))  # before any data
     complete = start is not None and start >= config.train.num_steps
-    final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
+    meta: dict = {}
+    if start is None:
+        state, start = place(init_train_state(task, tx, ema=ema, loss_scale=loss_scale),
+                             shardings), 0
+    else:
+        state, meta = checkpointer.restore(start, with_shardings(abstract, shardings))
+        if not complete:
+            log.info("resumed from step %d", start)
     if complete:
+        final_eval_done = (workdir / "eval" / f"step_{start}" / "metrics.json").is_file()
         log.info("%s is complete: its checkpoint is at step %d of train.num_steps=%d; nothing "
                  "to train%s. To train longer, raise train.num_steps (--set train.num_steps=N); "
                  "to evaluate again: jaxdet eval --workdir %s", workdir, start,
@@ -180,24 +166,19 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
                  "" if final_eval_done or not evaluating else " (evaluating the final step)",
                  workdir)
         evaluating = evaluating and not final_eval_done
+
+    eval_ctx = (EvalContext.build(family, task, workdir, mesh, weights_format=init_format)
+                if evaluating else None)
+
+    layout = data_build.train_batch_layout(config, task)  # raw pixels, normalized in the step
     source = family.build_source(workdir, "train")
     if not complete:
         family.log_dataset(source, "data.train")
     batches = family.data.build_train_loader(config, source, layout=layout,
                                              weights_format=init_format)
-
-    if start is None:
-        if init is not None:
-            weights.log_report(weights.load_weights(task.model, family, init.path,
-                                                    restore=init.restore, format=init.format))
-        fresh = init_train_state(task, tx, ema=ema, loss_scale=loss_scale)
-        state, start = place(fresh, shardings), 0
-    else:
-        state, meta = checkpointer.restore(start, with_shardings(abstract, shardings))
-        if "data" in meta:  # (an imported checkpoint has no data position: start at 0)
-            batches.set_state(meta["data"])
-        if not complete:
-            log.info("resumed from step %d", start)
+    if "data" in meta:  # (an imported checkpoint has no data position: start at 0)
+        batches.set_state(meta["data"])
+    batch_shardings = batch_sharding(mesh, layout)
     if jax.process_index() == 0:
         if changes:
             kept = keep_previous(workdir)
@@ -212,8 +193,7 @@ def _train(config: Config, workdir: Path, *, stop_after: int | None, progress: b
 
     logger = MetricsLogger(workdir, enabled=jax.process_index() == 0, resume_step=start or 0)
     hooks = []
-    if evaluating:
-        eval_ctx = EvalContext.build(family, task, workdir, mesh, weights_format=init_format)
+    if eval_ctx is not None:
         if not complete:
             family.log_dataset(eval_ctx.source, "data.eval")
 
@@ -292,7 +272,7 @@ def _import_weights(config: Config, workdir: Path, checkpoint, restore: str,
         task = family.build_task()
         report = weights.load_weights(task.model, family, checkpoint, restore=restore,
                                       format=checkpoint_format)
-        names = _variable_names(family, task, workdir, tf_checkpoint=checkpoint)
+        names = train_build.regex_variable_names(config.train, workdir, report.variable_names)
         tx, _ = train_build.build_optimizer(config.train, names)
         state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
                                  loss_scale=train_build.build_loss_scale(config))

@@ -122,6 +122,20 @@ class Family:
             keyed["loss_scale"] = True
         return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
+    def former_fingerprints(self) -> dict[str, str]:
+        """Fingerprints this config's checkpoints had under earlier jaxdet defaults, each with
+        the setting that trains or evaluates such a checkpoint again: ``{fingerprint:
+        advice}`` (a checkpoint written before the configs kept TF's momentum form)."""
+        optimizer = self.config.train.optimizer
+        if optimizer.momentum_form == "optax":
+            return {}
+        as_optax = self.config.model_copy(update={"train": self.config.train.model_copy(
+            update={"optimizer": optimizer.model_copy(update={"momentum_form": "optax"})})})
+        return {self.with_config(as_optax).checkpoint_fingerprint():
+                "it was trained with train.optimizer.momentum_form optax (the form of jaxdet's "
+                "configs before they kept TF's); add --set "
+                "train.optimizer.momentum_form=optax to continue or evaluate it"}
+
     @cached_property
     def data(self) -> DataPipeline:
         """The family's :class:`DataPipeline`."""

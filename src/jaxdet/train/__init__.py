@@ -7,4 +7,5 @@ train step of a config's ``train`` section), ``loop`` (the hook-based loop), ``m
 (metrics.jsonl and TensorBoard), ``checkpoint`` (orbax checkpoints with metadata),
 ``checkpoint_integrity`` (checksums of a checkpoint's files), ``preemption`` (SIGTERM / SIGINT:
 finish the step, checkpoint), ``workdir_lock`` (one training run per workdir),
-``remote_workdir`` (workdirs in a bucket, through a local staging folder)."""
+``remote_workdir`` (workdirs in a bucket, through a local staging folder), ``workdir_variables``
+(the variables of a workdir's latest checkpoint, as arrays, for another run to start from)."""

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+import jax
 import optax
 
 from jaxdet.backends.dispatch import compiler_options
@@ -60,12 +62,37 @@ def _unscaled_schedule(cfg: S.TrainConfig) -> optax.Schedule:
     return optim.constant(lr.learning_rate)
 
 
+VARIABLE_NAMES_FILE = "tf_variable_names.json"
+
+
+def regex_variable_names(cfg: S.TrainConfig, workdir: Path,
+                         found: dict[str, list[str]] | None = None
+                         ) -> dict[str, list[str]] | None:
+    """Other names of the parameters that ``train.freeze_variables`` /
+    ``update_trainable_variables`` regexes may match (for :func:`build_optimizer`): the TF
+    variable names of the TF checkpoint a run started from (``found``: those its weights
+    import gave, ``ImportReport.variable_names``). They are kept in the workdir
+    (``tf_variable_names.json``) once found, so a resumed run rebuilds the same optimizer even
+    when the TF checkpoint has moved. None when no regex is set or there are no such names."""
+    if not (cfg.freeze_variables or cfg.update_trainable_variables):
+        return None
+    saved = Path(workdir) / VARIABLE_NAMES_FILE
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    if not found:
+        return None
+    if jax.process_index() == 0:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(found, indent=0, sort_keys=True))
+    return found
+
+
 def build_optimizer(
     cfg: S.TrainConfig, variable_names: dict[str, list[str]] | None = None,
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optimizer and learning-rate schedule of ``train``. ``variable_names``: other names
-    of the parameters (``{path: [name, ...]}``, e.g. TF variable names from
-    ``weights.tf_variable_names``) that ``freeze_variables`` regexes may match."""
+    of the parameters (``{path: [name, ...]}``, e.g. TF variable names:
+    :func:`regex_variable_names`) that ``freeze_variables`` regexes may match."""
     o = cfg.optimizer
     schedule = build_schedule(cfg)
     tx = optim.make_optimizer(

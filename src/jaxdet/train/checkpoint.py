@@ -13,6 +13,7 @@ since.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,10 @@ def _with_default_sharding(abstract_state: Any) -> Any:
         return leaf
 
     return jax.tree.map(fix, abstract_state)
+
+
+class WorkdirMismatch(RuntimeError):
+    """The workdir holds checkpoints of a different model/input configuration."""
 
 
 class Checkpointer:
@@ -166,6 +171,24 @@ class Checkpointer:
         )
         return dict(restored[_METADATA] or {})
 
+    def check_fingerprint(self, step: int, expected: str, *, former: dict[str, str] | None = None,
+                          workdir: str | os.PathLike | None = None) -> None:
+        """Raise :class:`WorkdirMismatch` unless checkpoint ``step`` was written with the config
+        fingerprint ``expected`` (``tasks.Family.checkpoint_fingerprint``). ``former``:
+        ``{fingerprint: advice}`` of the same config under earlier defaults, whose advice the
+        error gives instead; ``workdir``: what the error names (default: the folder holding
+        ``checkpoints/``)."""
+        found = self.read_metadata(step).get("fingerprint")
+        if found == expected:
+            return
+        workdir = self.directory.parent if workdir is None else workdir
+        if found in (former or {}):
+            raise WorkdirMismatch(f"{workdir}: {former[found]}. Nothing was overwritten.")
+        raise WorkdirMismatch(
+            f"{workdir} holds checkpoints of a different model, input size or optimizer "
+            f"(config fingerprint {found} != {expected}); use another --workdir. "
+            "Nothing was overwritten.")
+
     def restore(self, step: int | None, abstract_state: Any) -> tuple[Any, dict]:
         """Restore ``(state, metadata)`` from ``step`` (``None``: the latest).
 
@@ -234,4 +257,4 @@ class Checkpointer:
         self.close()
 
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "WorkdirMismatch"]

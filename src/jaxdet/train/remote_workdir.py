@@ -72,7 +72,6 @@ class StagedWorkdir:
     def __init__(self, url: str, role: str):
         self.url = url.rstrip("/")
         self.mirror = Mirror(self.url, staging_folder(self.url, role), skip=_never_uploaded)
-        self._bucket_seen = False
 
     @property
     def local(self) -> Path:
@@ -83,14 +82,6 @@ class StagedWorkdir:
 
         Raises:
           FileNotFoundError: the bucket does not exist (before anything is written)."""
-        if not self._bucket_seen:  # once: a watcher pulls at every look
-            scheme, rest = self.url.split("://", 1)
-            bucket = f"{scheme}://{rest.split('/', 1)[0]}"
-            if not files.exists(bucket):
-                raise FileNotFoundError(f"{self.url}: the bucket {bucket} does not exist "
-                                        "(create it first, e.g. gcloud storage buckets create "
-                                        f"{bucket})")
-            self._bucket_seen = True
         return self.mirror.pull(exact=exact, wanted=_sealed_only)
 
     def push(self, *, owner: bool) -> int:
@@ -137,9 +128,10 @@ def readable_workdir(workdir: str | os.PathLike) -> Path:
     reader's staging folder first (its sealed checkpoints and files)."""
     if not files.is_url(workdir):
         return Path(workdir)
-    staged = StagedWorkdir(os.fspath(workdir), "read")
-    staged.pull(exact=True)
-    return staged.local
+    url = os.fspath(workdir).rstrip("/")
+    mirror = Mirror(url, staging_folder(url, "read"), skip=_never_uploaded)
+    mirror.pull(exact=True, wanted=_sealed_only)
+    return mirror.local
 
 
 @contextlib.contextmanager
