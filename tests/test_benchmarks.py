@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*/*.py") if p.name != "__init__.py")
+SCRIPTS = sorted(p for p in [*(ROOT / "benchmarks").glob("*/*.py"),
+                              *(ROOT / "benchmarks").glob("*.py")] if p.name != "__init__.py")
 
 
 def _module(path: Path) -> str:

@@ -55,10 +55,26 @@ def quiet_background_errors() -> None:
             logger.addFilter(main_thread_only)  # once, however often main() runs in a process
 
 
+def out_of_memory_line(err: Exception) -> str | None:
+    """XLA's report of a program that does not fit in memory (``RESOURCE_EXHAUSTED: Out of
+    memory allocating N bytes``) in one line, with what to lower; None for other errors."""
+    match = re.search(r"Out of memory (?:while trying to allocate|allocating) (\d+) bytes",
+                      str(err))
+    if not match:
+        return None
+    return (f"out of memory: a program of this run needs {int(match[1]) / 2**30:.1f} GiB at "
+            "once, more than the device has; lower train.batch_size (--set "
+            "train.batch_size=N; the learning rate follows it with train.reference_batch_size) "
+            "or the input size, or recompute parts in the backward pass (train.remat)")
+
+
 def disk_full_line(err: Exception) -> str | None:
-    """orbax's report of a full disk (TensorStore's RESOURCE_EXHAUSTED) in one line."""
+    """orbax's report of a full disk (TensorStore's RESOURCE_EXHAUSTED) in one line; an
+    out-of-memory error (also RESOURCE_EXHAUSTED) is :func:`out_of_memory_line`'s."""
     text = str(err)
     if "RESOURCE_EXHAUSTED" not in text and "No space left" not in text:
+        return None
+    if out_of_memory_line(err):
         return None
     match = re.search(r'"([^"]*?)/(\d+)\.orbax-checkpoint-tmp', text)
     where = f" writing checkpoint step {match[2]} in {match[1]}" if match else ""
@@ -81,5 +97,5 @@ def os_error_line(err: OSError) -> str:
     return line
 
 
-__all__ = ["disk_full_line", "logs_above_progress_bars", "os_error_line",
+__all__ = ["disk_full_line", "out_of_memory_line", "logs_above_progress_bars", "os_error_line",
            "quiet_background_errors"]

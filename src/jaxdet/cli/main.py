@@ -523,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {cli_errors.disk_full_line(err) or err}", file=sys.stderr)
+        line = cli_errors.out_of_memory_line(err) or cli_errors.disk_full_line(err) or err
+        print(f"error: {line}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `jaxdet configs | head`: the reader had enough; say nothing
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from jaxdet import tasks
+from jaxdet.backends import compile_cache
 from jaxdet.config.schema import Config
 from jaxdet.interop.formats import weights_format
 from jaxdet.interop.tf_checkpoint import TfCheckpoint, training_step
@@ -95,6 +96,7 @@ def load_for_inference(
     (:func:`restore_for_inference`), or with ``checkpoint`` a TF OD API checkpoint or another
     workdir imported in full (``weights.load_weights``). Returns (task, state with params /
     batch_stats, the step or the checkpoint's name)."""
+    compile_cache.use_compilation_cache()  # predict functions compiled once per machine
     family = tasks.resolve(config)
     if checkpoint is None:
         if workdir is None:

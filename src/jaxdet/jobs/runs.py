@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 
 from jaxdet import tasks
-from jaxdet.backends import dispatch, process
+from jaxdet.backends import compile_cache, dispatch, process
 from jaxdet.config import placeholders
 from jaxdet.config.changes import (
     batch_change_warning,
@@ -114,6 +114,7 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
     data, then the loop."""
     if dispatch.on_cpu():
         process.allocator_hint()
+    compile_cache.use_compilation_cache()  # a restarted run loads its step, not compiles it
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
     family = tasks.resolve(config)  # the one lookup of model.type in this job
