@@ -126,8 +126,8 @@ def serve_jaxdet(spec: dict) -> None:
     # a batch from the loader's threads (no worker process yet) to compile the step with
     threads = config.model_copy(update={"data": config.data.model_copy(
         update={"worker_count": 0})})
-    threaded = family.data.build_train_loader(threads, family.build_source(None, "train"),
-                                              layout=layout)
+    source = family.build_source(None, "train")
+    threaded = family.data.build_train_loader(threads, source, layout=layout)
     fixed = jax.device_put(next(threaded))
     threaded.close()
     t0 = time.perf_counter()
@@ -137,7 +137,6 @@ def serve_jaxdet(spec: dict) -> None:
     _reply({"compiled": _rounded(startup), "device": str(jax.devices()[0].device_kind)})
     next(_commands())  # the driver says when the loader may start (the host's cores idle)
 
-    source = family.build_source(None, "train")
     loader = family.data.build_train_loader(config, source, layout=layout)
     workers = resolve_worker_count(config.data.worker_count)
     t0 = time.perf_counter()
