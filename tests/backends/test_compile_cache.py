@@ -30,7 +30,7 @@ def _fresh_process(env: dict) -> dict:
     env = {k: v for k, v in {**os.environ, **env}.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     done = subprocess.run([sys.executable, "-c", _PROCESS], env=env, capture_output=True,
                           text=True, timeout=120, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
 
 
 @pytest.mark.parametrize("given, expected", [
@@ -61,3 +61,15 @@ def test_turned_off_nothing_is_kept(tmp_path):
     result = _fresh_process({"JAXDET_COMPILATION_CACHE": "off", "HOME": str(tmp_path),
                              "JAX_PLATFORMS": "cpu"})
     assert result["folder"] == "None" and not Path(tmp_path, ".cache").exists()
+
+
+def test_programs_kept_without_a_size_limit_do_not_break_later_writes(tmp_path):
+    # What a process with JAX_COMPILATION_CACHE_DIR (no size limit) leaves: no -atime file.
+    folder = tmp_path / "xla"
+    folder.mkdir()
+    (folder / "jit_old-0123abcd-cache").write_bytes(b"x" * 100)
+    result = _fresh_process({"JAXDET_COMPILATION_CACHE": str(folder), "JAX_PLATFORMS": "cpu"})
+    assert "Error writing persistent compilation cache" not in result["stderr"]
+    assert (folder / "jit_old-0123abcd-atime").read_bytes() == bytes(8)  # oldest: goes first
+    kept = [p.name for p in folder.glob("*-cache") if not p.name.startswith("jit_old")]
+    assert kept and all((folder / (n.removesuffix("-cache") + "-atime")).exists() for n in kept)

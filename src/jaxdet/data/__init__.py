@@ -27,6 +27,7 @@ Modules:
   ``batch_layout``     what a train batch holds, per field (shapes, dtypes, mesh axes)
   ``sample_pipeline``  one record -> one padded sample (decode, transforms, ground truth)
   ``chunks``           samples handed from worker processes a chunk at a time
+  ``worker_pool``      worker processes forked from one preloaded server; shared-memory chunks
   ``loader``           make_train_loader (endless, resumable, per-process rows)
   ``eval_loader``      make_eval_loader (one ordered pass, padded, masked)
   ``build``            config -> resizer, augment ops, sources, train and eval loaders

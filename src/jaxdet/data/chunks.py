@@ -1,23 +1,22 @@
 """Samples made in worker processes, handed to the main process a chunk at a time.
 
-grain's multiprocess prefetch moves every element through its own shared-memory blocks, and
-the main process pays per element and per array (open, map, fault in, unlink). One sample per
-element makes the main process the bottleneck at a few hundred images per second however many
-workers run. Here each element is a *chunk*: a worker maps ``size`` consecutive positions and
-stacks the samples' arrays, so the main process opens a handful of arrays per chunk; the chunk
-is then split back into samples that are views of those arrays (no copy), and a batch that is
-exactly one whole chunk is passed on as the chunk's own arrays (no copy either; see
-``whole_chunk``).
+Handing a sample over costs the main process per element and per array (open, map, fault in,
+unlink a shared-memory block). One sample per element makes the main process the bottleneck
+at a few hundred images per second however many workers run. Here each element is a
+*chunk*: a worker maps ``size`` consecutive positions and stacks the samples' arrays, so the
+main process maps one file per chunk; the chunk is then split back into samples that are
+views of those arrays (no copy), and a batch that is exactly one whole chunk is passed on as
+the chunk's own arrays (no copy either; see ``whole_chunk``).
 
-Order is kept: chunk c holds positions ``first + (c*size ... c*size + size-1) * step``, grain
-hands chunk c to worker ``c mod workers`` and reads the workers round-robin, so the samples
-come out in position order, the same stream as one process makes.
+Order is kept: chunk c holds positions ``first + (c*size ... c*size + size-1) * step``, worker
+``c mod workers`` makes chunk c and the main process reads the workers round-robin
+(``data.worker_pool``), so the samples come out in position order, the same stream as one
+process makes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ import numpy as np
 
 from jaxdet.data.geometry import Sample
 from jaxdet.data.sample_pipeline import _SKIP
+from jaxdet.data.worker_pool import ChunkPool
 
 _ROWS = "_chunk_rows"  # (the chunk's arrays, this sample's row, the chunk's row count)
 
@@ -109,29 +109,45 @@ def ordered_samples(sample_map: Callable[[int], Sample], *, first: int = 0,
                                                     prefetch_buffer_size=prefetch))
     positions = len(range(first, stop, step))
     chunks = -(-positions // chunk_size)
-    ds = grain.MapDataset.range(0, chunks).map(
-        _ChunkMap(sample_map, first, stop, step, chunk_size))
-    ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=1))
-    _ensure_absl_flags_parsed()
-    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count,
-                                                     per_worker_buffer_size=1),
-                        worker_init_fn=_ignore_interrupts)
-    return grain.experimental.FlatMapIterDataset(ds, _Unpack(chunk_size))
+    pool = _PooledChunks(_ChunkMap(sample_map, first, stop, step, chunk_size), chunks,
+                         worker_count)
+    return grain.experimental.FlatMapIterDataset(pool, _Unpack(chunk_size))
 
 
-def _ignore_interrupts(worker_index: int, worker_count: int) -> None:
-    """In a worker: Ctrl-C reaches the terminal's whole process group; the training process
-    handles it (finishes its step, checkpoints) and closes the workers itself."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+class _PooledChunks(grain.IterDataset):
+    """The chunks made by a ``worker_pool.ChunkPool``, as the root of a grain pipeline; each
+    iteration starts its own workers."""
+
+    def __init__(self, chunk_map: _ChunkMap, chunks: int, workers: int):
+        super().__init__()
+        self._chunk_map, self._chunks, self._workers = chunk_map, chunks, workers
+
+    def __iter__(self) -> grain.DatasetIterator:
+        return _PoolIterator(ChunkPool(self._chunk_map, chunks=self._chunks,
+                                       workers=self._workers))
+
+    def __str__(self) -> str:
+        return f"PooledChunks(workers={self._workers})"
 
 
-def _ensure_absl_flags_parsed() -> None:
-    """grain's multiprocess prefetch reads absl flags (e.g. when jax's profiler is loaded);
-    outside an ``absl.app`` program nobody parsed them, so take their defaults."""
-    from absl import flags
+class _PoolIterator(grain.DatasetIterator):
+    def __init__(self, pool: ChunkPool):
+        super().__init__()
+        self._pool = pool
 
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
+    def __next__(self) -> dict[str, Any]:
+        return next(self._pool)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"next_chunk": self._pool.next_chunk}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError("the loader resumes from its own position (its stream "
+                                  "index), with a new pool")
+
+    def close(self) -> None:
+        self._pool.close()
+        super().close()
 
 
 __all__ = ["ordered_samples", "pack", "whole_chunk"]

@@ -148,7 +148,7 @@ class _Rows:
 
 @dataclasses.dataclass(frozen=True)
 class _ShardedTrainMap:
-    """This process's k-th position -> its sample (picklable for grain's workers)."""
+    """This process's k-th position -> its sample (picklable for the worker processes)."""
 
     rows: _Rows
     train_map: _TrainMap
@@ -317,8 +317,9 @@ def resolve_worker_count(worker_count: int | str, *, training: bool = True,
     processes (the main process and the runtime keep two), at most ``MAX_AUTO_WORKERS``, when
     training for an ``accelerator`` on more than 4 usable cores; else 0, threads: on few cores
     threads are faster (processes pay for moving images between processes), a CPU-only step
-    is slower than threads can feed, and an evaluation pass is short next to the seconds
-    worker processes take to start."""
+    is slower than threads can feed, and an evaluation pass is short (workers start in well
+    under a second once their fork server runs, but the first pool of a run starts that
+    server: about 2 s)."""
     if worker_count != "auto":
         return int(worker_count)
     cores = _usable_cores() if cores is None else cores

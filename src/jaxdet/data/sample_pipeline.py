@@ -1,6 +1,6 @@
 """One record -> one padded sample: decode, build the sample, run the transforms, pad the
 ground truth, as the train and eval loaders map every index (``data.loader``,
-``data.eval_loader``). Picklable, so grain's worker processes can run it.
+``data.eval_loader``). Picklable, so the loader's worker processes can run it.
 
 A sample whose image cannot be read comes back as ``{_SKIP: reason, "path", "index",
 "record"}``; one with more objects than ``max_boxes`` carries ``_TRUNCATED`` (what was cut).
