@@ -30,7 +30,10 @@ the kernels that take the time, with their share, so a missed bar comes with its
 
 ``--platform cpu`` is the dry run the suite runs (so the script cannot rot): tiny stand-in
 configs of the same families (``MODELS``' ``tiny``), batch 2, a few records and steps; the
-torch side runs on the CPU if torch is installed and is reported skipped otherwise.
+torch side runs on the CPU if torch is installed and is reported skipped otherwise. With
+``--real-configs`` the CPU run takes the GPU's own configs in bf16 at batch 2: a rehearsal
+(minutes per model) of everything the GPU run builds and compiles, e.g. under the GPU
+machine's versions of jax and flax before a lent GPU's minutes are spent.
 On a GPU every model's workers start at once (their compiles overlap on the host's cores; the
 models then take the device one after another); ``--deadline-s`` skips the models not yet
 measured once that much time has passed, and a model whose worker fails reports ``error``
@@ -336,9 +339,9 @@ def start_model(name: str, args, data: tuple[str, str], env: dict) -> tuple[dict
     """The worker processes of one model's contenders, started (they build and warm up in
     the background): its result so far and the workers by contender."""
     entry = MODELS[name]
-    tiny = args.platform == "cpu"
+    tiny = args.platform == "cpu" and not args.real_configs
     config = entry["tiny"] if tiny else entry["config"]
-    batch = args.batch_size or (2 if tiny else entry["batch"])
+    batch = args.batch_size or (2 if args.platform == "cpu" else entry["batch"])
     overrides = [f"train.batch_size={batch}", f"data.worker_count={args.workers}",
                  "data.train=" + json.dumps({"type": "tfrecord", "input_path": [data[0]],
                                              "label_map_path": data[1]}),
@@ -449,6 +452,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile-steps", type=int, default=5, help="0: no profile")
     parser.add_argument("--deadline-s", type=float, default=400,
                         help="start no further model once this many seconds have passed")
+    parser.add_argument("--real-configs", action="store_true",
+                        help="on the CPU, the GPU's configs in bf16 (batch 2) instead of the "
+                             "tiny stand-ins: a rehearsal of what the GPU compiles")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)

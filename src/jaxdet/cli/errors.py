@@ -10,6 +10,8 @@ import logging
 import re
 import sys
 
+from jaxdet.train import step_memory
+
 
 def logs_above_progress_bars():
     """On a terminal, log lines printed above a running progress bar instead of glued onto
@@ -63,9 +65,7 @@ def out_of_memory_line(err: Exception) -> str | None:
     if not match:
         return None
     return (f"out of memory: a program of this run needs {int(match[1]) / 2**30:.1f} GiB at "
-            "once, more than the device has; lower train.batch_size (--set "
-            "train.batch_size=N; the learning rate follows it with train.reference_batch_size) "
-            "or the input size, or recompute parts in the backward pass (train.remat)")
+            f"once, more than the device has; {step_memory.REMEDY}")
 
 
 def disk_full_line(err: Exception) -> str | None:

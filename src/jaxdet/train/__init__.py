@@ -2,10 +2,12 @@
 
 Modules: ``step`` (the train state and the compiled train step), ``accumulate`` (loss and
 gradients, over micro-batches), ``loss_scale`` (float16 dynamic loss scaling), ``optim``
-(schedules and optimizers, TF OD API's), ``build`` (optimizer, schedule, loss scaling and
-train step of a config's ``train`` section), ``loop`` (the hook-based loop), ``metrics_log``
+(schedules and optimizers, TF OD API's), ``build`` (optimizer, schedule, loss scaling and train
+step of a config's ``train`` section), ``step_memory`` (what the compiled step needs in memory,
+checked against what is free before it runs), ``loop`` (the hook-based loop), ``metrics_log``
 (metrics.jsonl and TensorBoard), ``checkpoint`` (orbax checkpoints with metadata),
 ``checkpoint_integrity`` (checksums of a checkpoint's files), ``preemption`` (SIGTERM / SIGINT:
 finish the step, checkpoint), ``workdir_lock`` (one training run per workdir),
-``remote_workdir`` (workdirs in a bucket, through a local staging folder), ``workdir_variables``
-(the variables of a workdir's latest checkpoint, as arrays, for another run to start from)."""
+``remote_workdir`` (workdirs in a bucket, through a local staging folder),
+``workdir_variables`` (the variables of a workdir's latest checkpoint, as arrays, for another
+run to start from)."""

@@ -19,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxdet.backends import process
+from jaxdet.train import step_memory
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.preemption import StopSignals
@@ -168,6 +169,10 @@ def train_loop(
             t0 = time.perf_counter()
             if step == start_step:
                 log.info("compiling the train step (the first step includes it) ...")
+                memory = step_memory.measure(step_fn, state, batch)  # the call below reuses it
+                if memory is not None:
+                    step_memory.check(memory)
+                    log.info("%s", memory.line())
             state, metrics = step_fn(state, batch)
             step += 1
             in_flight.append(metrics["loss"])
