@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from jaxdet.backends import device_memory
 from jaxdet.cli.main import main
-from jaxdet.train import step_memory
 from jaxdet.train.step_memory import StepMemory, StepTooLarge, check, measure
 
 _GIB = 2**30
@@ -42,15 +42,19 @@ def test_a_plain_function_is_not_measured():
     assert measure(lambda a: a, jnp.ones(3)) is None
 
 
+def _memory(working: int, free: int | None, *, devices: int = 1, shared: bool = False,
+            resident: int = 0) -> StepMemory:
+    return StepMemory(resident=resident, working=working, devices=devices,
+                      platform="cpu" if shared else "gpu", host_shared=shared, free=free)
+
+
 @pytest.mark.parametrize("memory, fits", [
-    (StepMemory(resident=_GIB, working=3 * _GIB, devices=1, platform="gpu", free=2 * _GIB),
-     False),
-    (StepMemory(resident=_GIB, working=2 * _GIB, devices=1, platform="gpu", free=2 * _GIB),
-     True),
+    (_memory(3 * _GIB, 2 * _GIB, resident=_GIB), False),
+    (_memory(2 * _GIB, 2 * _GIB, resident=_GIB), True),
     # CPU devices share the host's memory: 4 x 1 GiB against 3 GiB
-    (StepMemory(resident=0, working=_GIB, devices=4, platform="cpu", free=3 * _GIB), False),
-    (StepMemory(resident=0, working=_GIB, devices=4, platform="cpu", free=5 * _GIB), True),
-    (StepMemory(resident=0, working=99 * _GIB, devices=1, platform="tpu", free=None), True),
+    (_memory(_GIB, 3 * _GIB, devices=4, shared=True), False),
+    (_memory(_GIB, 5 * _GIB, devices=4, shared=True), True),
+    (_memory(99 * _GIB, None), True),  # a backend that does not say what is free
 ])
 def test_a_step_that_cannot_fit_is_refused(memory, fits):
     if fits:
@@ -63,7 +67,7 @@ def test_a_step_that_cannot_fit_is_refused(memory, fits):
 
 
 def test_jaxdet_train_refuses_a_step_too_large_in_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(step_memory, "_host_available", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr(device_memory, "host_available_bytes", lambda: 2**20)  # 1 MiB free
     assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path / "run"),
                  "--set", "train.num_steps=2", "--no-eval", "--no-progress"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]

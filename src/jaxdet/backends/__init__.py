@@ -8,8 +8,8 @@ compile options (``compile_options``).
 
 Modules: ``dispatch`` (the ops with backend-specific forms, by name: the one module model, core
 and job code imports for them), ``process`` (what a process sets up before jax starts: the
-allocator), ``compile_cache`` (compiled programs kept on disk between runs), ``trace`` (the
-forms a trace takes), ``pooling_windows`` (the window views both
-pooling forms are built from), ``native_build`` (native sources compiled once per machine),
-``cpu/`` (XLA:CPU only).
+allocator), ``compile_cache`` (compiled programs kept on disk between runs), ``device_memory``
+(memory free on a device for a new allocation), ``trace`` (the forms a trace takes),
+``pooling_windows`` (the window views both pooling forms are built from), ``native_build``
+(native sources compiled once per machine), ``cpu/`` (XLA:CPU only).
 """

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
+
+from jaxdet.backends import device_memory
 
 log = logging.getLogger("jaxdet.train")
 
@@ -36,57 +37,27 @@ class StepTooLarge(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
     """Bytes per device of one run of a compiled step (``resident``: its arguments, already
-    allocated; ``working``: what a run adds), the devices it runs on, the platform, and the
-    bytes free for it (None: unknown)."""
+    allocated; ``working``: what a run adds), the devices it runs on, their platform, whether
+    they share the host's memory (CPU devices), and the bytes free for it (None: unknown)."""
 
     resident: int
     working: int
     devices: int
     platform: str
+    host_shared: bool
     free: int | None
 
     @property
     def needed(self) -> int:
-        """Bytes a run adds to what ``free`` counts: on a CPU, every device's working memory
-        (the host's memory is theirs together); elsewhere one device's."""
-        return self.working * (self.devices if self.platform == "cpu" else 1)
+        """Bytes a run adds to what ``free`` counts: every device's working memory where they
+        share the host's memory; elsewhere one device's."""
+        return self.working * (self.devices if self.host_shared else 1)
 
     def line(self) -> str:
         per = " per device" if self.devices > 1 else ""
         free = "" if self.free is None else f"; {self.free / _GIB:.1f} GiB free"
         return (f"train step: {self.working / _GIB:.2f} GiB of working memory{per} beside "
                 f"{self.resident / _GIB:.2f} GiB of state and batch{free}")
-
-
-def _host_available() -> int | None:
-    """MemAvailable plus SwapFree from /proc/meminfo, in bytes; None where there is none."""
-    try:
-        text = Path("/proc/meminfo").read_text()
-    except OSError:
-        return None
-    fields = {}
-    for row in text.splitlines():
-        name, _, rest = row.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[name] = int(parts[0]) * 1024
-    if "MemAvailable" not in fields:
-        return None
-    return fields["MemAvailable"] + fields.get("SwapFree", 0)
-
-
-def free_bytes(device: jax.Device) -> int | None:
-    """Bytes free for a new allocation on ``device`` (see the module docstring); None when
-    the platform does not say."""
-    if device.platform == "cpu":
-        return _host_available()
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - a backend without statistics
-        return None
-    if not stats or "bytes_limit" not in stats:
-        return None
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
 
 
 def measure(step_fn: Callable, *args: Any) -> StepMemory | None:
@@ -107,9 +78,10 @@ def measure(step_fn: Callable, *args: Any) -> StepMemory | None:
         else jax.local_devices()[:1]
     working = (stats.temp_size_in_bytes + stats.output_size_in_bytes
                - stats.alias_size_in_bytes)
-    frees = [f for f in (free_bytes(d) for d in devices) if f is not None]
+    frees = [f for f in (device_memory.free_bytes(d) for d in devices) if f is not None]
     return StepMemory(resident=int(stats.argument_size_in_bytes), working=max(int(working), 0),
                       devices=len(devices), platform=devices[0].platform,
+                      host_shared=device_memory.shares_host_memory(devices[0]),
                       free=min(frees) if frees else None)
 
 
@@ -119,11 +91,11 @@ def check(memory: StepMemory) -> None:
     if memory.free is None or memory.needed <= memory.free:
         return
     where = (f"this machine has {memory.free / _GIB:.1f} GiB available (swap included)"
-             if memory.platform == "cpu"
+             if memory.host_shared
              else f"the {memory.platform.upper()} has {memory.free / _GIB:.1f} GiB free")
     raise StepTooLarge(
         f"out of memory: a run of the train step needs {memory.needed / _GIB:.1f} GiB beside "
         f"its {memory.resident / _GIB:.1f} GiB of state and batch, and {where}; {REMEDY}")
 
 
-__all__ = ["REMEDY", "StepMemory", "StepTooLarge", "check", "free_bytes", "measure"]
+__all__ = ["REMEDY", "StepMemory", "StepTooLarge", "check", "measure"]
