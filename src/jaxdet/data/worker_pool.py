@@ -182,6 +182,9 @@ class ChunkPool(Iterator[dict[str, Any]]):
         self._stop = context.Event()
         pickled = cloudpickle.dumps(chunk_map)
         self._conns, self._credits, self._processes = [], [], []
+        # registered first: workers started before a failing start are stopped too
+        self._finalizer = weakref.finalize(self, _shut_down, self._processes, self._conns,
+                                           self._stop, directory, tag)
         for k in range(workers):
             receive, send = context.Pipe(duplex=False)
             credits = context.Semaphore(_AHEAD)
@@ -189,13 +192,11 @@ class ChunkPool(Iterator[dict[str, Any]]):
                 target=_work, name=f"jaxdet-loader-worker-{k}", daemon=True,
                 args=(pickled, k, workers, chunks, send, credits, self._stop, os.getcwd(),
                       str(directory / f"{tag}-{k}")))
+            self._conns.append(receive)
             process.start()
             send.close()  # the worker holds the only write end: its exit reads as EOF here
-            self._conns.append(receive)
             self._credits.append(credits)
             self._processes.append(process)
-        self._finalizer = weakref.finalize(self, _shut_down, self._processes, self._conns,
-                                           self._stop, directory, tag)
 
     @property
     def next_chunk(self) -> int:
