@@ -47,6 +47,35 @@ def test_batch_norm_factory_settings():
     assert bn.scale.dtype == jnp.float32
 
 
+def test_batch_norm_is_built_as_nnx_builds_one():
+    """jaxdet's BatchNorm makes its vectors on the host instead of calling nnx.BatchNorm's
+    constructor: every attribute that constructor sets (of the installed Flax) is there with
+    the same value, it draws the same keys (the next layer's key is the same), and it
+    normalizes as nnx's does in train and eval mode."""
+    rngs_ours, rngs_nnx = nnx.Rngs(3), nnx.Rngs(3)
+    ours = BatchNorm(5, momentum=0.9, epsilon=1e-4, dtype=jnp.bfloat16, rngs=rngs_ours)
+    stock = nnx.BatchNorm(5, momentum=0.9, epsilon=1e-4, dtype=jnp.bfloat16,
+                          param_dtype=jnp.float32, rngs=rngs_nnx)
+    for name, value in vars(stock).items():
+        assert name in vars(ours), name
+        mine = vars(ours)[name]
+        if isinstance(value, nnx.Variable):
+            assert isinstance(mine, type(value)), name
+            assert mine.dtype == value.dtype and mine.shape == value.shape, name
+            np.testing.assert_array_equal(np.asarray(mine[...]), np.asarray(value[...]))
+        elif not name.startswith("_"):
+            assert mine == value, name
+    np.testing.assert_array_equal(jax.random.key_data(rngs_ours.params()),
+                                  jax.random.key_data(rngs_nnx.params()))
+    x = normal(1, (4, 3, 3, 5)) * 3.0 + 1.0
+    for mode in ("train", "eval"):
+        getattr(ours, mode)(), getattr(stock, mode)()
+        np.testing.assert_allclose(np.asarray(ours(x), np.float32),
+                                   np.asarray(stock(x), np.float32), rtol=2e-2, atol=2e-2)
+        np.testing.assert_allclose(np.asarray(ours.mean[...]), np.asarray(stock.mean[...]),
+                                   rtol=1e-6)
+
+
 def _randomized_bn(params, n=3):
     bn = batch_norm(n, params, None, nnx.Rngs(0))
     bn.scale[...] = jnp.array([1.5, 0.5, 2.0])

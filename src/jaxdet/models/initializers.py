@@ -148,6 +148,12 @@ def constant(value: float) -> Initializer:
                            nnx.initializers.constant(value))
 
 
+def filled(shape: Sequence[int], value: float, dtype=np.float32) -> jax.Array:
+    """An array of ``shape`` with every entry ``value``, made on the host (no key, no XLA
+    program: ``jnp.full`` compiles one per shape)."""
+    return _as_array(np.full(tuple(shape), value), dtype)
+
+
 def zeros_init() -> Initializer:
     """Every entry 0."""
     return constant(0.0)

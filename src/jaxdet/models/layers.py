@@ -27,6 +27,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from flax.nnx.nn import dtypes as flax_dtypes
 
 from jaxdet.backends import dispatch
 from jaxdet.core.portable import reduce_window_2d
@@ -113,19 +114,31 @@ class BatchNorm(nnx.BatchNorm):
         dtype=None,
         rngs: nnx.Rngs,
     ):
-        super().__init__(
-            num_features,
-            use_running_average=False,
-            momentum=momentum,
-            epsilon=epsilon,
-            dtype=dtype,
-            param_dtype=jnp.float32,
-            rngs=rngs,
-        )
+        # What nnx.BatchNorm.__init__ sets (with its defaults: features last, scale and bias,
+        # no axis name), but with the four vectors made on the host: its jnp.zeros / jnp.ones
+        # compile one small XLA program per feature count (17 of EfficientDet-D0's build).
+        # The two keys it draws for scale and bias are drawn too, so every later layer's
+        # initial values stay as they were.
+        rngs.params(), rngs.params()
+        self.mean = RunningStat(initializers.filled((num_features,), 0.0))
+        self.var = RunningStat(initializers.filled((num_features,), 1.0))
+        self.scale = nnx.Param(initializers.filled((num_features,), 1.0))
+        self.bias = nnx.Param(initializers.filled((num_features,), 0.0))
+        self.num_features = num_features
+        self.use_running_average = False
+        self.axis = -1
+        self.momentum = momentum
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = jnp.float32
+        self.use_bias = True
+        self.use_scale = True
+        self.axis_name = None
+        self.axis_index_groups = None
+        self.use_fast_variance = True
+        self.promote_dtype = flax_dtypes.promote_dtype
         self.frozen = frozen
         self.num_groups = _check_groups(num_groups)
-        self.mean = RunningStat(self.mean.get_value())
-        self.var = RunningStat(self.var.get_value())
 
     def __call__(self, x, use_running_average: bool | None = None, *, mask=None):
         """Normalize ``x`` [B, ..., C] (features last); returns the same shape in ``dtype``

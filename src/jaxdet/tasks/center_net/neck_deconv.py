@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdet.models.layers import BatchNormParams, conv, kaiming_fan_out
+from jaxdet.models.layers import BatchNormParams, conv, kaiming_fan_out, zeros
 from jaxdet.models.layers import batch_norm as make_batch_norm
 
 
@@ -24,6 +24,7 @@ def conv_transpose2x(in_ch: int, out_ch: int, *, dtype, rngs: nnx.Rngs) -> nnx.C
     """3x3 stride-2 transposed conv with a bias, TF ``Conv2DTranspose(padding="same")``."""
     return nnx.ConvTranspose(in_ch, out_ch, (3, 3), strides=(2, 2), padding="SAME",
                              transpose_kernel=True, use_bias=True, kernel_init=kaiming_fan_out,
+                             bias_init=zeros,
                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
 

@@ -63,11 +63,12 @@ class FCBoxClassifier(nnx.Module):
     def __init__(self, in_features: int, depth: int, *, batch_norm_params: BatchNormParams,
                  dtype=None, rngs: nnx.Rngs):
         glorot = initializers.glorot_uniform()
-        self.fc1 = nnx.Linear(in_features, depth, kernel_init=glorot, dtype=dtype,
-                              param_dtype=jnp.float32, rngs=rngs)
+        zeros = initializers.zeros_init()
+        self.fc1 = nnx.Linear(in_features, depth, kernel_init=glorot, bias_init=zeros,
+                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.bn = batch_norm(depth, batch_norm_params, dtype=dtype, rngs=rngs)
-        self.fc2 = nnx.Linear(depth, depth, kernel_init=glorot, dtype=dtype,
-                              param_dtype=jnp.float32, rngs=rngs)
+        self.fc2 = nnx.Linear(depth, depth, kernel_init=glorot, bias_init=zeros,
+                              dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """``[N, h, w, C]`` pooled crops -> ``[N, 1, 1, depth]`` (TF's Reshape)."""

@@ -29,6 +29,7 @@ from jaxdet.models.backbones.resnet import ResNet
 from jaxdet.models.layers import conv, max_pool_symmetric
 
 xavier_uniform = initializers.variance_scaling(1.0, "fan_avg", "uniform")
+zeros = initializers.zeros_init()
 
 
 class RPNHead(nnx.Module):
@@ -64,8 +65,10 @@ class BoxPredictor(nnx.Module):
                  dtype=None, rngs: nnx.Rngs):
         self.num_boxes = 1 if share_box_across_classes else num_classes
         self.cls = nnx.Linear(in_features, num_classes + 1, kernel_init=xavier_uniform,
+                              bias_init=zeros,
                               dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.box = nnx.Linear(in_features, 4 * self.num_boxes, kernel_init=xavier_uniform,
+                              bias_init=zeros,
                               dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -234,7 +234,7 @@ class FpnCombine(nnx.Module):
         })
         self.edge_weights = (
             None if weight_method == "sum"
-            else nnx.Param(jnp.ones((len(self.offsets),), jnp.float32))
+            else nnx.Param(initializers.filled((len(self.offsets),), 1.0))
         )
 
     def __call__(self, nodes: list[jax.Array], hw: tuple[int, int]) -> jax.Array:

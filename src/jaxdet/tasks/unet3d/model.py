@@ -56,6 +56,7 @@ CONV_LOWERINGS: dict[str, Callable] = dispatch.CONV3D_LOWERINGS
 
 # PyTorch's default Conv3d initialisation: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in))
 torch_default_init = initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+zeros, ones = initializers.zeros_init(), initializers.ones_init()
 
 
 class ConvBlock(nnx.Module):
@@ -70,7 +71,8 @@ class ConvBlock(nnx.Module):
                              kernel_init=torch_default_init, conv_general_dilated=conv_fn,
                              rngs=rngs)
         self.norm = nnx.InstanceNorm(out_channels, epsilon=epsilon, dtype=dtype,
-                                     use_fast_variance=False, rngs=rngs)
+                                     use_fast_variance=False, scale_init=ones,
+                                     bias_init=zeros, rngs=rngs)
         self.negative_slope = negative_slope
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -122,7 +124,7 @@ class UpLevel(nnx.Module):
         self.upsample_conv = nnx.ConvTranspose(in_channels, out_channels, (2, 2, 2),
                                                strides=2, padding="VALID", use_bias=True,
                                                dtype=dtype, kernel_init=torch_default_init,
-                                               rngs=rngs)
+                                               bias_init=zeros, rngs=rngs)
         kw = {"negative_slope": negative_slope, "epsilon": epsilon, "dtype": dtype,
               "conv_fn": conv_fn, "rngs": rngs}
         self.conv1 = ConvBlock(2 * out_channels, out_channels, **kw)
@@ -174,8 +176,8 @@ class UNet3D(nnx.Module):
         self.upsample = nnx.List([UpLevel(f[i], f[i - 1], **kw)
                                   for i in range(len(f) - 1, 0, -1)])
         self.output = nnx.Conv(f[0], num_classes, (1, 1, 1), use_bias=True, dtype=dtype,
-                               kernel_init=torch_default_init, conv_general_dilated=conv_fn,
-                               rngs=rngs)
+                               kernel_init=torch_default_init, bias_init=zeros,
+                               conv_general_dilated=conv_fn, rngs=rngs)
 
     @property
     def max_stride(self) -> int:

@@ -95,7 +95,8 @@ class WeightSharedBoxPredictor(nnx.Module):
             if norm == "batch_norm":
                 return make_batch_norm(depth, batch_norm, dtype, rngs)
             return nnx.GroupNorm(depth, num_groups=GROUP_NORM_GROUPS, epsilon=1e-5,
-                                 dtype=dtype, rngs=rngs)
+                                 scale_init=initializers.ones_init(),
+                                 bias_init=initializers.zeros_init(), dtype=dtype, rngs=rngs)
 
         def make_tower():
             return nnx.List([
