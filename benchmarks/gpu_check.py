@@ -392,13 +392,16 @@ def measure_model(result: dict, workers: dict, args) -> dict:
         closed = {key: worker.close() for key, worker in workers.items()}
 
     def rate(key: str) -> float:
-        return round(batch * args.steps / common.median(seconds[key]), 1)
+        return batch * args.steps / common.median(seconds[key])
+
+    def shown(images_per_second: float) -> float:  # a CPU run's are below 1 img/s
+        return round(images_per_second, 1 if images_per_second >= 100 else 3)
 
     result["device"] = device
     result["jaxdet"] = {
         "startup": ready["jaxdet"]["ready"], "loader_workers": ready["jaxdet"]["workers"],
-        "fixed_images_per_second": rate("jaxdet_fixed"),
-        "loader_images_per_second": rate("jaxdet_loader"),
+        "fixed_images_per_second": shown(rate("jaxdet_fixed")),
+        "loader_images_per_second": shown(rate("jaxdet_loader")),
         "loader_over_fixed": round(rate("jaxdet_loader") / rate("jaxdet_fixed"), 3),
         "peak_memory_bytes": closed["jaxdet"].get("peak_memory_bytes"),
         "rounds_s": {k: [round(s, 4) for s in seconds[k]] for k in ("jaxdet_fixed",
@@ -406,7 +409,7 @@ def measure_model(result: dict, workers: dict, args) -> dict:
     for peer in workers:
         if peer != "jaxdet":
             result.setdefault("torchvision", {})[peer] = {
-                "images_per_second": rate(peer),
+                "images_per_second": shown(rate(peer)),
                 "jaxdet_over_torchvision": round(rate("jaxdet_fixed") / rate(peer), 3),
                 "first_step_s": ready[peer]["ready"]["first_step_s"],
                 "peak_memory_bytes": closed[peer].get("peak_memory_bytes"),

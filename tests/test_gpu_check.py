@@ -68,3 +68,45 @@ def test_the_dry_run_of_every_model(tmp_path):
     for model in result["models"].values():
         _check_model(model)
     assert "efficientdet_d0_512: >= 1200 img/s" in result["targets"]
+
+
+class _TimedWorker:
+    """A contender that answers the driver as a worker process does, each timed run taking
+    the seconds given in turn."""
+
+    def __init__(self, first: dict, seconds: list[float], closing: dict | None = None):
+        self.first, self.seconds, self.closing = first, list(seconds), closing or {}
+
+    def started(self) -> dict:
+        return self.first
+
+    def ask(self, command: dict) -> dict:
+        if "start_loader" in command:
+            return {"ready": {"loader_first_batch_s": 1.0}, "workers": 12}
+        return {"seconds": self.seconds.pop(0)}
+
+    def close(self) -> dict:
+        return self.closing
+
+
+def test_slow_contenders_keep_their_ratio_and_rates():
+    """A CPU run's rates are below 1 img/s: the ratio comes from the medians, not from rates
+    rounded first (0.156 and 0.199 img/s both read 0.2 once rounded to a tenth)."""
+    from types import SimpleNamespace
+
+    from benchmarks import gpu_check
+
+    # batch 2, 3 steps a turn: jaxdet's fixed batch takes 38.4 s a turn (median), its loader
+    # 40.0 s, torchvision 30.2 s; turns go fixed, loader, peer, round after round
+    jaxdet = _TimedWorker({"compiled": {}, "device": "cpu"},
+                          [38.0, 40.0, 38.4, 41.0, 39.0, 39.5])
+    peer = _TimedWorker({"ready": {"first_step_s": 9.0}}, [30.2, 31.0, 29.5])
+    args = SimpleNamespace(steps=3, rounds=3, profile_steps=0)
+    model = gpu_check.measure_model({"batch_size": 2}, {"jaxdet": jaxdet,
+                                                        "retinanet_resnet50_fpn": peer}, args)
+    assert model["jaxdet"]["fixed_images_per_second"] == 0.156  # 6 / 38.4
+    assert model["jaxdet"]["loader_images_per_second"] == 0.15  # 6 / 40.0
+    figures = model["torchvision"]["retinanet_resnet50_fpn"]
+    assert figures["images_per_second"] == 0.199  # 6 / 30.2
+    assert figures["jaxdet_over_torchvision"] == 0.786  # 30.2 / 38.4
+    assert model["jaxdet"]["loader_over_fixed"] == 0.96  # 38.4 / 40.0
