@@ -26,10 +26,9 @@ from jaxdet.core.portable import reduce_window_2d
 from jaxdet.core.roi_ops import matmul_crop_and_resize
 from jaxdet.models import initializers, remat
 from jaxdet.models.backbones.resnet import ResNet
-from jaxdet.models.layers import conv, max_pool_symmetric
+from jaxdet.models.layers import conv, max_pool_symmetric, zeros
 
 xavier_uniform = initializers.variance_scaling(1.0, "fan_avg", "uniform")
-zeros = initializers.zeros_init()
 
 
 class RPNHead(nnx.Module):
