@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 WORKDIR ?= runs/demo
 
-.PHONY: install install-test install-export install-tf-export test-tf-export demo test lint bench \
+.PHONY: install install-test install-export install-tf-export test-tf-export demo test test-quick lint bench \
 	peer-venv bench-peer clean notebooks notebooks-run docs wheel install-torch test-torch
 
 $(VENV)/.installed: pyproject.toml
@@ -50,11 +50,17 @@ demo: install
 	$(VENV)/bin/jaxdet demo --workdir $(WORKDIR)
 
 ## Install the test extras and run the whole suite.
+## Each phase says its wall time (.ci/phase); pytest lists its 25 slowest tests. Budget: 15 min.
 test: install-test
-	$(VENV)/bin/ruff check src tests benchmarks examples/*.py docs/generate
-	$(VENV)/bin/lint-imports --no-cache
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+	.ci/phase lint $(VENV)/bin/ruff check src tests benchmarks examples/*.py docs/generate
+	.ci/phase contracts $(VENV)/bin/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 .ci/phase docs $(VENV)/bin/mkdocs build --strict --quiet
+	.ci/phase pytest $(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+## The quick tier, the loop while editing (at most 3 minutes on 2 cores): every test that
+## starts no process and compiles nothing large (tests/suite_tiers.py says which and checks).
+test-quick: install-test
+	$(PY) -m pytest -q -n 2 -m "not slow and not exhaustive" --durations=10
 
 ## A wheel in dist/ (configs, native sources and sample photos inside); pip install it anywhere.
 wheel: install-test

@@ -8,6 +8,8 @@ import inspect
 import subprocess
 import sys
 
+import pytest
+
 import jaxdet
 from jaxdet import api
 
@@ -57,6 +59,7 @@ def test_every_public_function_documents_arguments_returns_errors_and_an_example
     assert not missing, "\n".join(missing)
 
 
+@pytest.mark.slow
 def test_import_jaxdet_stays_light():
     code = "import sys, jaxdet; print('jax' in sys.modules, 'flax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

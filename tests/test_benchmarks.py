@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for p in [*(ROOT / "benchmarks").glob("*/*.py"),
                               *(ROOT / "benchmarks").glob("*.py")] if p.name != "__init__.py")
@@ -16,6 +18,7 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
+@pytest.mark.slow
 def test_every_jaxdet_side_benchmark_imports():
     """Every script but the TF peer's (which need TensorFlow and the TF OD API), imported in
     one fresh process from the repository's root, as ``python -m`` would."""

@@ -43,6 +43,7 @@ def _check_model(model: dict) -> None:
     assert not any(op["name"].startswith("ThunkExecutor") for op in ops)
 
 
+@pytest.mark.slow
 def test_the_dry_run_measures_a_model_and_its_peer(tmp_path):
     result = _dry_run(tmp_path, "retinanet_r50_fpn_640")
     model = result["models"]["retinanet_r50_fpn_640"]

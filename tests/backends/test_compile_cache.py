@@ -48,6 +48,7 @@ def test_where_compiled_programs_are_kept(monkeypatch, given, expected):
     assert (None if folder is None else str(folder)) == expected
 
 
+@pytest.mark.slow
 def test_a_second_process_reads_back_what_the_first_compiled(tmp_path):
     env = {"JAXDET_COMPILATION_CACHE": str(tmp_path / "xla"), "JAX_PLATFORMS": "cpu"}
     first = _fresh_process(env)
@@ -57,12 +58,14 @@ def test_a_second_process_reads_back_what_the_first_compiled(tmp_path):
     assert second["hits"] >= 1 and second["value"] == first["value"]
 
 
+@pytest.mark.slow
 def test_turned_off_nothing_is_kept(tmp_path):
     result = _fresh_process({"JAXDET_COMPILATION_CACHE": "off", "HOME": str(tmp_path),
                              "JAX_PLATFORMS": "cpu"})
     assert result["folder"] == "None" and not Path(tmp_path, ".cache").exists()
 
 
+@pytest.mark.slow
 def test_programs_kept_without_a_size_limit_do_not_break_later_writes(tmp_path):
     # What a process with JAX_COMPILATION_CACHE_DIR (no size limit) leaves: no -atime file.
     folder = tmp_path / "xla"

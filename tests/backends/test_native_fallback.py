@@ -39,6 +39,7 @@ def _applying_parts() -> list[native_build.NativePart]:
     return [p for p in native_build.PARTS if glibc or not p.glibc_only]
 
 
+@pytest.mark.slow
 def test_a_missing_compiler_is_one_warning_per_machine(tmp_path):
     missing = {"CC": str(tmp_path / "no-such-cc"), "CXX": str(tmp_path / "no-such-c++")}
     first = _run(tmp_path / "cache", **missing)
@@ -84,6 +85,7 @@ def test_parts_turned_off_or_built_are_not_named(tmp_path, monkeypatch, caplog):
 
 
 @pytest.mark.parametrize("failure", ["source", "build"])
+@pytest.mark.slow
 def test_a_failed_build_is_named_as_such(tmp_path, monkeypatch, caplog, failure):
     """A compiler that exists but cannot build the source: the warning says the build failed
     (not that a compiler is missing) and where to see the compiler's errors."""

@@ -6,7 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_a_closed_pipe_ends_the_command_quietly():
     command = subprocess.Popen([sys.executable, "-m", "jaxdet.cli.main", "configs"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -25,6 +25,7 @@ SLOW = {"efficientdet_d4", "efficientdet_d5", "efficientdet_d6", "efficientdet_d
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.exhaustive) if n in SLOW
                                   else n for n in SSD_CONFIGS])
+@pytest.mark.slow
 def test_shipped_config_builds_and_outputs_match_anchors(name):
     config = load_config(name)
     model = abstract_build(lambda: ssd_build.build_model(config))

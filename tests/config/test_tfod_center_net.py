@@ -439,6 +439,7 @@ def _summary(config) -> dict:
 
 @needs_shared
 @pytest.mark.parametrize("name", sorted(TF_COUNTS))
+@pytest.mark.slow
 def test_parameter_counts_equal_tf(name):
     """Each converted config builds TF's network: the trainable counts of `jaxdet summary`
     equal TF's (ResNet-v2: less TF's unused post_bn), heads included (Hourglass-104: a set of
@@ -519,8 +520,11 @@ def _train_one_step(name: str, size: int, monkeypatch) -> dict:
 
 
 @needs_shared
-@pytest.mark.parametrize("name", [R50_V1_KPTS,
-                                  pytest.param(R50_V2_KPTS, marks=pytest.mark.exhaustive)])
+# both under -m exhaustive (45 s cold each): make test keeps the conversion's parameter counts
+# against TF and CenterNet with keypoints trained end to end (e2e/test_center_net_train.py)
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", [R50_V1_KPTS, R50_V2_KPTS])
+@pytest.mark.slow
 def test_converted_config_trains_a_step(name, monkeypatch):
     """The keypoint configs of both ResNet families build and train one step at 128x128
     (~15-25 s each on 2 CPU cores, most of it compiling; the v2 one under -m exhaustive)."""
@@ -539,6 +543,7 @@ def test_converted_config_trains_a_step_exhaustive(name, monkeypatch):
 
 
 @needs_shared
+@pytest.mark.slow
 def test_hourglass_104_keypoint_model_runs_abstractly():
     """Hourglass-104 with keypoints, built and run abstractly (no weights, no compile): two
     sets of heads (one per stack), each with the box and the 17-keypoint heads, at stride 4."""

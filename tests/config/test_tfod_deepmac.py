@@ -90,6 +90,7 @@ def _summary(config) -> dict:
     # -m exhaustive; the 512 one (Hourglass-52 mask network) runs by default
     pytest.param(n, marks=pytest.mark.exhaustive) if "1024" in n else n
     for n in sorted(TF_COUNTS)])
+@pytest.mark.slow
 def test_parameter_counts_equal_tf_part_by_part(name):
     """`jaxdet summary` of the two networks (the 1024 configs share one) counts TF's
     trainable variables: the Hourglass-104 extractor, the box heads and the 1x3 embedding
@@ -111,6 +112,7 @@ def test_parameter_counts_equal_tf_part_by_part(name):
 
 
 @needs_shared
+@pytest.mark.slow
 def test_both_stacks_predict_masks_and_the_last_one_gives_the_detections_masks(monkeypatch):
     """The 1024 model run abstractly at 128x128 (no weights, no compile): the mask network
     reads each of Hourglass-104's two stacks' embeddings (the loss averages over both, as

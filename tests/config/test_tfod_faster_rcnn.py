@@ -138,6 +138,7 @@ def _abstract_build(monkeypatch) -> None:
 
 @needs_shared
 @pytest.mark.parametrize("name", sorted(C4))
+@pytest.mark.slow
 def test_zoo_c4_configs_build_and_summarize(name, monkeypatch):
     depth, size = C4[name]
     config = _load(name)
@@ -219,6 +220,7 @@ def test_fpn_config_converts_and_its_parameter_count_equals_tf():
 
 
 @needs_shared
+@pytest.mark.slow
 def test_mask_rcnn_zoo_config_converts_and_its_parameter_count_equals_tf():
     """mask_rcnn_inception_resnet_v2_1024x1024: Inception-ResNet-v2 (TF's BatchNorm, inputs in
     [-1, 1]), the mask head (4 convs, TF's automatic depth, 33x33 masks, loss weight 4),

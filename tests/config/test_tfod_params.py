@@ -87,6 +87,7 @@ SSD_FAMILY = [pytest.param(name, marks=() if name in ARCHITECTURES else pytest.m
 
 @needs_shared
 @pytest.mark.parametrize("name", SSD_FAMILY)
+@pytest.mark.slow
 def test_every_rule_of_every_ssd_zoo_config_matches_its_model(name):
     """A rule matching nothing would be refused at training time; each zoo config's model
     (built abstractly) has parameters for all of its rules, and every kernel is drawn by one

@@ -69,6 +69,7 @@ def _reframe(masks, boxes, height, width, method, jit):
 @pytest.mark.parametrize(("case", "method", "jit"),
                          [(c, m, True) for c in CASES for m in ("matmul", "gather")]
                          + [("small", "matmul", False), ("rcnn", "gather", False)])
+@pytest.mark.slow
 def test_reframe_equals_tf(tf_out, case, method, jit):
     parts, height, width = _inputs(tf_out, case)
     got, edges = [], []
@@ -96,6 +97,7 @@ def test_image_corners_in_box_frame_by_hand():
     np.testing.assert_allclose(got[1], [-5000.0, -2000.0, 5000.0, 8000.0], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_constant_mask_fills_its_box():
     """A mask of ones pastes to 1 on the image pixels whose centers lie inside the box (the
     first / last mask rows on the box's edges) and 0 elsewhere; uint8 masks are cast."""

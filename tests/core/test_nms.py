@@ -26,6 +26,7 @@ def test_convert_scores(run):
         convert_scores(logits, "tanh")
 
 
+@pytest.mark.slow
 def test_batched_nms_by_hand(run):
     boxes = np.array(
         [
@@ -165,6 +166,7 @@ def test_batched_nms_with_each_class_own_boxes_matches_numpy_reference(top_k):
     np.testing.assert_allclose(out["boxes"], ref_boxes, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_batched_nms_per_image_form_equals_the_vmapped_loop():
     """The TFLite exporter's form (one NMS loop per image), XLA's ``lax.map`` over the images
     and the vmapped loop (the other exporter forms) give the same values."""

@@ -70,6 +70,7 @@ def test_matmul_crop_and_resize_equals_tf(tf_out, method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.slow
 def test_multilevel_crop_and_roi_align_equal_tf(tf_out, method):
     settings = tuple(tuple(float(v) for v in row) for row in tf_out["ra_settings"])
     got = jax.jit(_all_multilevel, static_argnums=(3, 4))(
@@ -78,6 +79,7 @@ def test_multilevel_crop_and_roi_align_equal_tf(tf_out, method):
     _compare(got, tf_out)
 
 
+@pytest.mark.slow
 def test_eager_equals_tf_and_jit(tf_out):
     """Op by op (no jit at all; every op compiles on its own, so one case only): the crop with
     extrapolation equals TF and the jitted result."""

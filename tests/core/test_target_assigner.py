@@ -3,6 +3,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.target_assigner import assign_targets
@@ -61,6 +62,7 @@ def _batched(anchors, boxes, classes, valid, ignore):
     return jax.vmap(fn, in_axes=(None, 0, 0, 0, 0))(anchors, boxes, classes, valid, ignore)
 
 
+@pytest.mark.slow
 def test_vmap_matches_per_image_loop(run):
     rng = np.random.default_rng(0)
     yx = rng.uniform(0.0, 5.0, (2, 3, 2)).astype(np.float32)

@@ -58,6 +58,7 @@ def test_a_batch_that_is_one_whole_chunk_is_not_copied():
         np.testing.assert_array_equal(batch[key], plain[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_worker_processes_keep_the_position_order():
     """range(3, 40, 3) in chunks of 4 (the last one short) over 2 processes: the same
     samples, in the same order, as mapping the positions in this process."""

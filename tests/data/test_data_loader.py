@@ -109,6 +109,7 @@ def _serial_and_two_workers(source, ops, batches: int, **kwargs):
     return serial, parallel, got
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_batches(source):
     _serial_and_two_workers(source, TRAIN_OPS, 3, batch_size=4, max_boxes=5, seed=7)
 
@@ -123,6 +124,7 @@ def corrupt_source(shapes_dir, tmp_path):
     return CocoSource(shapes_dir / "annotations.json", images), broken, data["images"][2]["id"]
 
 
+@pytest.mark.slow
 def test_worker_processes_skip_corrupt_images_as_threads_do(corrupt_source):
     """Chunks that hold a skipped sample (from then on chunks and batches are out of step)
     give the batches, skip count and resume position of the in-process loader."""

@@ -42,6 +42,7 @@ def _probe(env: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_image_sized_blocks_are_reused_once_tuned():
     """The loader's pattern: worker threads make arrays of 0.25-3 MB, the main thread frees
     them, 8 in flight. Untuned, glibc maps many of them afresh (a page fault per page; how

@@ -18,6 +18,7 @@ def test_the_manual_has_console_blocks():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.slow
 def test_console_blocks_print_what_they_show(page):
     problems = check_page(page)
     assert not problems, "\n\n".join(problems) + (

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
 PIPELINE = (Path(__file__).parent / "test_tfod_pipeline.py").read_text().split('PIPELINE = """')[
     1].split('"""')[0]
-STEPS, EVERY = 24, 4
+STEPS, EVERY = 16, 4
 SETS = ["parallel.data=1", "train.init_checkpoint=null", f"train.num_steps={STEPS}",
         f"train.checkpoint_every={EVERY}", "train.keep_checkpoints=2"]
 

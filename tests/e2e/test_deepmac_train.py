@@ -14,7 +14,10 @@ from jaxdet.cli.main import main
 from jaxdet.config.loader import load_config
 from jaxdet.jobs import runs
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
+# under -m exhaustive (57 s cold): make test keeps DeepMAC's train step, predict with masks
+# (tasks/center_net/test_deepmac_task.py) and on a mesh, and Mask R-CNN's end-to-end run
+# through mask evaluation and RLE predictions
+pytestmark = [pytest.mark.slow, pytest.mark.exhaustive, pytest.mark.xdist_group("e2e")]
 
 TINY_DEEPMAC = [
     "name=tiny_deepmac", "model.neck.depth=16", "model.head_depth=16",

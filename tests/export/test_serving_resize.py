@@ -24,6 +24,7 @@ def test_bilinear_resize_equals_jax_image_resize(shape):
 @pytest.mark.skipif(importlib.util.find_spec("jax2onnx") is None
                     or importlib.util.find_spec("onnxruntime") is None,
                     reason="ONNX export needs `make install-export`")
+@pytest.mark.slow
 def test_bilinear_resize_converts_to_onnx():
     import onnxruntime as ort
     from jax2onnx import to_onnx

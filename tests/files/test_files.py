@@ -33,6 +33,7 @@ def anywhere(request, tmp_path):
     return f"gs://{gcs.bucket}/anywhere/{_plain(request.node.name)}"
 
 
+@pytest.mark.slow
 def test_write_read_list_and_remove_the_same_everywhere(anywhere):
     files.makedirs(files.join(anywhere, "shards"))
     for i in range(3):

@@ -66,7 +66,10 @@ def test_no_network_says_so_in_one_line(tmp_path, monkeypatch):
         download_zoo_model("../etc", cache_dir=tmp_path / "zoo")
 
 
+# under -m exhaustive (55 s cold): make test keeps the download (above) and fine-tuning from
+# a TF checkpoint by TF names (tasks/test_weights.py)
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_the_few_shot_recipe_fine_tunes_a_downloaded_zoo_model(zoo, tmp_path, monkeypatch):
     """The few-shot notebook's online path: the shipped duck photos fine-tune a model
     downloaded from the zoo (a small input size, a few steps) into a one-class detector."""

@@ -161,6 +161,7 @@ def torchvision_resnet50(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]
     return path, state
 
 
+@pytest.mark.slow
 def test_torchvision_resnet50_restores_the_backbone(torchvision_resnet50):
     path, state = torchvision_resnet50
     config = load_config("retinanet_resnet50_fpn_640", [

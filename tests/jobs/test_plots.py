@@ -121,6 +121,7 @@ def test_a_watchers_evaluations_join_the_runs_own(tmp_path):
     np.testing.assert_array_equal(m["train/loss"][1], [10.0, 4.0, 0.5, np.nan])  # untouched
 
 
+@pytest.mark.slow
 def test_a_run_without_evaluations_shows_the_watchers(tmp_path):
     lines = [{"step": s, "time": 0, "metrics": {"train/loss": 1.0 / s}} for s in (1, 2, 3)]
     _write(tmp_path / "metrics.jsonl", lines, tail="")
@@ -202,6 +203,7 @@ def test_curves_drawn_when_training_fails(tiny, tmp_path, monkeypatch):
     assert len(_colours(tmp_path / "curves.png")) > 20
 
 
+@pytest.mark.slow
 def test_plotting_error_never_masks_the_training_error(tiny, tmp_path, monkeypatch, caplog):
     def broken(workdir):
         raise OSError("disk full")

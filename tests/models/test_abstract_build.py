@@ -18,6 +18,7 @@ def _shapes(module: nnx.Module) -> dict:
 
 @pytest.mark.parametrize("name", ["shapes_demo", "efficientdet_d0", "centernet_deepmac_shapes_demo",
                                   "mask_rcnn_shapes_demo", "unet3d_demo"])
+@pytest.mark.slow
 def test_abstract_build_equals_a_traced_build(name):
     """Every family's model, built inside ``abstract_build`` and by plain ``nnx.eval_shape``
     (real ``nnx.Rngs``): the same variables, shapes and dtypes, and no value computed."""

@@ -22,6 +22,7 @@ def _abstract_outputs(factory, image_hw, batch=2):
     return model, {lvl: tuple(v.shape) for lvl, v in out.items()}
 
 
+@pytest.mark.slow
 def test_resnet50_runs_at_64x64(build_fast):
     model = build_fast(lambda: ResNet(50, batch_norm=BN, rngs=model_rngs(0)))
     model.eval()
@@ -114,6 +115,7 @@ def test_mobilenet_min_depth_and_head_channels():
 
 
 @pytest.mark.parametrize("cls", [MobileNetV1, MobileNetV2])
+@pytest.mark.slow
 def test_mobilenets_run_and_expansion_level_is_the_expansion_output(cls, build_fast):
     kwargs = {"level4_from_expansion": True} if cls is MobileNetV2 else {}
     model = build_fast(lambda: cls(0.25, batch_norm=BN, rngs=model_rngs(0), **kwargs))

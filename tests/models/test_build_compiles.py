@@ -31,6 +31,7 @@ def _programs_compiled_by(build, caplog) -> list[str]:
 @pytest.mark.parametrize("config", ["efficientdet_d0", "ssd_mobilenet_v2_320",
                                     "retinanet_resnet50_fpn_640", "mask_rcnn_shapes_demo",
                                     "faster_rcnn_resnet50_v1_fpn_640"])
+@pytest.mark.slow
 def test_building_a_model_compiles_no_program_of_its_own(config, caplog):
     """Parameters, batch-norm statistics and constants are made on the host: a fresh process
     compiles only the random streams' few programs (EfficientDet-D0 compiled 139 programs

@@ -46,6 +46,7 @@ def _b0():
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.slow
 def test_mapping_matches_timm_shapes_and_counts(variant):
     fixture = _fixture(f"tf_efficientnet_{variant}")
     model = abstract_build(lambda: EfficientNet(variant, batch_norm=BN, rngs=model_rngs(0)))
@@ -98,6 +99,7 @@ def b0_timm(build_fast):
     return model
 
 
+@pytest.mark.slow
 def test_matches_timm_tf_efficientnet_b0(b0_timm):
     ref = np.load(FIXTURES / "tf_efficientnet_b0_features.npz")
     out = nnx.jit(lambda m, x: m(x))(b0_timm, jnp.asarray(ref["x"]))
@@ -109,6 +111,7 @@ def test_matches_timm_tf_efficientnet_b0(b0_timm):
         np.testing.assert_allclose(np.asarray(out[level]), expected, rtol=0, atol=2e-4 * scale)
 
 
+@pytest.mark.slow
 def test_odd_input_sizes_ceil_divide():
     model = nnx.eval_shape(_b0)
     x = jax.ShapeDtypeStruct((1, 65, 65, 3), jnp.float32)
@@ -118,6 +121,7 @@ def test_odd_input_sizes_ceil_divide():
 
 
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.slow
 def test_block_jit_equals_eager_on_odd_input(build_fast, stride):
     block = build_fast(lambda: MBConv(8, 16, 5, stride, 6, drop_rate=0.1, bn_params=BN,
                                       activation_name="swish", dtype=None, rngs=nnx.Rngs(0)))
@@ -138,6 +142,7 @@ def test_drop_connect_by_hand():
     assert 0 < keep.sum() < 8  # this key drops some samples and keeps others
 
 
+@pytest.mark.slow
 def test_block_drop_connect_modes(build_fast):
     rate = 0.5
     block = build_fast(lambda: MBConv(8, 8, 3, 1, 6, drop_rate=rate, bn_params=BN,
@@ -165,6 +170,7 @@ def test_block_drop_connect_modes(build_fast):
     assert block.deterministic is False
 
 
+@pytest.mark.slow
 def test_train_mode_with_rngs_traces_whole_model_in_bfloat16():
     model = nnx.eval_shape(lambda: EfficientNet("b0", batch_norm=BN, dtype=jnp.bfloat16,
                                                 rngs=nnx.Rngs(0)))
@@ -176,6 +182,7 @@ def test_train_mode_with_rngs_traces_whole_model_in_bfloat16():
     assert all(v.dtype == jnp.float32 for _, v in nnx.to_flat_state(nnx.state(model)))
 
 
+@pytest.mark.slow
 def test_tf_level_blocks_take_tfs_fixed_layers_inside_deeper_stages():
     """The TF OD API's EfficientDet takes level 3 at ``stack_2/block_1`` and level 4 at
     ``stack_4/block_2`` whatever the depth: B1's stages 2 and 4 have 3 and 4 blocks, so its

@@ -55,6 +55,7 @@ def abstract_model() -> InceptionResNetV2:
     return _abstract_model()
 
 
+@pytest.mark.slow
 def test_shapes_train_mode(abstract_model):
     """96x96 images -> 6x6x1088; 17x17 crops -> 9x9x1536 (TF SAME halves rounding up), traced
     abstractly in training mode (batch statistics)."""
@@ -72,6 +73,7 @@ def test_shapes_train_mode(abstract_model):
     assert abstract_model.out_channels == {4: 1088, 5: 1536}
 
 
+@pytest.mark.slow
 def test_parameter_counts_equal_tf(abstract_model):
     tf = json.loads(COUNTS.read_text())
     model = abstract_model
@@ -150,6 +152,7 @@ def _seeded_model() -> InceptionResNetV2:
     return model
 
 
+@pytest.mark.slow
 def test_outputs_equal_tf():
     """Both parts with the same seeded weights as TF, in inference mode, on a 64x64 image and
     a 9x9 crop: within 1e-4 of TF's largest output."""

@@ -142,6 +142,7 @@ def _assert_same_grads(g0, g1) -> None:
                                    err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow
 def test_recomputed_drop_connect_masks_equal_the_forward_ones():
     """Two EfficientNet MBConv blocks with drop-connect 0.5: recomputing them in the backward
     pass draws the same per-sample masks (the gradients match), and the masks are real (the
@@ -169,6 +170,7 @@ def test_recomputed_drop_connect_masks_equal_the_forward_ones():
                           float(loss(make(), x, None)), rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_recomputed_head_dropout_equals_the_forward():
     """The SSD convolutional head with dropout (its own RNG stream), recomputed per level:
     same gradients; the dropout is real (switching it off changes the loss)."""
@@ -202,6 +204,7 @@ def _lowered_counts(config) -> tuple[int, int]:
     return text.count("stablehlo.optimization_barrier"), text.count("stablehlo.convolution")
 
 
+@pytest.mark.slow
 def test_one_checkpoint_per_recomputed_block():
     """ResNet-18 ``layer4`` (level 5) is two BasicBlocks: two checkpoints, and recomputing them
     adds forward convolutions to the program (at most their 5: conv1 and conv2 of both blocks,
@@ -241,6 +244,7 @@ def test_unknown_target_is_named_with_the_allowed_values():
         remat.set_remat(model, ["backbone.level5"])
 
 
+@pytest.mark.slow
 def test_forward_is_unchanged_outside_training():
     """Eval (no gradient) with remat flags gives the plain model's outputs bit for bit."""
     images = jnp.asarray(_batch()["images"])

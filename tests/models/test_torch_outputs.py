@@ -80,6 +80,7 @@ def _params(names, fast):
 @pytest.mark.parametrize("name, suffix", [
     *[pytest.param(n, "safetensors", marks=() if n in FAST else pytest.mark.exhaustive)
       for n in BACKBONES], ("resnet18", "pth")])
+@pytest.mark.slow
 def test_backbone_file_gives_the_torch_features(name, suffix, build_fast, tmp_path):
     base, overrides, classifier = BACKBONES[name]
     config = load_config(base, [*overrides, "precision=fp32"])
@@ -108,6 +109,7 @@ EFFDET_SIZE = 128
 
 
 @pytest.mark.parametrize("variant", _params(range(1, 8), {1}))
+@pytest.mark.slow
 def test_effdet_file_gives_effdets_outputs(variant, build_fast, tmp_path):
     size = EFFDET_SIZE
     config = load_config(f"efficientdet_d{variant}", [

@@ -1,8 +1,10 @@
 """The wheel works outside the clone: ``python -m build`` makes it; installed into a fresh
-virtual environment in another folder (its dependencies taken from the test environment's
-site-packages as a plain path, so nothing of the clone can be imported), ``jaxdet configs``,
-``train``, ``predict``, ``export`` and ``jaxdet.load`` work from there, on the configs,
-native sources and sample photos the wheel carries."""
+virtual environment in another folder (its declared dependencies, and only those, taken from
+the test environment's site-packages as a plain path, so nothing of the clone and no package
+the test extras happen to bring can be imported), ``jaxdet configs``, ``train`` (with no
+warning: JAX's compilation cache finds what it needs), ``predict``, ``export`` and
+``jaxdet.load`` work from there, on the configs, native sources and sample photos the wheel
+carries."""
 
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ def installed(tmp_path_factory) -> dict:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
                            "['purelib'])"], check=True, capture_output=True, text=True
                           ).stdout.strip()
-    # the dependencies, as a plain path entry: the .pth files there (the clone's editable
-    # install among them) are not processed, so jaxdet can only come from the wheel
-    Path(site, "zz_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # the declared dependencies, as a plain path entry: the .pth files there (the clone's
+    # editable install among them) are not processed, so jaxdet can only come from the wheel
+    deps = _declared_dependencies(root / "dependencies")
+    Path(site, "zz_test_dependencies.pth").write_text(f"{deps}\n")
     cwd = root / "elsewhere"
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "JAXDET_"))}
@@ -55,11 +58,55 @@ def installed(tmp_path_factory) -> dict:
             "env": env, "cwd": cwd}
 
 
-def _run(installed: dict, *args: str) -> str:
-    done = subprocess.run(list(args), cwd=installed["cwd"], env=installed["env"],
+def _dependency_closure(names: list[str]) -> set[str]:
+    """The distributions ``names`` need, themselves included (requirements whose markers hold
+    here, extras followed), as found in this environment."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    needed: set[str] = set()
+    todo = [(name, frozenset()) for name in names]
+    while todo:
+        name, extras = todo.pop()
+        dist = metadata.distribution(name)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if (key, extras) in needed:
+            continue
+        needed.add((key, extras))
+        for text in dist.requires or []:
+            req = Requirement(text)
+            wanted = req.marker is None or any(
+                req.marker.evaluate({"extra": extra}) for extra in (extras or {""}))
+            if wanted:
+                todo.append((req.name, frozenset(req.extras)))
+    return {key for key, _ in needed}
+
+
+def _declared_dependencies(folder: Path) -> Path:
+    """A folder holding links to what jaxdet's install requires (its pyproject dependencies
+    and theirs) in the test environment's site-packages, and nothing else."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    folder.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for name in _dependency_closure([Requirement(text).name for text in declared]):
+        for file in metadata.distribution(name).files or []:
+            top = file.parts[0]
+            if top != ".." and (site / top).exists() and not (folder / top).exists():
+                (folder / top).symlink_to(site / top)
+    return folder
+
+
+def _run(installed: dict, *args: str, env: dict | None = None) -> str:
+    done = subprocess.run(list(args), cwd=installed["cwd"], env=env or installed["env"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 def test_the_wheel_carries_configs_native_sources_and_sample_photos(installed):
@@ -80,8 +127,13 @@ def test_commands_and_the_python_api_work_from_the_installed_wheel(installed):
     assert where.strip().startswith(str(Path(installed["python"]).parents[1]))
     assert "shapes_demo" in _run(installed, installed["jaxdet"], "configs")
     overrides = [a for o in TINY for a in ("--set", o)]
-    _run(installed, installed["jaxdet"], "train", "--config", "shapes_demo", "--workdir", "run",
-         "--no-progress", *overrides)
+    # as a user's first run: jaxdet's own compilation cache folder, with its size limit
+    first_run = {k: v for k, v in installed["env"].items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    first_run["JAXDET_CACHE_DIR"] = str(installed["cwd"] / "cache")
+    trained = _run(installed, installed["jaxdet"], "train", "--config", "shapes_demo",
+                   "--workdir", "run", "--no-progress", *overrides, env=first_run)
+    assert "Please install" not in trained and "filelock" not in trained, trained
+    assert any((installed["cwd"] / "cache" / "jax").glob("*-atime")), "no program was kept"
     photo = installed["cwd"] / "dogs.jpg"
     _run(installed, installed["python"], "-c",
          "import shutil, jaxdet; shutil.copy(jaxdet.sample_data('photos') / 'dogs.jpg', '.')")

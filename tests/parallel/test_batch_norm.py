@@ -85,6 +85,7 @@ def _slice_batch() -> jax.Array:
     return x * (1.0 + per_row) + 3.0 * per_row
 
 
+@pytest.mark.slow
 def test_grouped_batch_norm_equals_plain_batch_norms_on_slices():
     x = _slice_batch()
     grouped = _random_bn(4)
@@ -254,6 +255,7 @@ def global_single(tiny_overrides):
 
 # data x spatial (2, 4) under -m exhaustive: the mesh tests check that layout for the whole step
 @pytest.mark.parametrize("mesh_shape", [(8, 1), pytest.param((2, 4), marks=pytest.mark.exhaustive)])
+@pytest.mark.slow
 def test_global_statistics_on_a_mesh_equal_one_device(tiny_overrides, global_single, mesh_shape):
     before, single, single_metrics = global_single
     config = load_config("shapes_demo", tiny_overrides + MESH_OVERRIDES + [
@@ -266,6 +268,7 @@ def test_global_statistics_on_a_mesh_equal_one_device(tiny_overrides, global_sin
     np.testing.assert_allclose(metrics["loss"], single_metrics["loss"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_per_device_statistics_on_a_mesh_equal_one_device(tiny_overrides, global_single):
     config = load_config("shapes_demo", tiny_overrides + MESH_OVERRIDES + [
         "parallel.data=4", "parallel.batch_norm_statistics=per_device"])

@@ -103,6 +103,10 @@ def _prepared(workdir: Path, overrides: list[str]) -> Path:
     return workdir
 
 
+# the launchers' processes under -m exhaustive (85 s cold for both): make test keeps two
+# processes training like one (test_multiprocess.py), SLURM's variables read as a cluster
+# (test_distributed.py) and the launchers' shell recipes (below)
+@pytest.mark.exhaustive
 def test_slurm_tasks_train_like_one_process(reference, tmp_path):
     overrides, params = reference
     workdir = _prepared(tmp_path / "slurm", overrides)
@@ -135,6 +139,7 @@ def _indexed_job_env(index: int, port: int) -> dict[str, str]:
     return env
 
 
+@pytest.mark.exhaustive
 def test_kubernetes_indexed_job_pods_train_like_one_process(reference, tmp_path):
     overrides, params = reference
     workdir = _prepared(tmp_path / "k8s", overrides)

@@ -23,6 +23,7 @@ def test_a_family_without_tf_checkpoints_is_named():
         tasks.tf_name_map(model, config)
 
 
+@pytest.mark.slow
 def test_every_detector_family_has_a_tf_map():
     """SSD, CenterNet and Faster R-CNN each map their own model (non-empty, every target a
     variable path of that model)."""

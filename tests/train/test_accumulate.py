@@ -125,11 +125,13 @@ def _assert_same_step(ref, got):
 
 
 @pytest.mark.parametrize("k", [2, pytest.param(4, marks=pytest.mark.exhaustive)])
+@pytest.mark.slow
 def test_accumulated_step_equals_large_batch_step(one_step, frozen_task, k):
     batch = _batch(frozen_task, seed=0)
     _assert_same_step(one_step(1, batch), one_step(k, batch))
 
 
+@pytest.mark.slow
 def test_whole_batch_normalizer_with_uneven_positives(one_step, frozen_task):
     """Micro-batch 0 of k=2 (rows 0 and 2) has no boxes at all: dividing each micro-batch by
     its own positives (or averaging micro-batch losses) would not give the large-batch loss."""

@@ -70,6 +70,7 @@ def test_bad_regex_is_a_config_error():
         load_config("shapes_demo", ["train.freeze_variables=['backbone[']"])
 
 
+@pytest.mark.slow
 def test_one_step_hard_mining_weighted_sigmoid_frozen_backbone(tiny_overrides,
                                                                two_box_batch):
     config = load_config("shapes_demo", tiny_overrides + [

@@ -156,6 +156,11 @@ def test_a_loader_that_dies_with_the_signal_still_gets_the_last_step_saved(tmp_p
     ckpt.close()
 
 
+# the signalled command's length: room for the signal after its 3rd logged step (it arrives
+# within a step or two of that), short enough that three runs of it stay cheap
+STEPS = 24
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("e2e")
 # SIGINT under -m exhaustive: its handling is the same code, checked in-process above
@@ -170,7 +175,7 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(dump_config(tiny_config))
     train = [sys.executable, "-m", "jaxdet.cli.main", "train", "--config", str(config_file),
-             "--no-eval", "--set", "train.log_every=1", "--set", "train.num_steps=60",
+             "--no-eval", "--set", "train.log_every=1", "--set", f"train.num_steps={STEPS}",
              "--set", "train.checkpoint_every=100"]
     stopped = tmp_path / "stopped"
     env = users_compile_env()  # the users' XLA:CPU settings: this command is their path
@@ -189,20 +194,20 @@ def test_jaxdet_train_stops_on_a_signal_and_resumes_exactly(signum, tiny_config,
     line = out.strip().splitlines()[-1]
     assert line.startswith(f"stopped by {name} after step "), out
     step = int(line.split("after step ")[1].split(",")[0])
-    assert 3 <= step < 60
+    assert 3 <= step < STEPS
     assert sorted(int(p.name) for p in (stopped / "checkpoints").iterdir()
                   if p.name.isdigit()) == [step]
     assert "Traceback" not in err
     done = subprocess.run([*train, "--workdir", str(stopped)], capture_output=True, text=True,
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"trained {60 - step} steps ({step + 1}-60)" in done.stdout
+    assert f"trained {STEPS - step} steps ({step + 1}-{STEPS})" in done.stdout
     full = subprocess.run([*train, "--workdir", str(tmp_path / "full")], capture_output=True,
                           text=True, timeout=300, env=env)
     assert full.returncode == 0, full.stderr[-3000:]
     rows = {r["step"]: r for r in map(json.loads, log.read_text().splitlines())}
     want = {r["step"]: r for r in map(json.loads, (tmp_path / "full" / "metrics.jsonl")
                                       .read_text().splitlines())}
-    assert sorted(rows) == sorted(want) == list(range(1, 61))
+    assert sorted(rows) == sorted(want) == list(range(1, STEPS + 1))
     for s in rows:  # the same data and the same numbers, step for step
         assert rows[s]["metrics"]["train/loss"] == want[s]["metrics"]["train/loss"], s

@@ -66,6 +66,7 @@ def test_a_step_that_cannot_fit_is_refused(memory, fits):
         check(memory)
 
 
+@pytest.mark.slow
 def test_jaxdet_train_refuses_a_step_too_large_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(device_memory, "host_available_bytes", lambda: 2**20)  # 1 MiB free
     assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path / "run"),

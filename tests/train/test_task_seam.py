@@ -37,6 +37,7 @@ def test_model_type_picks_the_task_and_its_layout_drives_step_and_sharding(tiny_
                      "ignore": P("data", None)}
 
 
+@pytest.mark.slow
 def test_restoring_for_inference_builds_no_optimizer(tiny_overrides, tmp_path, monkeypatch):
     config = load_config("shapes_demo", [*tiny_overrides, "train.num_steps=1"])
     untrained_workdir(config, tmp_path)  # a step-0 checkpoint of the whole train state

@@ -32,6 +32,7 @@ def test_a_held_workdir_is_refused_naming_the_holder(tmp_path):
         pass
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_a_killed_process(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE,
                             text=True)

@@ -75,13 +75,28 @@ def dataset_stats(source, class_names: Sequence[str] | None = None) -> DatasetSt
                         tuple(int(c) for c in counts), tuple(names), box_sizes)
 
 
-def format_dataset_stats(stats: DatasetStats, title: str) -> str:
-    """Two lines: totals and box sizes, then boxes per class (rarest classes flagged)."""
+CROWD_RULES = {
+    "ignore": "ignored in training: data.crowd_boxes is ignore",
+    "train": "trained on as ordinary boxes: data.crowd_boxes is train",
+    "eval": "not scored: evaluation ignores detections on them, as COCO's does",
+}
+
+
+def crowd_rule(crowd_boxes: str, split: str) -> str:
+    """What happens to a split's crowd boxes, in words: ``split`` "train" follows
+    ``data.crowd_boxes`` ("ignore" / "train"); "eval" is scored by COCO's crowd rules."""
+    return CROWD_RULES["eval" if split == "eval" else crowd_boxes]
+
+
+def format_dataset_stats(stats: DatasetStats, title: str,
+                         crowd: str = CROWD_RULES["ignore"]) -> str:
+    """Two lines: totals and box sizes, then boxes per class (rarest classes flagged).
+    ``crowd``: what happens to the crowd boxes, said beside their count (:func:`crowd_rule`)."""
     sizes = stats.box_sizes
     line = (f"{title}: {stats.num_images:,} images ({stats.images_without_objects:,} without "
             f"objects), {stats.num_boxes:,} boxes")
     if stats.num_crowd:
-        line += f" + {stats.num_crowd:,} crowd (ignored in training)"
+        line += f" + {stats.num_crowd:,} crowd ({crowd})"
     if sizes.size:
         line += (f"; box size sqrt(w*h) {sizes.min():.0f}-{sizes.max():.0f} px, "
                  f"median {np.median(sizes):.0f}")
@@ -95,4 +110,5 @@ def format_dataset_stats(stats: DatasetStats, title: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DatasetStats", "dataset_stats", "format_dataset_stats"]
+__all__ = ["CROWD_RULES", "DatasetStats", "crowd_rule", "dataset_stats",
+           "format_dataset_stats"]

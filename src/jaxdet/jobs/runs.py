@@ -174,7 +174,7 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
     layout = data_build.train_batch_layout(config, task)  # raw pixels, normalized in the step
     source = family.build_source(workdir, "train")
     if not complete:
-        family.log_dataset(source, "data.train")
+        family.log_dataset(source, "train")
     batches = family.data.build_train_loader(config, source, layout=layout,
                                              weights_format=init_format)
     if "data" in meta:  # (an imported checkpoint has no data position: start at 0)
@@ -196,7 +196,7 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
     hooks = []
     if eval_ctx is not None:
         if not complete:
-            family.log_dataset(eval_ctx.source, "data.eval")
+            family.log_dataset(eval_ctx.source, "eval")
 
         def run_eval(step: int, st: dict) -> None:
             if jax.process_index() != 0:

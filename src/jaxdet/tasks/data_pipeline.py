@@ -15,12 +15,12 @@ class DataPipeline:
     source, *, layout, weights_format=None) -> loader`` (an infinite iterator of host batches
     with ``get_state`` / ``set_state``, checked against the task's batch ``layout``;
     ``weights_format``: where the job's starting weights come from, ``"tf"`` for a TF
-    checkpoint, which decides how JPEGs decode); ``describe(source, title) -> str`` (one INFO
-    summary of a dataset)."""
+    checkpoint, which decides how JPEGs decode); ``describe(config, source, split) -> str``
+    (one INFO summary of the dataset of ``config.data.<split>``)."""
 
     build_source: Callable[..., Any]
     build_train_loader: Callable[..., Any]
-    describe: Callable[[Any, str], str]
+    describe: Callable[[Any, Any, str], str]
 
 
 __all__ = ["DataPipeline"]

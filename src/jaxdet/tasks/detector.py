@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jaxdet.config import schema as S
 from jaxdet.data import build as data_build
 from jaxdet.data.batch_layout import BatchField, BatchLayout
-from jaxdet.data.stats import dataset_stats, format_dataset_stats
+from jaxdet.data.stats import crowd_rule, dataset_stats, format_dataset_stats
 from jaxdet.eval.runner import evaluate_and_write
 from jaxdet.models.task import PyTree, Task
 from jaxdet.tasks.data_pipeline import DataPipeline
@@ -50,8 +50,11 @@ def image_pipeline() -> DataPipeline:
                                        keypoints=data_build.keypoint_specs(config),
                                        masks=data_build.load_masks(config))
 
-    return DataPipeline(build_source, data_build.build_train_loader,
-                        lambda source, title: format_dataset_stats(dataset_stats(source), title))
+    def describe(config: S.Config, source, split: str) -> str:
+        return format_dataset_stats(dataset_stats(source), f"data.{split}",
+                                    crowd_rule(config.data.crowd_boxes, split))
+
+    return DataPipeline(build_source, data_build.build_train_loader, describe)
 
 
 __all__ = ["box_batch_layout", "evaluate_boxes", "image_pipeline"]

@@ -157,11 +157,11 @@ class Family:
             multihost_utils.sync_global_devices(f"jaxdet: data.{split} ready")
         return build()
 
-    def log_dataset(self, source: Any, title: str) -> None:
-        """One INFO summary of a dataset (images, boxes, crowd, per class, sizes; or volumes)
-        on process 0."""
+    def log_dataset(self, source: Any, split: str) -> None:
+        """One INFO summary of the dataset of ``data.<split>`` (images, boxes, crowd boxes and
+        what happens to them, per class, sizes; or volumes) on process 0."""
         if jax.process_index() == 0:
-            log.info("%s", self.data.describe(source, title))
+            log.info("%s", self.data.describe(self.config, source, split))
 
     @property
     def pads_raw_pixels(self) -> bool:

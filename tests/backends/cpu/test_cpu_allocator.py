@@ -57,6 +57,7 @@ _CHILD = ("import os, sys; from jaxdet.backends.cpu.allocator import reexec_with
 
 @pytest.mark.skipif(not GLIBC or ca.transparent_huge_pages_mode() not in ("always", "madvise"),
                     reason="needs glibc and transparent huge pages")
+@pytest.mark.slow
 def test_reexec_restarts_the_same_command_with_the_tunable():
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), ca.BLOCK_CACHE_OPT_OUT: "0"}
     out = subprocess.run([sys.executable, "-c", _CHILD, "--flag", "x"], env=env,
@@ -80,6 +81,7 @@ def test_block_cache_goes_first_in_ld_preload_once(tmp_path):
     assert ca.fast_allocator_environment(both, thp_mode="madvise", library=lib) is None
 
 
+@pytest.mark.slow
 def test_block_cache_build_failure_is_none_not_an_error(tmp_path):
     assert ca.block_cache_library(tmp_path, compiler=str(tmp_path / "no-such-cc")) is None
     assert ca.block_cache_library(tmp_path, source=tmp_path / "absent.c") is None
@@ -142,6 +144,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
+@pytest.mark.slow
 def test_block_cache_reuses_freed_large_blocks_and_passes_the_rest_to_glibc(tmp_path):
     lib = ca.block_cache_library(tmp_path)
     if lib is None:
@@ -179,6 +182,7 @@ print(json.dumps({"reused": second == first, "waited": waited, "new_block": thir
 
 @pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
 @pytest.mark.parametrize("wait_ms", [200, 0])
+@pytest.mark.slow
 def test_a_request_waits_briefly_for_a_block_of_its_size_in_use(tmp_path, wait_ms):
     """XLA frees a step's temporary buffer just after its outputs are ready, and the next call
     may ask for one first: the cache waits (up to JAXDET_BLOCK_CACHE_WAIT_MS) for the block in
@@ -201,6 +205,7 @@ def test_a_request_waits_briefly_for_a_block_of_its_size_in_use(tmp_path, wait_m
 
 
 @pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
+@pytest.mark.slow
 def test_jitted_computation_under_the_block_cache_matches_numpy(tmp_path):
     lib = ca.block_cache_library(tmp_path)
     if lib is None:
@@ -218,6 +223,7 @@ def test_jitted_computation_under_the_block_cache_matches_numpy(tmp_path):
 
 
 @pytest.mark.skipif(not GLIBC, reason="the block cache wraps glibc's malloc")
+@pytest.mark.slow
 def test_reexec_preloads_the_block_cache_built_in_the_cache_dir(tmp_path):
     if ca.block_cache_library(tmp_path / "probe") is None:
         pytest.skip("no C compiler to build the block cache")

@@ -40,6 +40,7 @@ def test_depthwise_matches_lax_values_and_gradients(stride, padding):
     ((9, 11), 5, 1, "SAME"), ((9, 11), 5, 2, "SAME"), ((8, 8), 3, 2, ((0, 1), (0, 1))),
     ((7, 10), 3, 2, "VALID"), ((6, 6), 3, 3, ((2, 0), (1, 2))), ((8, 9), 1, 1, "SAME"),
     ((9, 7), 1, 2, "VALID"), ((10, 9), 2, 2, "SAME"), ((11, 8), 2, 3, ((1, 0), (0, 1)))])
+@pytest.mark.slow
 def test_depthwise_hand_written_gradient_matches_lax(hw, kernel, stride, padding):
     """The depthwise gradient (the input's phase by phase: each of the stride x stride input
     phases a shifted sum of the output gradient over the taps that reach it) is lax's for odd
@@ -132,6 +133,7 @@ def test_strided_pointwise_matches_lax_values_and_gradients(hw, padding):
 
 @pytest.mark.parametrize("stride, padding, dilation, channels", [
     (2, "SAME", 1, 3), (2, ((0, 1), (0, 1)), 1, 3), (1, "VALID", 2, 4), (1, "SAME", 1, 1)])
+@pytest.mark.slow
 def test_image_convolution_as_patch_matmul_matches_lax(stride, padding, dilation, channels):
     """A 3x3 convolution of an image (<= 4 channels: MobileNet's and EfficientNet's stems) is
     a matmul of its patches on CPU, with lax's values and gradients; wider patches stay lax."""

@@ -257,6 +257,7 @@ def test_not_used_on_a_mesh_of_several_devices():
     assert cpu_kernels.usable()
 
 
+@pytest.mark.slow
 def test_build_failure_is_none_and_opt_out_turns_them_off(tmp_path):
     assert cpu_kernels.library(tmp_path, compiler=str(tmp_path / "no-such-c++")) is None
     assert cpu_kernels.library(tmp_path, source=tmp_path / "absent.cc") is None
@@ -269,6 +270,7 @@ def test_build_failure_is_none_and_opt_out_turns_them_off(tmp_path):
     assert done.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_the_library_is_built_once_per_source_and_machine(tmp_path):
     first = cpu_kernels.library(tmp_path)
     assert first is not None and first.is_file()

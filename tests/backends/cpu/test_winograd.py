@@ -46,6 +46,7 @@ def test_matches_lax_for_sizes_not_multiple_of_the_tile(shape):
         np.testing.assert_allclose(got, want, atol=5e-5 * scale, rtol=0)
 
 
+@pytest.mark.slow
 def test_gradients_match_lax():
     """The input gradient (Winograd with the flipped kernel) and the kernel gradient (the
     transposed algorithm) are lax's."""

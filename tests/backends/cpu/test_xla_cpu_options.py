@@ -44,6 +44,7 @@ print(json.dumps({"options": options, "default": ynn_convolutions(default.as_tex
 """
 
 
+@pytest.mark.slow
 def test_options_move_convolutions_to_eigen_with_the_same_result():
     # One CPU device in a fresh process: with the suite's 8 emulated devices XLA already keeps
     # convolutions out of YNNPACK, so the option's effect shows only in a process like a

@@ -9,6 +9,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxdet.tasks.center_net import targets as cn
 
@@ -20,6 +21,7 @@ def test_max_distance_for_overlap_equals_tf():
     np.testing.assert_allclose(got, TF["max_distance"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_center_heatmap_equals_tf_and_ignores_padding():
     boxes, classes = jnp.asarray(TF["boxes"]), jnp.asarray(TF["classes"])
     valid = jnp.ones(len(boxes), bool)
@@ -57,6 +59,7 @@ def test_penalty_reduced_focal_loss_equals_tf_and_by_hand():
     np.testing.assert_allclose(one, [0.25 * np.log(2), 0.0625 * 0.25 * np.log(2)], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_top_k_peaks_and_decoded_boxes_equal_tf():
     scores, y, x, c = jax.jit(lambda m: cn.top_k_peaks(m, 25))(jnp.asarray(TF["peak_map"]))
     np.testing.assert_allclose(scores, TF["peak_scores"], atol=1e-7)

@@ -84,6 +84,7 @@ def _check_counts_and_shape(config, trainable: int, total: int, channels: int):
 
 
 @pytest.mark.parametrize("name", list(EXTRACTORS))
+@pytest.mark.slow
 def test_parameter_counts_equal_tf(name):
     backbone, neck, trainable, total, channels = EXTRACTORS[name]
     _check_counts_and_shape(_config(backbone, neck), trainable, total, channels)
@@ -94,6 +95,7 @@ def test_parameter_counts_equal_tf(name):
 @pytest.mark.parametrize("name,size", [
     pytest.param("hourglass_104", 128, marks=pytest.mark.exhaustive),  # 16 s: counted abstractly
     ("resnet_v2_50", 64), ("mobilenet_v2_fpn", 64)])
+@pytest.mark.slow
 def test_forward_on_a_small_image(name, size, build_fast):
     """A concrete (jitted) forward of backbone + neck in eval mode with random weights: one
     finite stride-4 map. 128 is the smallest input Hourglass-104's five halvings after the
@@ -121,6 +123,7 @@ def test_forward_on_a_small_image(name, size, build_fast):
         assert not np.allclose(stacks[0], stacks[1])
 
 
+@pytest.mark.slow
 def test_hourglass_inputs_must_divide_by_its_stride():
     """Hourglass-52 and -104: the stride-4 stem and five halvings need a multiple of 128."""
     config = _config("{name: hourglass_52}", IDENTITY, 64)
@@ -140,7 +143,12 @@ def _batch(size: int) -> dict:
             "valid": valid, "ignore": np.zeros((2, 4), bool)}
 
 
-@pytest.mark.parametrize("name", ["hourglass_10", "mobilenet_v2_fpn", "resnet_v2_50"])
+# ResNet-v2-50 and MobileNetV2-FPN under -m exhaustive (40 s cold each): their forward passes
+# above stay, and one extractor's train step
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hourglass_10",
+                                  pytest.param("mobilenet_v2_fpn", marks=pytest.mark.exhaustive),
+                                  pytest.param("resnet_v2_50", marks=pytest.mark.exhaustive)])
 def test_center_net_trains_one_step(name):
     """A ``model.type: center_net`` config with the extractor builds, and one train step
     through the generic step gives a finite loss and moves (nearly) all weights (64x64 inputs;

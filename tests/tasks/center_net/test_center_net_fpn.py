@@ -31,6 +31,7 @@ def _count(module, kind) -> int:
 
 
 @pytest.mark.parametrize("depth", [50, 101])
+@pytest.mark.slow
 def test_parameter_counts_equal_tf(depth):
     config = _config(depth)
     model = abstract_build(lambda: tasks.build_task(config).model)

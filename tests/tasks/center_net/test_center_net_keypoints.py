@@ -193,6 +193,7 @@ def test_ranking_modes_differ_somewhere():
     assert not np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_jit_equals_eager():
     """Every function, op by op and under one jit (targets of one image, the rest batched)."""
     def everything(gt, heat_map, offsets6, regression, centers, boxes):

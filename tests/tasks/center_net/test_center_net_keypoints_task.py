@@ -66,6 +66,7 @@ def _batch() -> dict:
             "keypoint_visibility": visibility}
 
 
+@pytest.mark.slow
 def test_layout_and_targets_follow_the_keypoints():
     task = _task()
     layout = task.batch_layout()
@@ -90,6 +91,7 @@ def test_layout_and_targets_follow_the_keypoints():
     assert float(norm["keypoints"][0]["heatmap"]) == 4.0
 
 
+@pytest.mark.slow
 def test_accumulated_step_equals_the_whole_batch():
     task = _task(frozen=True)
     params, stats = task.initial_variables()

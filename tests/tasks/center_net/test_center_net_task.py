@@ -49,6 +49,7 @@ def _batch() -> dict:
             "ignore": np.zeros((2, 4), bool)}
 
 
+@pytest.mark.slow
 def test_targets_follow_the_boxes():
     task = _task()
     prepared = task.prepare({k: jnp.asarray(v) for k, v in _batch().items()})
@@ -61,6 +62,7 @@ def test_targets_follow_the_boxes():
     assert float(task.loss_normalizer(prepared)) == 3.0
 
 
+@pytest.mark.slow
 def test_accumulated_step_equals_the_whole_batch():
     """With frozen BatchNorm an accumulated step (2 micro-batches, each divided by the whole
     batch's number of objects) equals the whole-batch step."""

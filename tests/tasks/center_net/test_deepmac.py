@@ -34,6 +34,7 @@ def test_box_center_embeddings_floor_the_center_and_clip_to_the_map(run):
     np.testing.assert_array_equal(out[0, :, 1], [-5, -15, -15, -2, 0])
 
 
+@pytest.mark.slow
 def test_mask_head_inputs_are_xy_then_the_crop_then_the_tiled_center_embedding(run):
     # 3x3 pixel embedding (2 channels) and instance embedding (3 channels); a whole-map box
     # samples rows / columns 0, 1, 2: the crop is the map itself; its center is pixel (1, 1)
@@ -56,6 +57,7 @@ def test_mask_head_inputs_are_xy_then_the_crop_then_the_tiled_center_embedding(r
 
 @pytest.mark.parametrize("use_xy, use_instance, channels", [
     (False, True, 2 + 3), (True, False, 2 + 2), (False, False, 2)])
+@pytest.mark.slow
 def test_mask_head_inputs_leave_out_what_is_switched_off(run, use_xy, use_instance, channels):
     pixel = np.arange(18, dtype=np.float32).reshape(1, 3, 3, 2)
     instance = np.ones((1, 3, 3, 3), np.float32)
@@ -68,6 +70,7 @@ def test_mask_head_inputs_leave_out_what_is_switched_off(run, use_xy, use_instan
     np.testing.assert_allclose(out[0, 0, ..., first:first + 2], pixel[0])
 
 
+@pytest.mark.slow
 def test_crop_instance_masks_crops_each_box_from_its_own_mask(run):
     masks = np.zeros((1, 2, 4, 4), np.uint8)
     masks[0, 0, :2, :2] = 1      # instance 0: the top-left 2x2

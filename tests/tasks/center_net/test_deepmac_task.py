@@ -47,6 +47,7 @@ def _batch(task, counts, seed=0) -> dict:
     return batch
 
 
+@pytest.mark.slow
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
     task = tasks.build_task(_config())
     layout = task.batch_layout()
@@ -69,6 +70,7 @@ def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
     assert masks.min() >= 0.0 and masks.max() <= 1.0
 
 
+@pytest.mark.slow
 def test_the_mask_loss_is_tfs_over_the_allowed_classes():
     """The task's mask_loss equals TF's formula computed here from the mask logits of the
     same weights: per box the mean over its 8x8 pixels, summed over the boxes of classes 1
@@ -89,6 +91,7 @@ def test_the_mask_loss_is_tfs_over_the_allowed_classes():
     np.testing.assert_allclose(float(total), float(others) + 5.0 * expected, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_mask_head_adds_its_parameters_and_fingerprint_but_not_to_box_only_models():
     config = _config()
     summary = tasks.family(config).summary(config)

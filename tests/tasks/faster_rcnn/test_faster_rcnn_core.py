@@ -9,6 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxdet.core.box_coders import FasterRcnnBoxCoder
 from jaxdet.core.grid_anchors import GridAnchorGenerator
@@ -70,6 +71,7 @@ def test_rpn_losses_divide_each_image_by_its_minibatch():
     np.testing.assert_allclose(loc, 0.25, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_proposals_are_nms_picks_clipped_to_the_content():
     anchors = jnp.array([[0, 0, .5, .5], [0, 0, .5, .55], [.25, .5, .75, 1.]])
     logits = jnp.array([[[0., 1.], [0., 2.], [0., 0.5]]])  # anchor 1 best, 0 overlaps it
@@ -84,6 +86,7 @@ def test_proposals_are_nms_picks_clipped_to_the_content():
     np.testing.assert_allclose(p["boxes"][0, 2], 0.0)
 
 
+@pytest.mark.slow
 def test_detection_targets_are_one_based_classes_with_background():
     proposals = jnp.array([[0, 0, .5, .5], [0, 0, .5, .2], [.1, .1, .4, .4]])
     gt = jnp.array([[0, 0, .5, .5], [0, 0, 0, 0]])

@@ -48,6 +48,7 @@ def _batch(task, counts, seed=0) -> dict:
 # on a mesh, its predict by the mesh and export tests
 @pytest.mark.parametrize("name", [VARIANTS[0],
                                   pytest.param(VARIANTS[1], marks=pytest.mark.exhaustive)])
+@pytest.mark.slow
 def test_layout_and_train_step_compiles_once_for_no_and_all_boxes(name):
     task = _task(name=name)
     layout = task.batch_layout()
@@ -73,9 +74,10 @@ def test_layout_and_train_step_compiles_once_for_no_and_all_boxes(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
-    # the eager step takes a minute: the FPN variant (multi-level ROI pooling, the superset
-    # of the code) in the default suite, the single-level one under -m exhaustive
-    pytest.param(VARIANTS[0], marks=pytest.mark.exhaustive), VARIANTS[1]])
+    # the eager step takes over a minute: both under -m exhaustive; make test keeps the RoI
+    # ops eager = jitted = TF (core/test_roi_ops.py) and the other families' jit = eager
+    pytest.param(VARIANTS[0], marks=pytest.mark.exhaustive),
+    pytest.param(VARIANTS[1], marks=pytest.mark.exhaustive)])
 def test_train_step_jitted_equals_eager(name):
     task = _task(size=32, name=name)
     tx = optax.sgd(1e-2)
@@ -94,6 +96,7 @@ def test_train_step_jitted_equals_eager(name):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_accumulated_step_equals_the_whole_batch():
     """With frozen BatchNorm and minibatches that take every candidate (so the random draw
     does not matter), 2 micro-batches each divided by the whole batch's normalizer (its size)

@@ -29,6 +29,7 @@ def _square_masks(size: int = 16) -> np.ndarray:
 
 
 @pytest.mark.parametrize("method", ["gather", "matmul"])
+@pytest.mark.slow
 def test_mask_target_of_a_proposal_over_the_squares_left_half_is_half_ones(method):
     """Normalized y maps to the row y * (16 - 1): a proposal over rows 4..11 and columns
     4..11 covers 4 background columns and the square's left half, so its 8x8 target (one
@@ -49,6 +50,7 @@ def test_mask_target_of_a_proposal_over_the_squares_left_half_is_half_ones(metho
     np.testing.assert_allclose(t[0, 2], np.zeros((8, 8)), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_mask_targets_at_a_coarser_stride_use_the_same_normalized_box():
     """The batch keeps masks at H / mask_stride: the 16x16 square mask at stride 2 (8x8,
     square at rows 2..5, columns 4..7) and a 4x4 crop of the proposal over the left half
@@ -61,6 +63,7 @@ def test_mask_targets_at_a_coarser_stride_use_the_same_normalized_box():
     np.testing.assert_allclose(t[0, 0], expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mask_loss_is_the_per_pixel_mean_over_the_positives():
     """Two positives of 1x2 pixels and one padding slot, targets (1, 0): box 0 has logits
     (ln 3, -ln 3), sigmoids (3/4, 1/4): -log(3/4) twice; box 1 logits (ln 3, ln 3):
@@ -100,6 +103,7 @@ def test_tf_automatic_mask_depth_and_align_corners_resize():
 
 
 @pytest.mark.parametrize("convolve_then_upsample", [False, True])
+@pytest.mark.slow
 def test_mask_head_shapes(convolve_then_upsample):
     head = MaskHead(8, 3, mask_height=8, mask_width=12, depth=4, num_conv_layers=3,
                     convolve_then_upsample=convolve_then_upsample, upsample=(2, 3),

@@ -41,6 +41,7 @@ def _batch(task, counts, seed=0) -> dict:
     return batch
 
 
+@pytest.mark.slow
 def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
     task = tasks.build_task(_config())
     layout = task.batch_layout()
@@ -66,6 +67,7 @@ def test_masks_in_the_layout_train_step_compiles_once_and_predict_gives_masks():
     assert np.all(masks[~live] == 0.0)
 
 
+@pytest.mark.slow
 def test_the_mask_loss_trains_the_mask_head_only_through_positives(monkeypatch):
     """With the ground-truth boxes as the proposals (an untrained RPN rarely reaches IoU 0.5)
     every box is a sampled positive: the mask loss is TF's per-pixel mean over them times its

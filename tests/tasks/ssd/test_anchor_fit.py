@@ -96,8 +96,27 @@ def test_dataset_stats(coco_dir):
     np.testing.assert_allclose(stats.box_sizes, [32.0, 8.0])
     text = format_dataset_stats(stats, "data.train")
     assert text.splitlines()[0] == ("data.train: 2 images (1 without objects), 2 boxes + 1 crowd "
-                                    "(ignored in training); box size sqrt(w*h) 8-32 px, median 20")
+                                    "(ignored in training: data.crowd_boxes is ignore); box size "
+                                    "sqrt(w*h) 8-32 px, median 20")
     assert "boxes per class: duck 2, boat 0" in text and "no boxes at all for: boat" in text
+
+
+@pytest.mark.parametrize(("crowd_boxes", "split", "said"), [
+    ("ignore", "train", "1 crowd (ignored in training: data.crowd_boxes is ignore)"),
+    ("train", "train", "1 crowd (trained on as ordinary boxes: data.crowd_boxes is train)"),
+    ("train", "eval", "1 crowd (not scored: evaluation ignores detections on them"),
+])
+def test_the_data_summary_says_what_happens_to_crowd_boxes(coco_dir, crowd_boxes, split, said):
+    """The line a run logs for each split (the detectors' pipeline, from the config): a
+    converted pipeline.config trains on crowd boxes (``data.crowd_boxes: train``) and says so;
+    evaluation scores them by COCO's rules whatever the setting."""
+    from jaxdet.tasks.detector import image_pipeline
+
+    config = load_config("shapes_demo", ["model.num_classes=2",
+                                         f"data.crowd_boxes={crowd_boxes}"])
+    source = CocoSource(coco_dir / "train.json", coco_dir / "images")
+    line = image_pipeline().describe(config, source, split).splitlines()[0]
+    assert line.startswith(f"data.{split}: 2 images (1 without objects), 2 boxes + {said}")
 
 
 def _coco_sets(coco_dir) -> list[str]:

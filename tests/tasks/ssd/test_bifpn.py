@@ -156,6 +156,7 @@ D6 = dict(in_channels={3: 72, 4: 200, 5: 576}, num_filters=384, num_iterations=8
 
 @pytest.mark.parametrize("kwargs,count", [(D0, 196_281), (D1, 390_972), (D6, 10_583_808)],
                          ids=["d0", "d1", "d6_sum"])
+@pytest.mark.slow
 def test_parameter_counts_match_effdet(kwargs, count):
     model = nnx.eval_shape(lambda: BiFPN(min_level=3, max_level=7, batch_norm=BN,
                                          rngs=nnx.Rngs(0), **kwargs))
@@ -165,6 +166,7 @@ def test_parameter_counts_match_effdet(kwargs, count):
         assert model.cell[0].fnode[0].combine.edge_weights is None
 
 
+@pytest.mark.slow
 def test_checkpoint_names_match_effdet_d0_fpn():
     fixture = json.loads((FIXTURES / "effdet_d0_fpn.json").read_text())
     model = nnx.eval_shape(lambda: BiFPN(min_level=3, max_level=7, batch_norm=BN,
@@ -187,6 +189,7 @@ def test_checkpoint_names_match_effdet_d0_fpn():
     assert model.cell[0].fnode[0].combine.edge_weights.dtype == jnp.float32
 
 
+@pytest.mark.slow
 def test_outputs_match_tiny_effdet_bifpn():
     ref = np.load(FIXTURES / "effdet_bifpn_tiny.npz")
     model = _zeros_model(lambda: BiFPN({3: 3, 4: 5, 5: 6}, 3, 7, 4, 2, batch_norm=BN,
@@ -222,6 +225,7 @@ def _random_model(factory, seed: int = 0):
 
 
 @pytest.mark.parametrize("image_hw", [(128, 128), (75, 101)])
+@pytest.mark.slow
 def test_levels_3_to_7_shapes_and_jit_matches_eager(image_hw):
     channels = {3: 6, 4: 8, 5: 10}
     sizes = {lvl: (-(-image_hw[0] // 2**lvl), -(-image_hw[1] // 2**lvl)) for lvl in range(3, 8)}
@@ -242,6 +246,7 @@ def test_levels_3_to_7_shapes_and_jit_matches_eager(image_hw):
             np.testing.assert_allclose(out[lvl], eager[lvl], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_params(build_fast):
     channels = {3: 4, 4: 4, 5: 6}  # levels 3 and 4 need no 1x1 conv in the first cell
     model = build_fast(lambda: BiFPN(channels, 3, 6, 4, 1, weight_method="sum", batch_norm=BN,

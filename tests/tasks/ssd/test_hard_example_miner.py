@@ -82,6 +82,7 @@ def _loss(run, **miner):
                anchors=ANCHORS, box_coder=FasterRcnnBoxCoder())
 
 
+@pytest.mark.slow
 def test_mined_loss_by_hand(run):
     # both: a0 log2 + 0.5 = 1.19, a1 3.05, a2 0.31, a3 1.31 -> a1 (suppresses a0), a3.
     total, parts = _loss(run, num_hard_examples=2, loss_type="both")

@@ -64,6 +64,7 @@ def test_weight_shared_structure_and_init():
     assert float(jnp.std(real.box_tower[0].kernel[...])) == pytest.approx(0.01, rel=0.1)
 
 
+@pytest.mark.slow
 def test_weight_shared_conv_weights_are_one_object_applied_to_every_level(build_fast):
     head = build_fast(lambda: _weight_shared())
     feats = _features(32)
@@ -140,6 +141,7 @@ def test_conv_predictor_separate_weights_per_level_and_shapes(build_fast):
     np.testing.assert_allclose(real.predictors[0].class_predictor.conv.bias[...], -4.6)
 
 
+@pytest.mark.slow
 def test_conv_predictor_dropout_only_in_train_mode(build_fast):
     head = build_fast(lambda: _conv_predictor(use_dropout=True, dropout_keep_prob=0.5,
                                               use_depthwise=True, kernel_size=3))

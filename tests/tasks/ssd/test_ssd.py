@@ -68,6 +68,7 @@ def retinanet_eval(build_fast):
     return model, images, forward, forward(state, images)
 
 
+@pytest.mark.slow
 def test_retinanet_style_detector_matches_anchor_count(retinanet_eval):
     model, _, _, out = retinanet_eval
     assert model.feature_shapes(IMAGE_HW) == [(12, 10), (6, 5), (3, 3), (2, 2), (1, 1)]
@@ -88,6 +89,7 @@ def test_retinanet_style_detector_matches_anchor_count(retinanet_eval):
     assert sum(sum(x.size for x in jax.tree.leaves(g)) for g in groups.values()) == total
 
 
+@pytest.mark.slow
 def test_jit_and_eager_agree_in_eval_mode(retinanet_eval):
     model, images, forward, jit_out = retinanet_eval
     # Fusion under jit reorders float32 sums; outputs are O(1), so 1e-3 is tight.
@@ -100,6 +102,7 @@ def test_jit_and_eager_agree_in_eval_mode(retinanet_eval):
     np.testing.assert_array_equal(again, jit_cls)
 
 
+@pytest.mark.slow
 def test_ssd_style_detector_matches_anchor_count():
     model = nnx.eval_shape(lambda: _ssd())
     image_hw = (96, 96)
@@ -126,6 +129,7 @@ def test_feature_shapes_does_not_touch_state(build_fast):
     jax.tree.map(np.testing.assert_array_equal, before, jax.tree.map(np.asarray, after))
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_with_float32_params(build_fast):
     """Train mode (batch statistics in float32, running averages updated in float32); the
     bf16 eval path of BatchNorm is covered in test_layers."""

@@ -303,6 +303,7 @@ def test_cli_json(capsys):
     assert d8["parameters"]["components"]["backbone"] == resnet18_params()
 
 
+@pytest.mark.slow
 def test_cli_text_with_flops(capsys):
     assert cli.main(["summary", "--config", "shapes_demo", "--set", "data.resizer.height=32",
                      "--set", "data.resizer.width=32"]) == 0

@@ -62,6 +62,7 @@ def test_config_defaults_and_errors(config):
         validate({**RAW, "model": {**RAW["model"], "patch_size": [16, 16, 18]}})
 
 
+@pytest.mark.slow
 def test_parameter_count_by_hand(task, config):
     params, batch_stats = task.initial_variables()
     count = sum(int(np.size(v)) for v in jax.tree.leaves(params))
@@ -108,6 +109,7 @@ def test_generated_volumes_are_deterministic():
     assert {1, 2} <= set(np.unique(labels))
 
 
+@pytest.mark.slow
 def test_train_step_compiles_once_and_learns(config):
     task = tasks.build_task(config)  # its own: the step donates the model's initial arrays
     tx, schedule = train_build.build_optimizer(config.train)
@@ -127,6 +129,7 @@ def test_train_step_compiles_once_and_learns(config):
     assert np.mean(dice[-5:]) < 0.8 * dice[0], dice
 
 
+@pytest.mark.slow
 def test_accumulated_loss_and_grads_equal_the_whole_batch(task):
     params, stats = task.initial_variables()
     batch = _batch((0, 1, 2, 3))
@@ -140,6 +143,7 @@ def test_accumulated_loss_and_grads_equal_the_whole_batch(task):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * float(np.abs(b).max()) + 1e-7)
 
 
+@pytest.mark.slow
 def test_predict_jitted_equals_eager(task):
     params, stats = task.initial_variables()
     images = _batch()["images"]
@@ -152,6 +156,7 @@ def test_predict_jitted_equals_eager(task):
     np.testing.assert_allclose(np.sum(eager["probabilities"], -1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_segment_volume_covers_a_larger_volume(task):
     params, stats = task.initial_variables()
     image, _ = generated_volume(7, (24, 16, 20))
@@ -165,6 +170,7 @@ def test_segment_volume_covers_a_larger_volume(task):
     np.testing.assert_allclose(one, own, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_evaluate_scores_whole_volumes_with_per_class_dice(tmp_path):
     """evaluate = the mean over cases of dice_scores of segment_volume's argmax (computed
     here directly), and a perfect segmentation scores 1.0 in every class."""

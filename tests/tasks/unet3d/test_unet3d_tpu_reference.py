@@ -120,6 +120,7 @@ def test_adaptive_dice_loss_by_hand():
         0.0, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_train_step_compiles_once_learns_and_moves_batch_stats(config):
     task = tasks.build_task(config)  # its own: the step donates the model's initial arrays
     tx, schedule = train_build.build_optimizer(config.train)
@@ -165,6 +166,7 @@ def test_predict_jitted_equals_eager(task):
     np.testing.assert_array_equal(jitted["labels"], eager["labels"])
 
 
+@pytest.mark.slow
 def test_native_and_depth_stacked_lowerings_agree():
     images = _batch()["images"][:, :8, :8, :8]
     native = TPUReferenceUNet3D(1, 3, (2, 4), conv_lowering="native", rngs=nnx.Rngs(1))

@@ -127,10 +127,11 @@ def build_volume_train_loader(config: S.Config, source, *, layout=None, seed: in
         worker_count=config.data.worker_count)
 
 
-def describe_volumes(source, title: str) -> str:
-    """One line: how many cases, and how many were left out (with the first reason)."""
+def describe_volumes(config, source, split: str) -> str:
+    """One line: how many cases of ``data.<split>``, and how many were left out (with the
+    first reason)."""
     skipped = list(getattr(source, "skipped", []) or [])
-    line = f"{title}: {len(source)} volumes ({source!r})"
+    line = f"data.{split}: {len(source)} volumes ({source!r})"
     if skipped:
         line += f"; {len(skipped)} left out, e.g. {skipped[0][0]}: {skipped[0][1]}"
     return line

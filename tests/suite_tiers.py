@@ -1,0 +1,133 @@
+"""The suite's two tiers, and the check that keeps each test in the right one.
+
+- The **quick tier** (``make test-quick``: every test not marked ``slow``) is the loop while
+  editing: unit tests that compile no large program and start no process.
+- The **slow tier** (``@pytest.mark.slow``) holds the rest: end-to-end runs, ``jaxdet``
+  processes, train steps compiled whole, tests over about 2 s on a cold 2-core run. Two rules
+  put tests there without a mark: a test in an ``xdist_group`` (groups exist to share a
+  compiled model or a trained workdir) and a test asking for a fixture in
+  :data:`SLOW_FIXTURES` (it starts a server or trains a model). ``make test`` runs both tiers.
+
+The check (on in every run; the conftest loads this plugin): a test outside the slow tier
+that starts a process (``subprocess.Popen`` or a multiprocessing worker) or compiles one XLA
+program for longer than :data:`LARGE_COMPILE_S` fails at teardown, naming what it did and
+what to do. Only compilations that miss the persistent cache count, so a cold run (CI's) is
+the one that catches a test in the wrong tier; a warm run passes it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import subprocess
+import threading
+
+import pytest
+
+# One XLA:CPU program compiled for longer than this makes a test a slow-tier one. The quick
+# tier's largest programs compile in about 1 s on a 2-core CPU, the tiny train step in 5-6 s:
+# the bound sits between with room for a slower machine.
+LARGE_COMPILE_S = 3.0
+
+# fixtures whose first user pays for a process or a trained model: every user is slow-tier
+# (the one that happens to run first would otherwise fail the check)
+SLOW_FIXTURES = frozenset({"gcs", "s3", "trained"})
+
+_LOCK = threading.Lock()
+
+
+class _Watch:
+    """What the running test did that the quick tier forbids; reset per test."""
+
+    def __init__(self) -> None:
+        self.processes: list[str] = []
+        self.largest: tuple[float, str] = (0.0, "")
+        self.pending_hit = False
+
+
+_WATCH = _Watch()
+
+
+def _on_event(event: str, **_: object) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _WATCH.pending_hit = True
+
+
+def _on_duration(event: str, seconds: float, **kwargs: object) -> None:
+    if event != "/jax/core/compile/backend_compile_duration":
+        return
+    with _LOCK:
+        hit, _WATCH.pending_hit = _WATCH.pending_hit, False
+        if not hit and seconds > _WATCH.largest[0]:
+            _WATCH.largest = (seconds, str(kwargs.get("fun_name", "a program")))
+
+
+def _head(args: object) -> str:
+    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)  # type: ignore[call-overload]
+    return " ".join(os.path.basename(str(a)) for a in argv[:4])[:100]
+
+
+def _watch_processes() -> None:
+    popen_init = subprocess.Popen.__init__
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def init(self, args, *rest, **kwargs):  # noqa: ANN001
+        _WATCH.processes.append(_head(args))
+        return popen_init(self, args, *rest, **kwargs)
+
+    def spawnv_passfds(path, args, passfds):  # noqa: ANN001
+        _WATCH.processes.append("multiprocessing worker " + _head(args))
+        return spawn(path, args, passfds)
+
+    subprocess.Popen.__init__ = init
+    multiprocessing.util.spawnv_passfds = spawnv_passfds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # after the conftest files set jax's environment
+    from jax import monitoring
+
+    monitoring.register_event_listener(_on_event)
+    monitoring.register_event_duration_secs_listener(_on_duration)
+    _watch_processes()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The rules of the slow tier (module docstring), before ``-m`` selects: first."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if (item.get_closest_marker("xdist_group")
+                or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _WATCH.processes.clear()
+    _WATCH.largest = (0.0, "")
+
+
+def tier_violation(processes: list[str], largest: tuple[float, str]) -> str | None:
+    """Why a test that did this belongs in the slow tier (None when it does not)."""
+    did = []
+    if processes:
+        did.append(f"started {len(processes)} process(es) ({processes[0]})")
+    if largest[0] > LARGE_COMPILE_S:
+        did.append(f"compiled {largest[1]} in {largest[0]:.1f} s (over {LARGE_COMPILE_S} s)")
+    if not did:
+        return None
+    return ("quick-tier test " + " and ".join(did) + ": mark it @pytest.mark.slow (make test "
+            "runs it, make test-quick does not) or make it cheaper (CONTRIBUTING.md, 'The "
+            "suite's budget')")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    if item.get_closest_marker("slow") or item.get_closest_marker("exhaustive"):
+        return
+    why = tier_violation(list(_WATCH.processes), _WATCH.largest)
+    if why:
+        pytest.fail(why, pytrace=False)

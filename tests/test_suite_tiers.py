@@ -1,0 +1,40 @@
+"""The check that keeps each test in its tier (suite_tiers.py): a test outside the slow tier
+that starts a process or compiles a large program fails, naming what it did; marked slow, the
+same test passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite_tiers import LARGE_COMPILE_S, tier_violation
+
+
+def test_what_puts_a_test_in_the_slow_tier():
+    assert tier_violation([], (LARGE_COMPILE_S - 0.1, "jit(step)")) is None
+    why = tier_violation([], (LARGE_COMPILE_S + 2.5, "jit(traced_step)"))
+    assert why and f"compiled jit(traced_step) in {LARGE_COMPILE_S + 2.5:.1f} s" in why
+    assert "@pytest.mark.slow" in why
+    why = tier_violation(["python -m jaxdet.cli.main train"], (0.0, ""))
+    assert why and "started 1 process(es) (python -m jaxdet.cli.main train)" in why
+
+
+@pytest.mark.slow
+def test_a_quick_test_that_starts_a_process_fails_until_marked_slow(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    pytester.makepyfile(test_tiers="""
+        import subprocess, sys
+        import pytest
+
+        def test_quick():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        @pytest.mark.slow
+        def test_marked():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+    """)
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    exhaustive: all\n")
+    result = pytester.runpytest_subprocess("-p", "suite_tiers", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*quick-tier test started 1 process(es) (python -c pass)*"])
