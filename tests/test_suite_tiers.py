@@ -38,3 +38,22 @@ def test_a_quick_test_that_starts_a_process_fails_until_marked_slow(pytester, mo
     result = pytester.runpytest_subprocess("-p", "suite_tiers", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*quick-tier test started 1 process(es) (python -c pass)*"])
+
+
+@pytest.mark.slow
+def test_each_ci_phase_says_its_wall_time_and_keeps_its_exit_status(tmp_path):
+    """``.ci/phase NAME COMMAND``: what ``make test`` and ``.ci/run`` wrap each phase in."""
+    import subprocess
+
+    phase = Path(__file__).parents[1] / ".ci" / "phase"
+    log = tmp_path / "phases.txt"
+    env = {"PATH": "/usr/bin:/bin", "JAXDET_PHASE_LOG": str(log)}
+    done = subprocess.run([str(phase), "lint", "sleep", "0.3"], capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0
+    word, name, seconds, unit = done.stdout.split()
+    assert (word, name, unit) == ("phase", "lint:", "s") and 0.3 <= float(seconds) < 5
+    failed = subprocess.run([str(phase), "pytest", "sh", "-c", "exit 3"], capture_output=True,
+                            text=True, env=env)
+    assert failed.returncode == 3 and failed.stdout.strip().endswith("(failed, exit 3)")
+    assert log.read_text().splitlines() == [done.stdout.strip(), failed.stdout.strip()]

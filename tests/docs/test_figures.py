@@ -143,9 +143,6 @@ def on_results_page(figure: Figure, results_text: str) -> bool:
 
 # Numbers of a figure's shape that are not measurements: page -> {figure as normalised: why}.
 ALLOWED: dict[str, dict[str, str]] = {
-    "README.md": {
-        "25 min": "how long `make test` takes: the development notes' figure, not a benchmark",
-    },
     "docs/getting_started.md": {
         "30 s": "when the example sent SIGTERM to the run: part of the example, not a result",
         "334.5 img/s": "the rate inside the example's SIGTERM message, shown for its wording",
