@@ -197,6 +197,7 @@ def test_eval_pads_last_batch_and_keeps_order(source):
     _assert_same(batches, list(loader))
 
 
+@pytest.mark.slow
 def test_eval_with_workers_matches_serial(source):
     ops = [FixedShapeResizer(24, 24)]
     serial = list(make_eval_loader(source, ops, batch_size=5, max_boxes=6))

@@ -261,6 +261,7 @@ def test_pets_drawn_boxes_are_where_the_record_says(pets):
 
 
 @needs_pets
+@pytest.mark.slow
 def test_pets_eval_loader_with_a_worker_process(pets):
     assert len(pickle.dumps(pets)) < 20_000  # annotations and byte ranges only
     loader = make_eval_loader(pets, [FixedShapeResizer(32, 32)], batch_size=4, max_boxes=4,

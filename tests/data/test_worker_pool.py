@@ -14,6 +14,9 @@ import pytest
 from jaxdet.data import worker_pool
 from jaxdet.data.worker_pool import ChunkPool, WorkerError, read_shared, write_shared
 
+# every test here starts worker processes: the slow tier
+pytestmark = pytest.mark.slow
+
 
 def _gone(pid: int, deadline_s: float = 10.0) -> bool:
     end = time.monotonic() + deadline_s
