@@ -15,7 +15,7 @@ Set ``JAXDET_SUITE_PROFILE=<folder>`` and run pytest with ``-p suite_profile``; 
 - ``subprocesses``: ``[argv head, seconds from start to exit]`` of every process the test
   started (``subprocess.Popen``).
 
-``python -m benchmarks.suite_profile <folder>`` summarizes the files. Without the variable the
+``python -m benchmarks.suite.profile --summarize <folder>`` summarizes the files. Without the variable the
 plugin does nothing.
 """
 
@@ -28,6 +28,8 @@ import threading
 import time
 
 import pytest
+
+from suite_tiers import watch_compiles
 
 _FOLDER = os.environ.get("JAXDET_SUITE_PROFILE")
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -50,30 +52,24 @@ class _Record:
         self.traces = 0.0
         self.programs: list[list] = []
         self.subprocesses: list[list] = []
-        self._pending_hit = False
 
 
 _CURRENT = _Record()
 
 
-def _on_event(event: str, **_: object) -> None:
-    if event == "/jax/compilation_cache/cache_hits":
-        _CURRENT._pending_hit = True
-
-
-def _on_duration(event: str, seconds: float, **kwargs: object) -> None:
+def _on_compile(seconds: float, name: str, hit: bool) -> None:
     with _LOCK:
-        if event == "/jax/core/compile/backend_compile_duration":
-            hit = _CURRENT._pending_hit
-            _CURRENT._pending_hit = False
-            bucket = _CURRENT.cache_loads if hit else _CURRENT.compiles
-            bucket[0] += 1
-            bucket[1] += seconds
-            if seconds > 0.5:
-                _CURRENT.programs.append(
-                    [str(kwargs.get("fun_name", "?")), round(seconds, 2), "hit" if hit else "miss"])
-        elif event in ("/jax/core/compile/jaxpr_trace_duration",
-                       "/jax/core/compile/jaxpr_to_mlir_module_duration"):
+        bucket = _CURRENT.cache_loads if hit else _CURRENT.compiles
+        bucket[0] += 1
+        bucket[1] += seconds
+        if seconds > 0.5:
+            _CURRENT.programs.append([name, round(seconds, 2), "hit" if hit else "miss"])
+
+
+def _on_duration(event: str, seconds: float, **_: object) -> None:
+    if event in ("/jax/core/compile/jaxpr_trace_duration",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration"):
+        with _LOCK:
             _CURRENT.traces += seconds
 
 
@@ -116,7 +112,7 @@ if _FOLDER:
         os.makedirs(_FOLDER, exist_ok=True)
         from jax import monitoring
 
-        monitoring.register_event_listener(_on_event)
+        watch_compiles(_on_compile)
         monitoring.register_event_duration_secs_listener(_on_duration)
         _watch_subprocesses()
 

@@ -21,6 +21,7 @@ import multiprocessing.util
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -42,24 +43,36 @@ class _Watch:
     def __init__(self) -> None:
         self.processes: list[str] = []
         self.largest: tuple[float, str] = (0.0, "")
-        self.pending_hit = False
 
 
 _WATCH = _Watch()
 
 
-def _on_event(event: str, **_: object) -> None:
-    if event == "/jax/compilation_cache/cache_hits":
-        _WATCH.pending_hit = True
+def watch_compiles(on_compile: Callable[[float, str, bool], None]) -> None:
+    """Call ``on_compile(seconds, program name, hit)`` after every XLA compilation of this
+    process (``hit``: the program was read back from the persistent cache), through
+    ``jax.monitoring``: JAX reports a cache hit just before that compilation's duration."""
+    from jax import monitoring
+
+    pending_hit = [False]
+
+    def on_event(event: str, **_: object) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            pending_hit[0] = True
+
+    def on_duration(event: str, seconds: float, **kwargs: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            with _LOCK:
+                hit, pending_hit[0] = pending_hit[0], False
+            on_compile(seconds, str(kwargs.get("fun_name", "a program")), hit)
+
+    monitoring.register_event_listener(on_event)
+    monitoring.register_event_duration_secs_listener(on_duration)
 
 
-def _on_duration(event: str, seconds: float, **kwargs: object) -> None:
-    if event != "/jax/core/compile/backend_compile_duration":
-        return
-    with _LOCK:
-        hit, _WATCH.pending_hit = _WATCH.pending_hit, False
-        if not hit and seconds > _WATCH.largest[0]:
-            _WATCH.largest = (seconds, str(kwargs.get("fun_name", "a program")))
+def _note_compile(seconds: float, name: str, hit: bool) -> None:
+    if not hit and seconds > _WATCH.largest[0]:
+        _WATCH.largest = (seconds, name)
 
 
 def _head(args: object) -> str:
@@ -84,11 +97,7 @@ def _watch_processes() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # after the conftest files set jax's environment
-    from jax import monitoring
-
-    monitoring.register_event_listener(_on_event)
-    monitoring.register_event_duration_secs_listener(_on_duration)
+    watch_compiles(_note_compile)  # after the conftest files set jax's environment
     _watch_processes()
 
 
