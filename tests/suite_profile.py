@@ -15,8 +15,8 @@ Set ``JAXDET_SUITE_PROFILE=<folder>`` and run pytest with ``-p suite_profile``; 
 - ``subprocesses``: ``[argv head, seconds from start to exit]`` of every process the test
   started (``subprocess.Popen``).
 
-``python -m benchmarks.suite.profile --summarize <folder>`` summarizes the files. Without the variable the
-plugin does nothing.
+``python -m benchmarks.suite.profile --summarize <folder>`` summarizes the files. Without the
+variable the plugin does nothing.
 """
 
 from __future__ import annotations
