@@ -29,9 +29,11 @@ TINY_CENTER_NET = [
 
 
 def test_center_net_trains_evaluates_resumes_and_predicts(tmp_path, capsys):
-    config = load_config("centernet_shapes_demo", TINY_CENTER_NET)
+    """Stopped after step 4 (its periodic evaluation done), then resumed to step 6: one train
+    step program for both runs."""
+    config = load_config("centernet_shapes_demo", [*TINY_CENTER_NET, "train.num_steps=6"])
     workdir = tmp_path / "run"
-    result = runs.train(config, workdir, progress=False)
+    result = runs.train(config, workdir, stop_after=4, progress=False)
     assert result.step == 4
     metrics = json.loads((workdir / "eval" / "step_4" / "metrics.json").read_text())
     assert metrics["num_images"] == 8 and "AP" in metrics and "per_class_AP" in metrics
@@ -39,8 +41,7 @@ def test_center_net_trains_evaluates_resumes_and_predicts(tmp_path, capsys):
     detections = json.loads((workdir / "eval" / "step_4" / "detections.json").read_text())
     assert detections and all(len(d["bbox"]) == 4 for d in detections)
 
-    longer = load_config("centernet_shapes_demo", [*TINY_CENTER_NET, "train.num_steps=6"])
-    assert runs.train(longer, workdir, progress=False, evaluate=False).step == 6
+    assert runs.train(config, workdir, progress=False, evaluate=False).step == 6
 
     assert main(["eval", "--workdir", str(workdir), "--out", str(tmp_path / "ev")]) == 0
     again = json.loads((tmp_path / "ev" / "metrics.json").read_text())

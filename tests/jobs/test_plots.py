@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxdet.config.loader import load_config
 from jaxdet.jobs import plots, runs
 from jaxdet.jobs.plots import (
     curves_are_current,
@@ -167,23 +166,20 @@ def test_try_plot_warns_instead_of_raising(tmp_path, caplog):
 
 # --------------------------------------------------------------------------- runs.train hook
 
-# The suite's tiny config (tests/conftest.py), shortened to 2 steps with eval at the end only.
-SHORT = ["data.train.num_images=8", "data.eval.num_images=4", "data.eval.image_size=[64, 64]",
-         "train.batch_size=2", "train.num_steps=2", "train.checkpoint_every=2",
-         "train.eval_every=0", "train.learning_rate.warmup_steps=1"]
-
-
 @pytest.fixture(scope="module")
-def tiny(tiny_overrides):
-    return load_config("shapes_demo", [*tiny_overrides, *SHORT])
+def tiny(tiny_config):
+    """The suite's tiny config (tests/conftest.py): 6 steps, evaluated at the end only; its
+    programs are the ones other tests of it compile."""
+    assert tiny_config.train.num_steps == 6 and tiny_config.train.eval_every == 0
+    return tiny_config
 
 
 @pytest.mark.slow
 def test_train_leaves_curves_png(tiny, tmp_path):
     runs.train(tiny, tmp_path, progress=False)
     metrics = read_metrics_jsonl(tmp_path / "metrics.jsonl")
-    np.testing.assert_array_equal(metrics["train/loss"][0], [1, 2])
-    np.testing.assert_array_equal(metrics["eval/AP"][0], [2])
+    np.testing.assert_array_equal(metrics["train/loss"][0], [1, 2, 3, 4, 5, 6])
+    np.testing.assert_array_equal(metrics["eval/AP"][0], [6])
     colours = _colours(tmp_path / "curves.png")
     assert {TAB_BLUE, TAB_GREEN, (0, 0, 0)} <= colours
 

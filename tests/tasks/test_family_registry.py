@@ -39,32 +39,32 @@ TOY = tasks.TaskFamily(build_toy_task, ssd_build.ssd_fingerprint_fields,
                        ssd_summary.model_summary, ssd_summary.format_summary)
 
 
-def _toy_config(steps: int, tiny: list[str]):
-    return load_config("shapes_demo", [*tiny, "model.type=toy_detector",
-                                       f"train.num_steps={steps}", "train.checkpoint_every=2"])
+def _toy_config(tiny: list[str]):
+    """The suite's tiny config as a toy_detector: the same train step program as the SSD's."""
+    return load_config("shapes_demo", [*tiny, "model.type=toy_detector"])
 
 
 def test_a_registered_family_trains_resumes_and_summarizes(tmp_path, tiny_overrides):
     with pytest.raises((ConfigError, ValidationError), match="toy_detector"):
-        _toy_config(2, tiny_overrides)  # not a model type before registration
+        _toy_config(tiny_overrides)  # not a model type before registration
     name = tasks.register_family(TOY, ToyModelConfig)
     try:
         assert name == "toy_detector"
         with pytest.raises(ValueError, match="already taken"):
             tasks.register_family(TOY, ToyModelConfig)
-        config = _toy_config(2, tiny_overrides)
+        config = _toy_config(tiny_overrides)
         assert isinstance(config.model, ToyModelConfig)
         assert tasks.family(config) is TOY
-        runs.train(config, tmp_path, progress=False, evaluate=False)
+        assert runs.train(config, tmp_path, stop_after=3, progress=False,
+                          evaluate=False).step == 3
         assert BUILT, "the toy builder was not called"
-        resumed = _toy_config(4, tiny_overrides)
-        runs.train(resumed, tmp_path, progress=False, evaluate=False)
+        assert runs.train(config, tmp_path, progress=False, evaluate=False).steps_run == 3
         with Checkpointer(tmp_path / "checkpoints") as checkpointer:
-            assert checkpointer.latest_step() == 4
+            assert checkpointer.latest_step() == 6
         summary = tasks.family(config).summary(config, flops=False)
         assert summary["parameters"]["total"] > 0
         assert tasks.fingerprint_fields(config)["model"]["type"] == "toy_detector"
     finally:
         tasks.unregister_family("toy_detector")
     with pytest.raises((ConfigError, ValidationError), match="toy_detector"):
-        _toy_config(2, tiny_overrides)
+        _toy_config(tiny_overrides)

@@ -67,10 +67,13 @@ def test_a_step_that_cannot_fit_is_refused(memory, fits):
 
 
 @pytest.mark.slow
-def test_jaxdet_train_refuses_a_step_too_large_in_one_line(tmp_path, monkeypatch, capsys):
+def test_jaxdet_train_refuses_a_step_too_large_in_one_line(tiny_overrides, tmp_path, monkeypatch,
+                                                           capsys):
+    """The suite's tiny config: its train step program is the one other tests compile."""
     monkeypatch.setattr(device_memory, "host_available_bytes", lambda: 2**20)  # 1 MiB free
-    assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path / "run"),
-                 "--set", "train.num_steps=2", "--no-eval", "--no-progress"]) == 1
+    sets = [arg for item in tiny_overrides for arg in ("--set", item)]
+    assert main(["train", "--config", "shapes_demo", "--workdir", str(tmp_path / "run"), *sets,
+                 "--no-eval", "--no-progress"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: out of memory: a run of the train step needs ")
     assert "this machine has 0.0 GiB available" in last and "train.batch_size" in last

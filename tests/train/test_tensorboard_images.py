@@ -37,33 +37,31 @@ def _sheet_panels(sheet: np.ndarray, rows: int, cell_h: int, cell_w: int) -> lis
 
 def test_each_evaluation_logs_the_samples_panels_at_its_step(tiny_overrides, tmp_path):
     workdir = tmp_path / "run"
-    config = load_config("shapes_demo", [
-        *tiny_overrides, "train.num_steps=2", "train.checkpoint_every=2",
-        "train.eval_every=2", "eval.num_visualizations=2", "data.eval.num_images=4"])
+    # the suite's tiny config (its programs are the ones other tests compile), evaluated at its
+    # end, step 6
+    config = load_config("shapes_demo", [*tiny_overrides, "eval.num_visualizations=2"])
     runs.train(config, workdir, progress=False)
 
     images = read_images(workdir / "tensorboard")
     tags = [f"eval_side_by_side_{k}" for k in range(2)]
-    assert sorted(images) == [(tag, 2) for tag in tags]
+    assert sorted(images) == [(tag, 6) for tag in tags]
     # in the event stream of the run's eval scalars, at the same step
-    assert ("eval/AP", 2) in read_scalars(workdir / "tensorboard")
-    pictures = [images[tag, 2] for tag in tags]
+    assert ("eval/AP", 6) in read_scalars(workdir / "tensorboard")
+    pictures = [images[tag, 6] for tag in tags]
     # eval images 64 x 80, drawn with their longer side 320 (as in samples.png)
     assert all(p.shape == (256, 640, 3) and p.dtype == np.uint8 for p in pictures)
-    sheet = np.asarray(Image.open(workdir / "eval" / "step_2" / "samples.png").convert("RGB"))
+    sheet = np.asarray(Image.open(workdir / "eval" / "step_6" / "samples.png").convert("RGB"))
     for picture, panel in zip(pictures, _sheet_panels(sheet, 2, 256, 320), strict=True):
         np.testing.assert_array_equal(picture, panel)
         # ground truth on the left, the (untrained) model's detections on the right
         assert not np.array_equal(picture[:, :320], picture[:, 320:])
 
     # eval.num_visualizations=0: an evaluation by jaxdet eval --watch logs no pictures
-    (workdir / "eval" / "step_2" / "metrics.json").unlink()  # not evaluated yet, for it
-    quiet = load_config("shapes_demo", [
-        *tiny_overrides, "train.num_steps=2", "train.checkpoint_every=2",
-        "train.eval_every=2", "eval.num_visualizations=0", "data.eval.num_images=4"])
+    (workdir / "eval" / "step_6" / "metrics.json").unlink()  # not evaluated yet, for it
+    quiet = load_config("shapes_demo", [*tiny_overrides, "eval.num_visualizations=0"])
     results = eval_watch.watch_checkpoints(quiet, workdir, timeout=0.5, poll=0.1)
-    assert [m["step"] for m in results] == [2]
-    assert ("eval/AP", 2) in read_scalars(workdir / "eval_watch" / "tensorboard")
+    assert [m["step"] for m in results] == [6]
+    assert ("eval/AP", 6) in read_scalars(workdir / "eval_watch" / "tensorboard")
     assert read_images(workdir / "eval_watch" / "tensorboard") == {}
 
 
