@@ -1,8 +1,9 @@
 """A TF OD API team's job with everything in a bucket (the GCS emulator of
 tests/gcs_emulator.py): ``jaxdet train --pipeline-config gs://... --workdir gs://...`` on
-TFRecords and a label map in the bucket, killed with SIGKILL and resumed on a "new machine"
-(an empty staging folder) to the parameters of an uninterrupted run; ``jaxdet eval --watch``,
-``jaxdet eval`` and ``jaxdet predict`` on the bucket's workdir, results written back to it."""
+TFRecords and a label map in the bucket, stopped (a checkpoint half uploaded) and resumed on a
+"new machine" (an empty staging folder) to the parameters of an uninterrupted run; ``jaxdet
+eval --watch``, ``jaxdet eval`` and ``jaxdet predict`` on the bucket's workdir, results written
+back to it; killed with SIGKILL as a process under ``-m exhaustive``."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ import pytest
 import gcs_emulator
 from jaxdet import files
 from jaxdet.cli.main import main
+from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.data.coco import CocoSource
 from jaxdet.data.shapes import generate_shapes
+from jaxdet.jobs import runs
 from jaxdet.jobs.convert_dataset import source_to_tfrecord
 from jaxdet.train.checkpoint import Checkpointer
 
@@ -74,42 +77,47 @@ def _final_state(workdir: Path) -> dict:
         checkpoints.close()
 
 
-def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs, tmp_path,
-                                                                     monkeypatch):
-    """Every run is a ``jaxdet train`` process, as users start it."""
-    monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "readers"))
-    workdir = f"{bucket}/run"
-    env = gcs_emulator.environ_for(gcs)
-    proc = subprocess.Popen(_train_command(bucket, workdir),
-                            env={**env, "JAXDET_STAGING_DIR": str(tmp_path / "machine_a")},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 600
-    while not _sealed_steps(workdir) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    output = proc.communicate()[0]
-    assert proc.returncode == -signal.SIGKILL, output  # killed before the end
-    killed_at = _sealed_steps(workdir)
-    assert killed_at and killed_at[-1] < STEPS, output
+def _half_uploaded(workdir: str, step: int, like: int) -> None:
+    """What a machine killed while uploading checkpoint ``step`` leaves in the bucket: the
+    objects of a checkpoint (those of checkpoint ``like``) without its seal."""
+    for name in files.glob(f"{workdir}/checkpoints/{like}/**", files_only=True):
+        if not name.endswith("jaxdet_checksums.json"):
+            rel = name.split(f"/checkpoints/{like}/", 1)[1]
+            files.write_bytes(f"{workdir}/checkpoints/{step}/{rel}", files.read_bytes(name))
 
-    # another machine: nothing staged; the same command resumes from what the bucket holds
-    machine_b = tmp_path / "machine_b"
-    done = subprocess.run(_train_command(bucket, workdir), capture_output=True, text=True,
-                          env={**env, "JAXDET_STAGING_DIR": str(machine_b)}, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert f"trained {STEPS - killed_at[-1]} steps ({killed_at[-1] + 1}-{STEPS})" in done.stdout
+
+def test_stopped_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs, tmp_path,
+                                                                      monkeypatch, capsys):
+    """Training stopped on machine A after step 10 (checkpoints 4 and 8 sealed in the bucket,
+    12 half uploaded) resumes on machine B, an empty staging folder, with the same command,
+    to the parameters of an uninterrupted run; ``jaxdet eval --watch``, ``jaxdet eval``,
+    ``jaxdet predict``, the Python API and ``jaxdet export`` then read the bucket's run and
+    write back to it. In one process (the process-level SIGKILL variant runs under
+    ``-m exhaustive``; a signal to a ``jaxdet train`` process is in the preemption tests)."""
+    workdir = f"{bucket}/run"
+    config = load_pipeline_config(f"{bucket}/pipeline.config", SETS)
+    monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "machine_a"))
+    runs.train(config, workdir, stop_after=10, progress=False, evaluate=False)
+    assert _sealed_steps(workdir) == [4, 8]
+    _half_uploaded(workdir, 12, like=8)
+
+    monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "machine_b"))
+    capsys.readouterr()
+    assert main(_train_command(bucket, workdir)[3:]) == 0  # the `jaxdet` command, in-process
+    assert f"trained {STEPS - 8} steps (9-{STEPS})" in capsys.readouterr().out
     assert _sealed_steps(workdir) == [STEPS - EVERY, STEPS]  # keep_checkpoints=2, in the bucket
     assert files.isfile(f"{workdir}/config.yaml") and files.isfile(f"{workdir}/metrics.jsonl")
 
-    whole = subprocess.run(_train_command(bucket, tmp_path / "uninterrupted"),
-                           capture_output=True, text=True, env=env, timeout=600)
-    assert whole.returncode == 0, whole.stderr
-    staged = next((machine_b / "train").iterdir())  # machine B's copy of the bucket's run
+    runs.train(config, tmp_path / "uninterrupted", progress=False, evaluate=False)
+    staged = next((tmp_path / "machine_b" / "train").iterdir())  # B's copy of the bucket's run
     resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
     for part in ("params", "batch_stats"):
         jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
+    _readers_on_the_bucket(bucket, workdir)
 
-    # readers on the bucket's workdir, each from its own staging copy; results go back up
+
+def _readers_on_the_bucket(bucket: str, workdir: str) -> None:
+    """Readers on the bucket's workdir, each from its own staging copy; results go back up."""
     assert main(["eval", "--watch", "--workdir", workdir, "--timeout", "5", "--poll", "0.5",
                  "--no-progress"]) == 0
     watched = json.loads(files.read_text(f"{workdir}/eval/step_{STEPS}/metrics.json"))
@@ -133,6 +141,42 @@ def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs
     assert main(["export", "--workdir", workdir, "--out", f"{bucket}/exported"]) == 0
     signature = json.loads(files.read_text(f"{bucket}/exported/signature.json"))
     assert signature["format"] == "stablehlo"
+
+
+@pytest.mark.exhaustive
+def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs, tmp_path,
+                                                                     monkeypatch):
+    """Every run is a ``jaxdet train`` process, as users start it: SIGKILL after the first
+    sealed checkpoint, the same command on an empty staging folder, an uninterrupted run."""
+    workdir = f"{bucket}/killed"
+    env = gcs_emulator.environ_for(gcs)
+    proc = subprocess.Popen(_train_command(bucket, workdir),
+                            env={**env, "JAXDET_STAGING_DIR": str(tmp_path / "machine_a")},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not _sealed_steps(workdir) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    output = proc.communicate()[0]
+    assert proc.returncode == -signal.SIGKILL, output  # killed before the end
+    killed_at = _sealed_steps(workdir)
+    assert killed_at and killed_at[-1] < STEPS, output
+
+    # another machine: nothing staged; the same command resumes from what the bucket holds
+    machine_b = tmp_path / "machine_b"
+    done = subprocess.run(_train_command(bucket, workdir), capture_output=True, text=True,
+                          env={**env, "JAXDET_STAGING_DIR": str(machine_b)}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"trained {STEPS - killed_at[-1]} steps ({killed_at[-1] + 1}-{STEPS})" in done.stdout
+    assert _sealed_steps(workdir) == [STEPS - EVERY, STEPS]  # keep_checkpoints=2, in the bucket
+
+    whole = subprocess.run(_train_command(bucket, tmp_path / "uninterrupted"),
+                           capture_output=True, text=True, env=env, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    staged = next((machine_b / "train").iterdir())  # machine B's copy of the bucket's run
+    resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
+    for part in ("params", "batch_stats"):
+        jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
 
 
 def test_a_missing_bucket_is_one_line_before_anything_runs(gcs, tmp_path, capsys,
