@@ -69,6 +69,11 @@ def _train_command(bucket: str, workdir: str | Path) -> list[str]:
             "--no-progress", *[a for s in SETS for a in ("--set", s)]]
 
 
+def _staged_copy(machine: Path) -> Path:
+    """The staging folder of the one run trained on ``machine`` (beside it: its versions file)."""
+    return next(p for p in (machine / "train").iterdir() if p.is_dir())
+
+
 def _final_state(workdir: Path) -> dict:
     checkpoints = Checkpointer(workdir / "checkpoints", read_only=True)
     try:
@@ -109,7 +114,7 @@ def test_stopped_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gc
     assert files.isfile(f"{workdir}/config.yaml") and files.isfile(f"{workdir}/metrics.jsonl")
 
     runs.train(config, tmp_path / "uninterrupted", progress=False, evaluate=False)
-    staged = next((tmp_path / "machine_b" / "train").iterdir())  # B's copy of the bucket's run
+    staged = _staged_copy(tmp_path / "machine_b")  # B's copy of the bucket's run
     resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
     for part in ("params", "batch_stats"):
         jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
@@ -173,7 +178,7 @@ def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs
     whole = subprocess.run(_train_command(bucket, tmp_path / "uninterrupted"),
                            capture_output=True, text=True, env=env, timeout=600)
     assert whole.returncode == 0, whole.stderr
-    staged = next((machine_b / "train").iterdir())  # machine B's copy of the bucket's run
+    staged = _staged_copy(machine_b)  # machine B's copy of the bucket's run
     resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
     for part in ("params", "batch_stats"):
         jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
