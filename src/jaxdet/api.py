@@ -222,10 +222,11 @@ def fine_tune(model: ModelLike, images: Sequence, boxes: Sequence,
               checkpoint: str | os.PathLike | None = None, overrides: Iterable[str] = (),
               progress: bool = True) -> TrainResult:
     """Teach a pretrained detector new classes from a few annotated images in memory (the TF2
-    few-shot "rubber ducky" recipe): restore its weights with ``restore: detection`` (the class
-    predictor starts fresh for ``len(class_names)`` classes), freeze ``freeze`` (backbone and
-    neck), train ``steps`` steps. The images and boxes are written into ``workdir`` as a COCO
-    dataset, so the run resumes like any other (the same call again: nothing to do).
+    few-shot "rubber ducky" recipe): restore its weights with ``restore: fitting`` (all but the
+    class predictor, which starts fresh for ``len(class_names)`` classes), freeze ``freeze``
+    (backbone and neck), train ``steps`` steps. The images and boxes are written into
+    ``workdir`` as a COCO dataset, so the run resumes like any other (the same call again:
+    nothing to do).
 
     Args:
       model: the pretrained detector: a workdir, a TF2 zoo model folder, or a config with

@@ -432,3 +432,25 @@ def test_conversion_yaml_loads_back_to_the_same_config(tmp_path):
 def test_bad_override_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="model.num_classes"):
         _config(tmp_path, overrides=["model.num_classes=0"])
+
+
+def test_freeze_regexes_are_ignored_as_tf2_ignores_them(tmp_path, caplog):
+    """TF2's ``model_main_tf2.py`` trains every variable whatever ``freeze_variables`` /
+    ``update_trainable_variables`` say (TF1's ``model_main.py`` applied them): the converted
+    config trains every variable too, and one warning each gives the ``--set`` that applies
+    them."""
+    edit = ("batch_size: 4", "batch_size: 4\n  freeze_variables: '.*FeatureExtractor.*'\n"
+                             "  update_trainable_variables: '.*BoxPredictor.*'")
+    with caplog.at_level(logging.WARNING, logger="jaxdet.config"):
+        c = _config(tmp_path, edit=edit)
+    assert c.train.freeze_variables == () and c.train.update_trainable_variables == ()
+    warned = [r.getMessage() for r in caplog.records if "ignores it" in r.getMessage()]
+    assert warned == [
+        "pipeline.config train_config.freeze_variables: TF2's model_main_tf2.py ignores it and "
+        "trains every variable, and so does jaxdet; to apply it, --set "
+        "'train.freeze_variables=[\".*FeatureExtractor.*\"]'",
+        "pipeline.config train_config.update_trainable_variables: TF2's model_main_tf2.py "
+        "ignores it and trains every variable, and so does jaxdet; to apply it, --set "
+        "'train.update_trainable_variables=[\".*BoxPredictor.*\"]'"]
+    applied = _config(tmp_path, edit=edit, overrides=['train.freeze_variables=[".*Feature.*"]'])
+    assert applied.train.freeze_variables == (".*Feature.*",)  # the suggested --set works

@@ -1,7 +1,8 @@
-"""Starting from other weights: TF OD API checkpoints restored in full, as a detection model for
-another class count, or the backbone alone (from a TF2 classification checkpoint written by
-TensorFlow, or a detection one); jaxdet workdirs the same way; clear errors for another
-architecture, a class count that does not fit, and the zoo's placeholder path."""
+"""Starting from other weights: TF OD API checkpoints restored in full, their feature extractor
+alone (TF2's ``detection``), all that fits another class count, or the backbone alone (from a
+TF2 classification checkpoint written by TensorFlow, or a detection one); jaxdet workdirs the
+same way; clear errors for another architecture, a class count that does not fit, and the zoo's
+placeholder path."""
 
 from __future__ import annotations
 
@@ -84,11 +85,10 @@ def test_classification_restores_the_backbone_alone(checkpoints, full, source):
                                       err_msg=k)
 
 
-def test_detection_for_another_class_count_reinitialises_the_class_predictor(checkpoints,
-                                                                              full):
+def test_fitting_for_another_class_count_reinitialises_the_class_predictor(checkpoints, full):
     config, model = _model(["model.num_classes=3"])
     fresh = _flat(model)
-    report = load_weights(model, config, checkpoints["detection"], restore="detection")
+    report = load_weights(model, config, checkpoints["detection"], restore="fitting")
     assert sorted(report.reinitialized) == sorted(
         f"head/predictors/{level}/class_predictor/conv/{leaf}"
         for level in range(6) for leaf in ("kernel", "bias"))
@@ -97,6 +97,24 @@ def test_detection_for_another_class_count_reinitialises_the_class_predictor(che
     for k, v in got.items():
         expected = fresh[k] if "class_predictor" in k else full[k]
         np.testing.assert_array_equal(v, expected, err_msg=k)
+
+
+def test_detection_restores_the_feature_extractor_as_tf_does(checkpoints, full):
+    """TF2's ``fine_tune_checkpoint_type: detection`` (``restore_from_objects``): backbone and
+    FPN from the checkpoint; the box predictor, class and box heads alike, keeps its
+    initialization (the tensors of another class count are never read); its tensors in the
+    checkpoint are not reported unused."""
+    config, model = _model(["model.num_classes=3"])
+    fresh = _flat(model)
+    report = load_weights(model, config, checkpoints["detection"], restore="detection")
+    got = _flat(model)
+    head = {k for k in got if k.startswith("head/")}
+    assert len(head) == 24 and set(report.reinitialized) == head
+    assert len(report.restored) == 300 and report.unused == []
+    assert report.line().endswith("restored 300 tensors, 24 re-initialised, 0 unused in the "
+                                  "checkpoint")
+    for k, v in got.items():
+        np.testing.assert_array_equal(v, fresh[k] if k in head else full[k], err_msg=k)
 
 
 def test_full_refuses_a_class_count_that_does_not_fit(checkpoints):
@@ -151,13 +169,19 @@ def test_training_starts_from_a_workdir_for_another_class_count(tiny_overrides, 
     second = load_config("shapes_demo", [
         *tiny_overrides, "model.num_classes=4", "data.train.num_classes=4",
         "data.eval.num_classes=4", "train.num_steps=1", "data.train.output_dir=data/train4",
-        f"train.init_checkpoint={{path: {tmp_path / 'first'}, restore: detection}}"])
+        f"train.init_checkpoint={{path: {tmp_path / 'first'}, restore: fitting}}"])
     with caplog.at_level(logging.INFO, logger="jaxdet"):
         runs.train(second, tmp_path / "second", progress=False, evaluate=False)
     assert "restored" in caplog.text and "2 re-initialised, 0 unused" in caplog.text
 
     task = tasks.build_task(second)
-    report = load_weights(task.model, second, tmp_path / "first", restore="detection")
+    # detection, as TF2 (a model without TF names too): backbone and neck, the head fresh
+    fresh = tasks.build_task(second).model
+    report = load_weights(fresh, second, tmp_path / "first", restore="detection")
+    assert report.reinitialized == sorted(k for k in _flat(fresh) if k.startswith("head/"))
+    assert report.restored and report.unused == []
+    assert all(k.startswith(("backbone/", "neck/")) for k in report.restored)
+    report = load_weights(task.model, second, tmp_path / "first", restore="fitting")
     assert sorted(report.reinitialized) == ["head/class_predictor/bias",
                                             "head/class_predictor/kernel"]
     trained = runs.restore_for_inference(first, tmp_path / "first")[1]
@@ -230,7 +254,7 @@ def test_fine_tuning_trains_what_the_tf_names_select_and_resumes_without_the_che
     assert (workdir / runs.VARIABLE_NAMES_FILE).is_file()
     _, state, step = runs.restore_for_inference(config, workdir)
     assert step == 2
-    reference = ssd_build.build_model(config, seed=0)
+    reference = tasks.build_task(config).model  # the run's own initialization
     load_weights(reference, config, source, restore="detection")
     before = _flat(reference)
     moved = set()

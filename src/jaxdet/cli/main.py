@@ -227,10 +227,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-format", default="auto",
                    choices=("auto", "tf", "jaxdet", "torch"),
                    help="the --checkpoint's format (default: recognised from the path)")
-    p.add_argument("--restore", default="full", choices=("full", "detection", "classification"),
-                   help="full: every tensor (default); detection: those that fit (a new class "
-                        "count re-initialises the class predictor); classification: the "
-                        "backbone only")
+    p.add_argument("--restore", default="full",
+                   choices=("full", "detection", "fitting", "classification"),
+                   help="full: every tensor (default); detection: the feature extractor, as "
+                        "TF2's fine_tune_checkpoint_type; fitting: every tensor that fits (a "
+                        "new class count re-initialises the class predictor); classification: "
+                        "the backbone only")
     p.add_argument("--workdir", required=True, help="the new workdir (must hold no checkpoint)")
 
     sub.add_parser("configs", help="list the shipped configs")

@@ -362,16 +362,18 @@ class InitCheckpointConfig(Strict):
     effdet EfficientDet, a torchvision RetinaNet (``retinanet_resnet50_fpn``), or a
     torchvision ResNet / timm MobileNet or EfficientNet backbone.
     ``format``: ``auto`` tells them apart. ``restore`` (TF's ``fine_tune_checkpoint_type``):
-    ``full`` (every tensor; the model must be the checkpoint's), ``detection`` (every tensor
-    whose shape fits: a class predictor for another class count keeps its fresh
-    initialization) or
+    ``full`` (every tensor; the model must be the checkpoint's), ``detection`` (what TF2
+    restores for that type: the feature extractor, i.e. backbone and FPN, plus a Faster /
+    Mask R-CNN's box-classifier features; box predictors, RPN, heads and mask networks start
+    fresh), ``fitting`` (every tensor whose shape fits: a class predictor for another class
+    count keeps its fresh initialization; the TF2 few-shot colab's choice) or
     ``classification`` (the backbone alone, from a classification checkpoint or the
     backbone of a detection one). One line at start says what was restored, re-initialised
     and left unused (each name with ``-v``)."""
 
     path: str
     format: Literal["auto", "tf", "jaxdet", "torch"] = "auto"
-    restore: Literal["full", "detection", "classification"] = "detection"
+    restore: Literal["full", "detection", "fitting", "classification"] = "detection"
 
 
 RematTarget = Literal[

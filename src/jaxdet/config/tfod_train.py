@@ -7,6 +7,7 @@ from ``config/tfod_common.py``. TF defaults come from the TF OD API's .proto fil
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jaxdet.config.pbtxt import EnumValue, Message
@@ -180,8 +181,10 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
                              "learning_rate": learning_rate, "ema_decay": ema}
     for name in ("freeze_variables", "update_trainable_variables"):
         patterns = [str(v) for v in tc.all(name)]
-        if patterns:
-            train[name] = patterns
+        if patterns:  # TF1's model_main.py applied them; model_lib_v2 trains every variable
+            m.warn(f"{tc.path}.{name}: TF2's model_main_tf2.py ignores it and trains every "
+                   "variable, and so does jaxdet; to apply it, --set "
+                   f"'train.{name}={json.dumps(patterns)}'")
     init = _fine_tune_checkpoint(m, tc)
     if init is not None:
         train["init_checkpoint"] = init

@@ -30,14 +30,27 @@ DetectorMap = Callable[..., TorchDetectorMap | None]
 
 def copy_arrays(model: nnx.Module, source: str, arrays: Mapping[str, np.ndarray],
                 mapping: dict[str, tuple[tuple, str]], restore: str, *, where: str,
-                expected_unused: Callable[[str], bool]) -> ImportReport:
+                expected_unused: Callable[[str], bool],
+                detection_paths: frozenset[str] | None = None) -> ImportReport:
     """Copy ``arrays[key]``, in jaxdet's layout by the mapping's transform (see
     ``torch_names.to_ours``), into the variable at the path ``mapping[key]`` names, for every
     key of ``mapping``. Every name and shape is checked before anything is written: a key
     missing from ``arrays`` is an error, a shape that differs is re-initialised with ``restore:
-    detection`` and an error otherwise. Keys of ``arrays`` outside ``mapping`` are reported
-    unused unless ``expected_unused(key)``. ``source`` and ``where`` ("in the file") name
-    where the arrays came from in errors."""
+    fitting`` and an error otherwise. With ``restore: detection`` only the variables whose
+    '/'-joined paths are in ``detection_paths`` (the feature extractors, as TF2 restores
+    them) are read; the others keep their values and are reported re-initialised. Keys of
+    ``arrays`` outside ``mapping`` are reported unused unless ``expected_unused(key)``.
+    ``source`` and ``where`` ("in the file") name where the arrays came from in errors."""
+    left: list[str] = []
+    if restore == "detection":
+        if detection_paths is None:
+            raise ValueError("restore: detection needs the paths of the feature extractors")
+        kept = {k: v for k, v in mapping.items()
+                if "/".join(map(str, v[0])) in detection_paths}
+        left = sorted("/".join(map(str, v[0])) for k, v in mapping.items() if k not in kept)
+        whole, expected = mapping, expected_unused
+        expected_unused = lambda k: k in whole or expected(k)  # noqa: E731
+        mapping = kept
     missing = [k for k in mapping if k not in arrays]
     if missing:
         raise CheckpointError(f"{source} does not fit this model: {len(missing)} of the "
@@ -48,7 +61,7 @@ def copy_arrays(model: nnx.Module, source: str, arrays: Mapping[str, np.ndarray]
         planned.append((key, "/".join(map(str, target)), variable_at(model, target),
                         torch_names.to_ours(transform, arrays[key])))
     wrong = [p for p in planned if tuple(p[3].shape) != tuple(p[2].shape)]
-    if wrong and restore != "detection":
+    if wrong and restore != "fitting":
         key, name, variable, value = wrong[0]
         more = f" ({len(wrong)} tensors do not fit)" if len(wrong) > 1 else ""
         raise CheckpointError(f"{source}: {key} has shape {tuple(arrays[key].shape)} (as "
@@ -61,12 +74,14 @@ def copy_arrays(model: nnx.Module, source: str, arrays: Mapping[str, np.ndarray]
             continue
         variable[...] = jnp.asarray(value, variable.dtype)
         report.restored.append(name)
+    report.reinitialized += left
     report.unused = sorted(k for k in arrays if k not in mapping and not expected_unused(k))
     return report
 
 
 def load_torch_weights(model: nnx.Module, path: str | os.PathLike, detector_map: DetectorMap,
-                       *, restore: str, model_type: str) -> ImportReport:
+                       *, restore: str, model_type: str,
+                       detection_paths: frozenset[str] | None = None) -> ImportReport:
     """A PyTorch state dict (``.safetensors`` / ``.pth``) into ``model``. ``restore:
     classification``: the backbone alone, from a torchvision ResNet or timm MobileNet /
     EfficientNet classifier (its classifier keys are left unused) or from the backbone of a
@@ -85,7 +100,8 @@ def load_torch_weights(model: nnx.Module, path: str | os.PathLike, detector_map:
         found = detector_map(model, state, source=path)
         if found is not None:
             return copy_arrays(model, path, found.state, found.mapping, restore,
-                               where="in the file", expected_unused=found.expected_unused)
+                               where="in the file", expected_unused=found.expected_unused,
+                               detection_paths=detection_paths)
         if prefix:
             raise CheckpointError(f"{path} holds a whole detector's state dict that "
                                   f"model.type={model_type!r} has no map for: restore "
@@ -101,16 +117,19 @@ def load_torch_weights(model: nnx.Module, path: str | os.PathLike, detector_map:
 
 
 def load_variables(model: nnx.Module, source: str, arrays: Mapping[str, np.ndarray], *,
-                   restore: str) -> ImportReport:
+                   restore: str, detection_paths: frozenset[str] | None = None
+                   ) -> ImportReport:
     """A jaxdet checkpoint's variables (``{'/'-joined variable path: array}``, as
     ``train.workdir_variables.latest_variables`` reads them from ``source``) into ``model``
-    by path, no transform; ``restore: classification`` takes the backbone's alone."""
+    by path, no transform; ``restore: classification`` takes the backbone's alone,
+    ``detection`` those in ``detection_paths`` (see :func:`copy_arrays`)."""
     mapping = {"/".join(map(str, path)): (path, "identity") for path in variables_of(model)}
     if restore == "classification":
         mapping = {k: v for k, v in mapping.items() if k.startswith("backbone/")}
     return copy_arrays(
         model, source, arrays, mapping, restore, where="in its checkpoint",
-        expected_unused=lambda k: restore == "classification" and not k.startswith("backbone/"))
+        expected_unused=lambda k: restore == "classification" and not k.startswith("backbone/"),
+        detection_paths=detection_paths)
 
 
 __all__ = ["DetectorMap", "copy_arrays", "load_torch_weights", "load_variables"]

@@ -187,15 +187,31 @@ _TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
                  "model/_feature_extractor/_base_model/",  # CenterNet's ResNet-v1 FPN
                  "model/_feature_extractor/_efficientnet/")
 _TF_CLASSIFICATION_ROOT = "feature_extractor/"
+# What TF2's ``restore_from_objects(fine_tune_checkpoint_type="detection")`` restores: the
+# feature extractor of an SSD or CenterNet (backbone and FPN / upsampling), both feature
+# extractors of a Faster / Mask R-CNN (the backbone, its FPN, and the box classifier's conv5
+# block or fc layers); never a box predictor, an RPN, a head or a mask network.
+TF_DETECTION_ROOTS = ("model/_feature_extractor/",
+                      "model/_feature_extractor_for_proposal_features/",
+                      "model/_feature_extractor_for_box_classifier_features/")
 
 NameMap = Callable[[nnx.Module], dict[str, Target]]
+
+
+def detection_part(mapping: dict[str, Target]) -> dict[str, Target]:
+    """The entries of a detector's TF name map that ``restore: detection`` reads: those
+    under TF's feature extractor objects (:data:`TF_DETECTION_ROOTS`)."""
+    return {tf: target for tf, target in mapping.items() if tf.startswith(TF_DETECTION_ROOTS)}
 
 
 def restore_mapping(mapping: dict[str, Target], ckpt: TfCheckpoint,
                     restore: str) -> dict[str, Target]:
     """The part of a detector's name map ``mapping`` that ``restore`` reads from ``ckpt``:
-    all of it, or (``classification``) the backbone's tensors, renamed to where a
-    classification checkpoint keeps them when ``ckpt`` is one."""
+    all of it (``full``, ``fitting``), the feature extractors' tensors (``detection``, as
+    TF2), or (``classification``) the backbone's tensors, renamed to where a classification
+    checkpoint keeps them when ``ckpt`` is one."""
+    if restore == "detection":
+        return detection_part(mapping)
     if restore != "classification":
         return mapping
     mapping = {tf: target for tf, target in mapping.items() if target[0][0] == "backbone"}
@@ -214,16 +230,27 @@ def load_tf_weights(model: nnx.Module, path: str | os.PathLike, name_map: NameMa
                     restore: str) -> ImportReport:
     """Copy the TF checkpoint at ``path`` into ``model`` in place, by the map
     ``name_map(model)`` gives (the model's family's), as ``restore`` says
-    (``tasks.weights.load_weights``): ``detection`` re-initialises tensors of another shape,
+    (``tasks.weights.load_weights``): ``detection`` reads the feature extractors alone (the
+    rest keeps its initial values and is reported re-initialised; the checkpoint's other
+    tensors are not reported unused), ``fitting`` re-initialises tensors of another shape,
     ``classification`` reads the backbone alone (the detector's own tensors are then not
     reported unused)."""
     ckpt = TfCheckpoint(path)
-    mapping = restore_mapping(name_map(model), ckpt, restore)
+    whole = name_map(model)
+    mapping = restore_mapping(whole, ckpt, restore)
     report = load_tf_checkpoint(model, ckpt, mapping, unapplied=tf_unapplied(model),
-                                reinitialize=lambda tf_path: restore == "detection")
+                                reinitialize=lambda tf_path: restore == "fitting")
     if restore == "classification":
         report.unused = [k for k in report.unused if not k.startswith("model/")]
-    report.variable_names = _variable_names(ckpt, mapping)
+    if restore == "detection":
+        left = {tf: target for tf, target in whole.items() if tf not in mapping}
+        keys = ckpt.variables()
+        report.reinitialized += sorted("/".join(map(str, path)) for path, _ in left.values())
+        left_keys = {keys[tf] for tf in left if tf in keys}
+        report.unused = [k for k in report.unused if k not in left_keys]
+    # the names of every variable the checkpoint holds: regexes may select a part not restored
+    report.variable_names = _variable_names(ckpt, mapping if restore == "classification"
+                                            else whole)
     return report
 
 
@@ -231,9 +258,13 @@ def tf_variable_names(model: nnx.Module, path: str | os.PathLike, name_map: Name
                       restore: str = "full") -> dict[str, list[str]]:
     """Per jaxdet variable path of ``model`` (``backbone/layers/0/conv/kernel``) the names the
     TF checkpoint at ``path`` gives it: the variable name it recorded (``conv1_conv/kernel``)
-    and the object path (``model/_feature_extractor/...``); only the part ``restore`` reads."""
+    and the object path (``model/_feature_extractor/...``); with ``restore: classification``
+    only the backbone's (a classification checkpoint holds nothing else)."""
     ckpt = TfCheckpoint(path)
-    return _variable_names(ckpt, restore_mapping(name_map(model), ckpt, restore))
+    mapping = name_map(model)
+    if restore == "classification":
+        mapping = restore_mapping(mapping, ckpt, restore)
+    return _variable_names(ckpt, mapping)
 
 
 def _variable_names(ckpt: TfCheckpoint, mapping: dict[str, Target]) -> dict[str, list[str]]:
@@ -250,6 +281,7 @@ def _variable_names(ckpt: TfCheckpoint, mapping: dict[str, Target]) -> dict[str,
     return out
 
 
-__all__ = ["ImportPlan", "ImportReport", "NameMap", "PlannedTensor", "load_tf_checkpoint",
+__all__ = ["TF_DETECTION_ROOTS", "ImportPlan", "ImportReport", "NameMap", "PlannedTensor",
+           "detection_part", "load_tf_checkpoint",
            "load_tf_weights", "plan_tf_import", "restore_mapping", "tf_variable_names",
            "variable_at"]

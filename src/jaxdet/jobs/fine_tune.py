@@ -2,8 +2,9 @@
 
 A pretrained detector (a workdir, a TF2 zoo model, a pipeline.config with its checkpoint)
 learns new classes from a handful of annotated images: its weights are restored with
-``restore: detection`` (the class predictor, now for the new class count, starts fresh), the
-backbone and neck are frozen, and the rest trains a few hundred steps.
+``restore: fitting`` (everything but the class predictor, which starts fresh for the new class
+count, as the colab restores it), the backbone and neck are frozen, and the rest trains a few
+hundred steps.
 
 The images and boxes are written into the workdir as a COCO dataset
 (``WORKDIR/fine_tune_data/``: the files as given, arrays as PNG, and ``annotations.json``), so
@@ -122,7 +123,7 @@ def fine_tune_config(source: ModelSource, annotations: Path, *, num_classes: int
                      overrides: Iterable[str] = ()) -> Config:
     """``source``'s config made a few-shot run: ``num_classes`` classes, the COCO dataset
     ``annotations`` (its ``images/`` beside it) to train on and no evaluation set,
-    ``steps`` steps of ``batch_size``, its weights restored with ``restore: detection``,
+    ``steps`` steps of ``batch_size``, its weights restored with ``restore: fitting``,
     ``freeze`` regexes frozen; ``overrides`` on top.
 
     Raises:
@@ -139,7 +140,7 @@ def fine_tune_config(source: ModelSource, annotations: Path, *, num_classes: int
     raw["data"]["train"] = {"type": "coco", "annotation_file": str(annotations.absolute()),
                             "image_dir": str((annotations.parent / "images").absolute())}
     raw["data"]["eval"] = None
-    raw["train"].update(init_checkpoint={"path": start, "restore": "detection"},
+    raw["train"].update(init_checkpoint={"path": start, "restore": "fitting"},
                         freeze_variables=list(freeze), num_steps=int(steps),
                         batch_size=int(batch_size))
     return validate(apply_overrides(raw, overrides), source="the fine-tuning config")

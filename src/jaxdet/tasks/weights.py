@@ -7,8 +7,13 @@ built model. It sits beside the registry because it asks each family for its nam
 ``restore`` (TF's ``fine_tune_checkpoint_type``):
 
 * ``full``: every tensor of the model, each of the same shape (predict / eval a zoo model);
-* ``detection``: every tensor whose shape fits; the rest (a class predictor for another
-  class count) keeps its fresh initialization and is reported re-initialised;
+* ``detection``: what TF2's ``restore_from_objects`` restores for this type: the feature
+  extractor (an SSD's or CenterNet's backbone and FPN; a Faster / Mask R-CNN's backbone, FPN
+  and box-classifier features), from any format; box predictors, RPNs, heads and mask
+  networks keep their fresh initialization and are reported re-initialised;
+* ``fitting``: every tensor whose shape fits; the rest (a class predictor for another
+  class count) keeps its fresh initialization and is reported re-initialised (the TF2
+  few-shot colab's choice: all but the class predictor);
 * ``classification``: the backbone alone, from a classification checkpoint (TF:
   ``tf.train.Checkpoint(feature_extractor=backbone)``) or a detection one.
 
@@ -37,12 +42,12 @@ from jaxdet.interop.array_import import load_torch_weights, load_variables
 from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, load_tf_weights
-from jaxdet.interop.tfod_names import tf_unapplied
+from jaxdet.interop.tfod_names import tf_unapplied, variables_of
 from jaxdet.tasks.family import Family
 from jaxdet.train.workdir_variables import latest_variables
 
 FORMATS = ("tf", "jaxdet", "torch")
-RESTORE_MODES = ("full", "detection", "classification")
+RESTORE_MODES = ("full", "detection", "fitting", "classification")
 
 
 def load_weights(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,
@@ -60,14 +65,31 @@ def load_weights(model: nnx.Module, config: Family | S.Config, path: str | os.Pa
     if restore not in RESTORE_MODES:
         raise ValueError(f"restore={restore!r}; allowed: {', '.join(RESTORE_MODES)}")
     kind = detect_format(path) if format == "auto" else format
-    if kind == "jaxdet":
-        return load_variables(model, str(path), latest_variables(path), restore=restore)
     if kind == "tf":
         return load_tf_weights(model, path, family.tf_name_map, restore=restore)
+    paths = detection_paths(model) if restore == "detection" else None
+    if kind == "jaxdet":
+        return load_variables(model, str(path), latest_variables(path), restore=restore,
+                              detection_paths=paths)
     if kind == "torch":
         return load_torch_weights(model, path, family.torch_detector_map, restore=restore,
-                                  model_type=family.name)
+                                  model_type=family.name, detection_paths=paths)
     raise ValueError(f"format={format!r}; allowed: auto, {', '.join(FORMATS)}")
+
+
+# The modules of a jaxdet detector that TF2 counts as its feature extractor(s) (what
+# ``restore: detection`` reads): the backbone (a Faster R-CNN C4's conv5 block included), the
+# FPN / upsampling neck, and an FPN Faster R-CNN's fc box-classifier features.
+FEATURE_EXTRACTOR_MODULES = ("backbone", "neck", "box_classifier")
+
+
+def detection_paths(model: nnx.Module) -> frozenset[str]:
+    """The '/'-joined variable paths of ``model`` that ``restore: detection`` reads from a
+    jaxdet workdir or a PyTorch file: those of :data:`FEATURE_EXTRACTOR_MODULES`, the parts
+    TF's name maps put under TF's feature extractor objects (from a TF checkpoint the TF
+    names decide: ``interop.tf_import.detection_part``)."""
+    return frozenset("/".join(map(str, path)) for path in variables_of(model)
+                     if str(path[0]) in FEATURE_EXTRACTOR_MODULES)
 
 
 def load_tf_detection_checkpoint(model: nnx.Module, config: Family | S.Config,
@@ -98,5 +120,5 @@ def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | 
                                        restore=restore)
 
 
-__all__ = ["FORMATS", "RESTORE_MODES", "load_tf_detection_checkpoint",
-           "load_weights", "tf_variable_names"]
+__all__ = ["FEATURE_EXTRACTOR_MODULES", "FORMATS", "RESTORE_MODES", "detection_paths",
+           "load_tf_detection_checkpoint", "load_weights", "tf_variable_names"]

@@ -133,15 +133,21 @@ def test_effdet_file_loads_as_the_whole_detector(detector, effdet_file, build_fa
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
-def test_effdet_file_restores_detection_for_another_class_count(detector, effdet_file,
-                                                                 build_fast):
+@pytest.mark.parametrize("restore", ["fitting", "detection"])
+def test_effdet_file_restores_for_another_class_count(detector, effdet_file, build_fast,
+                                                      restore):
+    """``fitting``: all but the class predictor; ``detection`` (as TF2): EfficientNet and
+    BiFPN, the head keeps its initialization."""
     config = _config(["model.num_classes=3"])
     model = build_fast(lambda: ssd_build.build_model(config), seed=1)
     fresh = _flat(model)
-    report = load_weights(model, config, effdet_file, restore="detection")
-    assert sorted(report.reinitialized) == ["head/class_predictor/pointwise/bias",
-                                            "head/class_predictor/pointwise/kernel"]
+    report = load_weights(model, config, effdet_file, restore=restore)
     expected, ours = _flat(detector), _flat(model)
+    if restore == "fitting":
+        assert sorted(report.reinitialized) == ["head/class_predictor/pointwise/bias",
+                                                "head/class_predictor/pointwise/kernel"]
+    else:
+        assert set(report.reinitialized) == {n for n in ours if n.startswith("head/")}
     for name in ours:
         want = fresh[name] if name in report.reinitialized else expected[name]
         np.testing.assert_array_equal(ours[name], want, err_msg=name)

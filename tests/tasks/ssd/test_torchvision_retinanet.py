@@ -202,13 +202,21 @@ def test_restores_the_backbone_alone(detector, retinanet_file, build_fast):
         np.testing.assert_array_equal(ours[name], want, err_msg=name)
 
 
-def test_restores_detection_for_another_class_count(retinanet_file, build_fast):
+def test_restores_for_another_class_count_what_fits_or_the_feature_extractor(retinanet_file,
+                                                                             build_fast):
+    """``fitting``: all but the class predictor; ``detection`` (as TF2): backbone and FPN,
+    the head keeps its initialization."""
     config = _config(["model.num_classes=3"])
     model = build_fast(lambda: ssd_build.build_model(config))
-    report = load_weights(model, config, retinanet_file, restore="detection")
+    report = load_weights(model, config, retinanet_file, restore="fitting")
     assert sorted(report.reinitialized) == ["head/class_predictor/bias",
                                             "head/class_predictor/kernel"]
     assert len(report.restored) == len(FIXTURE["shapes"]) - 2
+    report = load_weights(model, config, retinanet_file, restore="detection")
+    assert report.reinitialized and all(n.startswith("head/") for n in report.reinitialized)
+    assert all(n.startswith(("backbone/", "neck/")) for n in report.restored)
+    assert len(report.restored) + len(report.reinitialized) == len(FIXTURE["shapes"])
+    assert report.unused == []
 
 
 def test_predictions_carry_coco_ids(tmp_path):
