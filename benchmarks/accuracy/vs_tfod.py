@@ -27,6 +27,17 @@ evaluates that same TF checkpoint (``AP_by_jaxdet_eval``: evaluation parity); ja
 take turns (TF, then jaxdet, for each seed). The verdict: jaxdet's mean AP >= TF's mean AP
 minus the larger side's seed spread (max - min).
 
+**Fine-tuning** (``--fine-tune-checkpoint CKPT``, ``--fine-tune-checkpoint-type``, default
+``detection``): the pipeline.config starts from a TF detection checkpoint (e.g. one TF trained
+on the default generated set) and both sides fine-tune it on another generated set
+(``--data-seed``: other images and boxes; ``--train-images`` a few dozen), each restoring what
+its ``fine_tune_checkpoint_type`` says:
+
+    python -m benchmarks.accuracy.vs_tfod --out runs/fine_tune --pipeline-config \
+        $CONFIGS/ssd_mobilenet_v2_320x320_coco17_tpu-8.config --fine-tune-checkpoint \
+        runs/accuracy_ssd/tf_seed0/ckpt-3 --data-seed 21 --train-images 48 --val-images 60 \
+        --steps 300 --learning-rate-base 0.02 --warmup-learning-rate 0.0067 --warmup-steps 30
+
 The TF side runs under the TF peer's Python (``--tf-python``, default ``$TFPY`` or
 ``~/tfod-peer/tfod-venv/bin/python``; sources ``--tfod-src``, default
 ``~/tfod-peer/tfod-src``; built by ``../shared/peer/setup_tfod.sh``). ``--sides jaxdet`` skips
@@ -56,8 +67,10 @@ def make_data(args, root: Path) -> dict:
     done = records / "done.json"
     if done.exists():
         return json.loads(done.read_text())
-    make_user_dataset(root, "train", args.train_images, seed=11, num_classes=len(CLASSES))
-    make_user_dataset(root, "val", args.val_images, seed=12, num_classes=len(CLASSES))
+    make_user_dataset(root, "train", args.train_images, seed=args.data_seed,
+                      num_classes=len(CLASSES))
+    make_user_dataset(root, "val", args.val_images, seed=args.data_seed + 1,
+                      num_classes=len(CLASSES))
     python, env = common.tf_peer(args)
     tool = common.tfod_sources(env) / "object_detection" / "dataset_tools" / \
         "create_coco_tf_record.py"
@@ -89,6 +102,9 @@ def write_config(args, data: dict, out: Path) -> Path:
         str(args.steps))
     if not args.drop_bfloat16:
         argv.append("--keep-bfloat16")
+    if args.fine_tune_checkpoint:
+        argv += ["--fine-tune-checkpoint", str(Path(args.fine_tune_checkpoint).resolve()),
+                 "--fine-tune-checkpoint-type", args.fine_tune_checkpoint_type]
     for name in ("learning_rate_base", "warmup_learning_rate", "warmup_steps"):
         value = getattr(args, name)
         if value is not None:
@@ -184,6 +200,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--drop-bfloat16", action="store_true",
                         help="write use_bfloat16: false (default: as shipped; TF and jaxdet "
                              "apply it on TPUs only)")
+    parser.add_argument("--data-seed", type=int, default=11,
+                        help="seed of the generated training images (validation: +1)")
+    parser.add_argument("--fine-tune-checkpoint",
+                        help="a TF detection checkpoint both sides start from")
+    parser.add_argument("--fine-tune-checkpoint-type", default="detection",
+                        choices=["detection", "classification", "full"])
     parser.add_argument("--reuse", action="store_true",
                         help="evaluate TF runs already trained in --out again, do not retrain")
     common.add_tf_peer_arguments(parser)
@@ -215,6 +237,9 @@ def main(argv: list[str] | None = None) -> dict:
                 f"generated COCO ({args.train_images} train / {args.val_images} val, "
                 "create_coco_tf_record.py)",
         "steps": args.steps, "batch_size": args.batch_size, "overrides": args.overrides,
+        "fine_tune_checkpoint": args.fine_tune_checkpoint and {
+            "path": args.fine_tune_checkpoint, "type": args.fine_tune_checkpoint_type},
+        "data_seed": args.data_seed,
         "machine": common.machine_info(devices=False),
         "runs": runs,
         **{f"{side}_{k}": v for side in runs for k, v in summary(runs[side]).items()},

@@ -8,7 +8,8 @@ peer's Python (``../shared/peer/setup_tfod.sh``) from the repository's root:
     ... -m benchmarks.peers.tfod_train --pipeline-config edited.config --model-dir D --steps 30
 
 ``--write-config``: the pipeline.config with its training input, label map, class count and
-batch size replaced, no fine-tune checkpoint (there are no weights to start from) and
+batch size replaced, no fine-tune checkpoint unless ``--fine-tune-checkpoint`` names one
+(with ``--fine-tune-checkpoint-type``, default ``detection``, and version V2) and
 ``use_bfloat16: false`` (fp32 on both sides), written with TF's own ``config_util`` so both
 frameworks read the same file. ``--eval-tfrecord`` also replaces the evaluation input;
 ``--num-steps``, ``--learning-rate-base``, ``--warmup-learning-rate`` and ``--warmup-steps``
@@ -39,13 +40,17 @@ import time
 
 
 def write_config(args) -> None:
+    from object_detection.protos import train_pb2
     from object_detection.utils import config_util
 
     from benchmarks.peers.tfod_input import configs_for_data
 
     configs = configs_for_data(args)
     train = configs["train_config"]
-    train.fine_tune_checkpoint = ""
+    train.fine_tune_checkpoint = args.fine_tune_checkpoint or ""
+    if args.fine_tune_checkpoint:  # TF2 reads V2 (object-based) checkpoints only
+        train.fine_tune_checkpoint_type = args.fine_tune_checkpoint_type
+        train.fine_tune_checkpoint_version = train_pb2.CheckpointVersion.V2
     if not args.keep_bfloat16:
         train.use_bfloat16 = False
     configs["eval_input_configs"][0].label_map_path = args.label_map
@@ -140,6 +145,8 @@ def main() -> None:
     parser.add_argument("--warmup-learning-rate", type=float)
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--keep-bfloat16", action="store_true")
+    parser.add_argument("--fine-tune-checkpoint", help="with --write-config: start from it")
+    parser.add_argument("--fine-tune-checkpoint-type", default="detection")
     parser.add_argument("--evaluate", metavar="CHECKPOINT")
     args = parser.parse_args()
     if args.evaluate:

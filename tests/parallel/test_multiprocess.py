@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from compile_settings import FAST_COMPILE_XLA_FLAGS
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.data.loader import SHARDED_STATE_FORMAT, gather_ints
@@ -31,6 +32,16 @@ SAME = ["train.optimizer.name=momentum", "train.optimizer.weight_decay=0.0001",
         "train.optimizer.clip_gradient_norm=10.0"]
 
 
+def _worker_env() -> dict[str, str]:
+    """The workers' environment: CPU, and of ``XLA_FLAGS`` only the suite's fast-compile
+    settings (when the suite uses them), as the in-process reference compiles."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    if os.environ.get("JAXDET_TEST_USERS_COMPILE") != "1":
+        env["XLA_FLAGS"] = " ".join(FAST_COMPILE_XLA_FLAGS)
+    return env
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -40,8 +51,7 @@ def _free_port() -> int:
 def _launch(workdir: Path, overrides: list[str], *, num_processes: int = 2,
             stop_after: int | None = None, timeout: int = 300) -> list[dict]:
     port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = _worker_env()
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes",
@@ -128,8 +138,7 @@ def test_a_signal_to_one_process_stops_both_at_one_step(tiny_overrides, tmp_path
     workdir = tmp_path / "two"
     data_build.build_source(load_config("shapes_demo", overrides).data.train, workdir)
     port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = _worker_env()
     procs = [subprocess.Popen(
         [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", "2",
          "--coordinator-address", f"localhost:{port}", "--workdir", str(workdir),
