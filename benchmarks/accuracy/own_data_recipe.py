@@ -32,11 +32,14 @@ MARKER = "# my_detector_cpu.yaml"
 
 
 def make_user_dataset(root: Path, split: str, num_images: int, seed: int,
-                      num_classes: int = 3) -> Path:
-    """``root/<split>.json`` + ``root/<split>/`` images as described in the module docstring."""
+                      num_classes: int = 3, **boxes: float) -> Path:
+    """``root/<split>.json`` + ``root/<split>/`` images as described in the module docstring.
+    ``boxes``: ``generate_shapes``' object options (``min_objects``, ``max_objects``,
+    ``min_size_frac``, ``max_size_frac``) in place of its defaults (1-6 objects)."""
     out = root / f"gen_{split}"
+    shapes = {"max_objects": 6, **boxes}
     ann = json.loads(generate_shapes(out, num_images, image_size=((240, 520), (240, 520)),
-                                     seed=seed, num_classes=num_classes, max_objects=6).read_text())
+                                     seed=seed, num_classes=num_classes, **shapes).read_text())
     images_dir = root / split
     images_dir.mkdir(parents=True, exist_ok=True)
     for k, entry in enumerate(ann["images"]):

@@ -11,7 +11,8 @@ evaluator, several seeds per side; prints one JSON object (AP of every run).
 The data, unless ``--tfrecord`` / ``--eval-tfrecord`` / ``--label-map`` name a user's own: a
 generated COCO set as a new user brings one (``--train-images`` / ``--val-images`` shape
 images of 240-520 px in 4 classes; JPEGs, every sixth a grayscale PNG and every sixth an RGBA
-PNG, 3% of the boxes ``iscrowd``), converted by TF's own
+PNG, 3% of the boxes ``iscrowd``; ``--boxes crowded`` draws 3-12 smaller objects an image
+instead of 1-6, ``--data-seed`` other images), converted by TF's own
 ``dataset_tools/create_coco_tf_record.py``. The pipeline.config is edited as a tutorial
 does, by TF's ``config_util`` (``benchmarks.peers.tfod_train --write-config``): the records,
 label map, class count, batch size, ``num_steps``, the cosine schedule's base, warm-up and
@@ -59,6 +60,12 @@ from benchmarks import common
 from benchmarks.accuracy.own_data_recipe import make_user_dataset
 
 CLASSES = ("circle", "square", "triangle", "star")
+# --boxes: the generated set's object statistics (generate_shapes' options)
+BOX_STATISTICS = {
+    "default": {},  # 1-6 objects an image, each 5-60% of the image's side
+    "crowded": {"min_objects": 3, "max_objects": 12, "min_size_frac": 0.04,
+                "max_size_frac": 0.3},  # 3-12 smaller objects
+}
 
 
 def make_data(args, root: Path) -> dict:
@@ -67,10 +74,11 @@ def make_data(args, root: Path) -> dict:
     done = records / "done.json"
     if done.exists():
         return json.loads(done.read_text())
+    boxes = BOX_STATISTICS[args.boxes]
     make_user_dataset(root, "train", args.train_images, seed=args.data_seed,
-                      num_classes=len(CLASSES))
+                      num_classes=len(CLASSES), **boxes)
     make_user_dataset(root, "val", args.val_images, seed=args.data_seed + 1,
-                      num_classes=len(CLASSES))
+                      num_classes=len(CLASSES), **boxes)
     python, env = common.tf_peer(args)
     tool = common.tfod_sources(env) / "object_detection" / "dataset_tools" / \
         "create_coco_tf_record.py"
@@ -202,6 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "apply it on TPUs only)")
     parser.add_argument("--data-seed", type=int, default=11,
                         help="seed of the generated training images (validation: +1)")
+    parser.add_argument("--boxes", default="default", choices=sorted(BOX_STATISTICS),
+                        help="the generated set's objects: default 1-6 an image of 5-60%% of "
+                             "its side; crowded 3-12 of 4-30%%")
     parser.add_argument("--fine-tune-checkpoint",
                         help="a TF detection checkpoint both sides start from")
     parser.add_argument("--fine-tune-checkpoint-type", default="detection",
@@ -239,7 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": args.steps, "batch_size": args.batch_size, "overrides": args.overrides,
         "fine_tune_checkpoint": args.fine_tune_checkpoint and {
             "path": args.fine_tune_checkpoint, "type": args.fine_tune_checkpoint_type},
-        "data_seed": args.data_seed,
+        "data_seed": args.data_seed, "boxes": args.boxes,
         "machine": common.machine_info(devices=False),
         "runs": runs,
         **{f"{side}_{k}": v for side in runs for k, v in summary(runs[side]).items()},
