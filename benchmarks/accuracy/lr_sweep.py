@@ -17,7 +17,8 @@ warm-up from ``B / 3``, seed 0 a side; where the two sides' APs differ by more t
 mean AP at least TF's minus the larger seed spread (with one seed a side, no spread: at least
 TF's minus ``--second-seed-above``, which a difference that large has been run twice to
 settle). ``--cells default:11@0.08 ...`` runs those cells only; ``--report`` prints the table
-of the cells done without training.
+of the cells done without training; ``--reuse-tf`` keeps the TF runs a cell already has (only
+jaxdet trains again: a change on the jaxdet side, measured against the same TF runs).
 
 Where TF "diverges": its AP under ``--diverged-below`` (0.05) of a cell where another base
 converged; such cells say whether jaxdet diverged too.
@@ -62,6 +63,8 @@ def run_cell(args: argparse.Namespace, dataset: str, base: float, seeds: list[in
             "--label-map", data["label_map"], "--num-classes", str(data["num_classes"])]
     if args.drop_bfloat16:
         argv.append("--drop-bfloat16")
+    if args.reuse_tf:
+        argv.append("--reuse")
     if args.tf_python:
         argv += ["--tf-python", args.tf_python]
     if args.tfod_src:
@@ -161,6 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--second-seed-above", type=float, default=0.03)
     parser.add_argument("--diverged-below", type=float, default=0.05)
     parser.add_argument("--drop-bfloat16", action="store_true")
+    parser.add_argument("--reuse-tf", action="store_true",
+                        help="TF runs already trained in a cell are evaluated again, not "
+                             "retrained (to measure a change on the jaxdet side)")
     parser.add_argument("--report", action="store_true",
                         help="only summarize the cells already done")
     parser.add_argument("--plot", type=Path, help="write the AP-vs-base plot here (PNG)")

@@ -14,8 +14,9 @@ batch size replaced, no fine-tune checkpoint unless ``--fine-tune-checkpoint`` n
 frameworks read the same file. ``--eval-tfrecord`` also replaces the evaluation input;
 ``--num-steps``, ``--learning-rate-base``, ``--warmup-learning-rate`` and ``--warmup-steps``
 edit ``num_steps`` and a cosine schedule as a tutorial would (``total_steps`` follows
-``num_steps``); ``--keep-bfloat16`` leaves ``use_bfloat16`` as the file has it (TF applies it
-on TPUs only).
+``num_steps``); ``--image-size N`` sets the image resizer to N (a fixed-shape resizer's height
+and width, a keep-aspect-ratio one's both dimensions); ``--keep-bfloat16`` leaves
+``use_bfloat16`` as the file has it (TF applies it on TPUs only).
 
 Otherwise: ``model_lib_v2.train_loop`` (what ``model_main_tf2.py`` calls) for ``--steps``
 steps into ``--model-dir``, checkpointing at step 0 and after the last step, and prints one
@@ -58,6 +59,8 @@ def write_config(args) -> None:
         args.eval_tfrecord or args.tfrecord)
     if args.num_steps:
         train.num_steps = args.num_steps
+    if args.image_size:
+        resize_to(configs["model"], args.image_size)
     optimizer = getattr(train.optimizer, train.optimizer.WhichOneof("optimizer"))
     if optimizer.learning_rate.WhichOneof("learning_rate") == "cosine_decay_learning_rate":
         cosine = optimizer.learning_rate.cosine_decay_learning_rate
@@ -71,6 +74,17 @@ def write_config(args) -> None:
         from google.protobuf import text_format
 
         f.write(text_format.MessageToString(proto))
+
+
+def resize_to(model_config, size: int) -> None:
+    """The model's image resizer set to ``size``: a fixed-shape resizer's height and width, or
+    a keep-aspect-ratio resizer's min and max dimensions."""
+    arch = getattr(model_config, model_config.WhichOneof("model"))
+    resizer = getattr(arch.image_resizer, arch.image_resizer.WhichOneof("image_resizer_oneof"))
+    if hasattr(resizer, "height"):
+        resizer.height = resizer.width = size
+    else:
+        resizer.min_dimension = resizer.max_dimension = size
 
 
 class _StepTimes(logging.Handler):
@@ -145,6 +159,8 @@ def main() -> None:
     parser.add_argument("--warmup-learning-rate", type=float)
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--keep-bfloat16", action="store_true")
+    parser.add_argument("--image-size", type=int,
+                        help="with --write-config: the image resizer's size (a smaller input)")
     parser.add_argument("--fine-tune-checkpoint", help="with --write-config: start from it")
     parser.add_argument("--fine-tune-checkpoint-type", default="detection")
     parser.add_argument("--evaluate", metavar="CHECKPOINT")
