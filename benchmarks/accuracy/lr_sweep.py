@@ -35,6 +35,8 @@ from pathlib import Path
 from benchmarks import common
 from benchmarks.accuracy import vs_tfod
 
+BOX_WORDS = {"default": "1-6 objects an image", "crowded": "3-12 smaller objects an image"}
+
 
 def cell_name(dataset: str, base: float) -> str:
     return f"{dataset.replace(':', '_seed')}/base_{base:g}"
@@ -138,7 +140,8 @@ def plot(cells: list[dict], path: Path) -> None:
         ax.set_xticks(bases, [f"{b:g}" for b in bases])
         ax.minorticks_off()
         ax.set_xlabel("cosine learning-rate base")
-        ax.set_title(f"generated set: {dataset}", fontsize=10)
+        boxes, seed = dataset.split(":")
+        ax.set_title(f"generated set: {BOX_WORDS.get(boxes, boxes)}, seed {seed}", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("COCO AP (held-out)")
     axes[0][0].legend(loc="lower left", fontsize=9)
