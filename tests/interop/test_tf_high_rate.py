@@ -18,26 +18,19 @@ exactly."""
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
-from jaxdet.tasks.weights import load_tf_detection_checkpoint
 from jaxdet.train.build import build_optimizer, build_train_step
-from jaxdet.train.optim import param_path
+from tf_train_start import fixture_batch, start_variables
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"
-sys.path.insert(0, str(FIXTURE.parent))
-from tf_fixture_values import rebuild_data  # noqa: E402
-from tf_fixture_values import test_image as fixture_image  # noqa: E402
 
 STEPS = 20  # the warm-up, to the peak rate
 pytestmark = pytest.mark.xdist_group("tf_detectors")
@@ -52,24 +45,8 @@ def _jaxdet_trajectory(tf: dict, tmp_path: Path) -> list[dict]:
         f"data.resizer.height={size}", f"data.resizer.width={size}",
         *(f"train.learning_rate.{k}={v}" for k, v in schedule.items())])
     task = tasks.build_task(config)
-    load_tf_detection_checkpoint(task.model, config, rebuild_data(FIXTURE, tmp_path / "ckpt-0"))
-    _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
-    params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)
-    bias = config.model.head.class_prediction_bias_init  # as TF's fixture: a step-0 head
-    params = jax.tree_util.tree_map_with_path(
-        lambda k, p: jnp.full_like(p, bias)
-        if re.search(r"^head/.*class_predictor/.*bias$", param_path(k)) else p, params)
-    n = task.max_boxes
-    boxes = np.zeros((2, n, 4), np.float32)
-    classes = np.zeros((2, n), np.int32)
-    valid = np.zeros((2, n), bool)
-    for i, (b, c) in enumerate(zip(tf["boxes"], tf["classes"], strict=True)):
-        boxes[i, :len(b)], classes[i, :len(c)], valid[i, :len(c)] = b, c, True
-    images = np.stack([fixture_image(size, size, s) for s in tf["image_seeds"]])
-    batch = {"images": jnp.asarray(images, jnp.float32), "boxes": jnp.asarray(boxes),
-             "classes": jnp.asarray(classes), "valid": jnp.asarray(valid),
-             "ignore": jnp.zeros((2, n), bool),
-             "image_info": jnp.asarray([[size, size, size, size]] * 2, jnp.float32)}
+    params, stats = start_variables(task, config, FIXTURE, tmp_path)
+    batch = fixture_batch(task, tf)
     tx, rate = build_optimizer(config.train)
     step = build_train_step(config, task, tx, rate, normalizer=tasks.build_normalizer(config))
     state = {"step": jnp.zeros((), jnp.int32), "params": params, "batch_stats": stats,

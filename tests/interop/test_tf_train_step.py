@@ -13,40 +13,26 @@ element-wise agreement there is not a property either framework has with itself.
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.models.param_rules import ParamPattern
-from jaxdet.tasks.weights import load_tf_detection_checkpoint
 from jaxdet.train.optim import decay_weights, param_path
+from tf_train_start import fixture_batch, start_variables
 
 FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-from tf_fixture_values import rebuild_data  # noqa: E402
-from tf_fixture_values import test_image as fixture_image  # noqa: E402
 
 NAMES = sorted(d.name.removeprefix("tf_") for d in FIXTURES.glob("tf_ssd_*")
                if (d / "train_step.json").is_file())
 PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
-CLASS_BIAS = r"^head/.*class_predictor/.*bias$"
 
 pytestmark = pytest.mark.xdist_group("tf_detectors")
-
-
-def _class_bias(head) -> float:
-    """The pipeline.config's class_prediction_bias_init, as the converted head holds it."""
-    if head.name == "convolutional":
-        return head.class_prediction_bias_init
-    return float(np.log(head.prior_probability / (1 - head.prior_probability)))
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -65,27 +51,8 @@ def step(request, tmp_path_factory):
                       "model.backbone.drop_connect_rate=0.0"]
     config = load_pipeline_config(fixture / "pipeline.config", overrides)
     task = tasks.build_task(config)
-    prefix = rebuild_data(fixture, tmp_path_factory.mktemp("ckpt") / "ckpt-0")
-    load_tf_detection_checkpoint(task.model, config, prefix)
-    _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
-    params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)
-    bias = _class_bias(config.model.head)
-    params = jax.tree_util.tree_map_with_path(  # as TF's fixture: the config's class bias
-        lambda k, p: jnp.full_like(p, bias) if re.search(CLASS_BIAS, param_path(k)) else p,
-        params)
-    images = np.stack([fixture_image(size, size, s) for s in tf["image_seeds"]]).astype(np.float32)
-    n = task.max_boxes
-    boxes = np.zeros((len(images), n, 4), np.float32)
-    classes = np.zeros((len(images), n), np.int32)
-    valid = np.zeros((len(images), n), bool)
-    for i, (b, c) in enumerate(zip(tf["boxes"], tf["classes"], strict=True)):
-        boxes[i, :len(b)], classes[i, :len(c)], valid[i, :len(c)] = b, c, True
-    normalize = tasks.build_normalizer(config).normalize_batch
-    batch = normalize({"images": jnp.asarray(images), "boxes": jnp.asarray(boxes),
-                       "classes": jnp.asarray(classes), "valid": jnp.asarray(valid),
-                       "ignore": jnp.zeros_like(jnp.asarray(valid)),
-                       "image_info": jnp.asarray([[size, size, size, size]] * len(images),
-                                                 jnp.float32)})
+    params, stats = start_variables(task, config, fixture, tmp_path_factory.mktemp("ckpt"))
+    batch = tasks.build_normalizer(config).normalize_batch(fixture_batch(task, tf))
 
     def loss(p):
         total, (parts, _) = task.loss(p, stats, batch, task.step_key(jnp.int32(0)))

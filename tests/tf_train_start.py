@@ -1,0 +1,62 @@
+"""jaxdet's side of the TF-written train-step fixtures' start (tests/interop/fixtures/
+make_tf_train_step_fixtures.py and make_tf_high_rate_fixture.py): the fixture's weights with
+the class biases at the config's initial value, and its batch of generated images and boxes."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdet.tasks.weights import load_tf_detection_checkpoint
+from jaxdet.train.optim import param_path
+
+FIXTURES = Path(__file__).parent / "interop" / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+from tf_fixture_values import rebuild_data  # noqa: E402
+from tf_fixture_values import test_image as fixture_image  # noqa: E402
+
+CLASS_BIAS = r"^head/.*class_predictor/.*bias$"
+
+
+def class_bias(head) -> float:
+    """The pipeline.config's class_prediction_bias_init, as the converted head holds it."""
+    if head.name == "convolutional":
+        return head.class_prediction_bias_init
+    return float(np.log(head.prior_probability / (1 - head.prior_probability)))
+
+
+def start_variables(task, config, fixture: Path, tmp: Path) -> tuple[dict, dict]:
+    """(params, batch_stats) as pure dicts: the fixture's checkpoint (rebuilt under ``tmp``)
+    loaded into ``task.model``, the class predictors' biases at the config's initial value as
+    TF's fixture scripts set them (a step-0 head)."""
+    load_tf_detection_checkpoint(task.model, config, rebuild_data(fixture, tmp / "ckpt-0"))
+    _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
+    params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)
+    bias = class_bias(config.model.head)
+    params = jax.tree_util.tree_map_with_path(
+        lambda k, p: jnp.full_like(p, bias) if re.search(CLASS_BIAS, param_path(k)) else p,
+        params)
+    return params, stats
+
+
+def fixture_batch(task, tf: dict) -> dict:
+    """The fixture's raw batch (``tf``: its JSON with ``size``, ``image_seeds``, normalized
+    ``boxes`` and 0-based ``classes`` per image): float32 pixels [B, size, size, 3], boxes and
+    classes padded to ``task.max_boxes``, ``valid``, ``ignore`` and ``image_info``."""
+    size, count, n = tf["size"], len(tf["image_seeds"]), task.max_boxes
+    images = np.stack([fixture_image(size, size, s) for s in tf["image_seeds"]])
+    boxes = np.zeros((count, n, 4), np.float32)
+    classes = np.zeros((count, n), np.int32)
+    valid = np.zeros((count, n), bool)
+    for i, (b, c) in enumerate(zip(tf["boxes"], tf["classes"], strict=True)):
+        boxes[i, :len(b)], classes[i, :len(c)], valid[i, :len(c)] = b, c, True
+    return {"images": jnp.asarray(images, jnp.float32), "boxes": jnp.asarray(boxes),
+            "classes": jnp.asarray(classes), "valid": jnp.asarray(valid),
+            "ignore": jnp.zeros((count, n), bool),
+            "image_info": jnp.asarray([[size, size, size, size]] * count, jnp.float32)}
