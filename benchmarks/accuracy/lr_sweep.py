@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 from benchmarks import common
@@ -209,4 +208,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    main()
