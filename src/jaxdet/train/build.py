@@ -24,20 +24,20 @@ log = logging.getLogger("jaxdet")
 
 
 
-def build_schedule(cfg: S.TrainConfig) -> optax.Schedule:
-    """The learning-rate schedule of ``train`` (step -> rate); with ``reference_batch_size``
-    every rate is multiplied by ``batch_size / reference_batch_size`` (the linear scaling
-    rule)."""
+def build_schedule(cfg: S.TrainConfig) -> optim.Schedule:
+    """The learning-rate schedule of ``train`` (step -> rate; its numbers enter the train step
+    as arguments, see ``optim.Schedule``); with ``reference_batch_size`` every rate is
+    multiplied by ``batch_size / reference_batch_size`` (the linear scaling rule)."""
     schedule = _unscaled_schedule(cfg)
     if cfg.reference_batch_size is None or cfg.reference_batch_size == cfg.batch_size:
         return schedule
     factor = cfg.batch_size / cfg.reference_batch_size
     log.info("learning rates x %g: train.batch_size %d over train.reference_batch_size %d "
              "(the linear scaling rule)", factor, cfg.batch_size, cfg.reference_batch_size)
-    return lambda step: schedule(step) * factor
+    return schedule.scaled(factor)
 
 
-def _unscaled_schedule(cfg: S.TrainConfig) -> optax.Schedule:
+def _unscaled_schedule(cfg: S.TrainConfig) -> optim.Schedule:
     lr = cfg.learning_rate
     if isinstance(lr, S.CosineLearningRateConfig):
         return optim.cosine_decay_with_warmup(
@@ -89,7 +89,7 @@ def regex_variable_names(cfg: S.TrainConfig, workdir: Path,
 
 def build_optimizer(
     cfg: S.TrainConfig, variable_names: dict[str, list[str]] | None = None,
-) -> tuple[optax.GradientTransformation, optax.Schedule]:
+) -> tuple[optax.GradientTransformation, optim.Schedule]:
     """The optimizer and learning-rate schedule of ``train``. ``variable_names``: other names
     of the parameters (``{path: [name, ...]}``, e.g. TF variable names:
     :func:`regex_variable_names`) that ``freeze_variables`` regexes may match."""

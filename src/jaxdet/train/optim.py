@@ -13,13 +13,16 @@ optionally applied to the trainable parameters only (``freeze_variables`` /
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxdet.models.param_rules import ParamPattern, check_every_rule_matches, first_match
@@ -31,9 +34,59 @@ OPTIMIZER_NAMES: tuple[str, ...] = ("momentum", "sgd", "adam", "adamw", "rmsprop
 # --------------------------------------------------------------------------- schedules
 
 
-def constant(learning_rate: float) -> optax.Schedule:
+class Schedule:
+    """A learning-rate schedule (an ``optax.Schedule``: ``schedule(count) -> float32[]``) whose
+    numbers can enter a compiled program as arguments instead of constants.
+
+    ``rate(count, numbers)`` computes the rate from the step count and ``numbers`` (a dict of
+    scalars: Python values here, traced float32 / int32 scalars inside a program); ``numbers``
+    holds this schedule's own. Called plainly, the schedule uses its own numbers. Inside
+    :meth:`bound` (the train step traces its body there), it uses the numbers given, so the
+    compiled step takes them as an argument: two runs that differ only in the schedule's
+    numbers (a longer ``train.num_steps``, another base rate) run the same program.
+    Only the shape of the schedule (which phases it has, how many boundaries) is fixed by
+    the program.
+    """
+
+    def __init__(self, rate: Callable[[Any, Mapping[str, Any]], Any],
+                 numbers: Mapping[str, float | int]):
+        self._rate = rate
+        self.numbers = dict(numbers)
+        self._bound = threading.local()
+
+    def __call__(self, count):
+        numbers = getattr(self._bound, "numbers", None)
+        return self._rate(count, self.numbers if numbers is None else numbers)
+
+    @contextlib.contextmanager
+    def bound(self, numbers: Mapping[str, Any]):
+        """Within the block (in this thread), the schedule reads ``numbers`` (e.g. a program's
+        traced arguments, as :meth:`arguments` made them) instead of its own."""
+        previous = getattr(self._bound, "numbers", None)
+        self._bound.numbers = numbers
+        try:
+            yield
+        finally:
+            self._bound.numbers = previous
+
+    def arguments(self) -> dict[str, np.ndarray]:
+        """This schedule's numbers as the arrays a program takes (int32 for integers, as step
+        counts are compared; float32 for the rest)."""
+        return {k: np.asarray(v, np.int32 if isinstance(v, int) and not isinstance(v, bool)
+                              else np.float32) for k, v in self.numbers.items()}
+
+    def scaled(self, factor: float) -> Schedule:
+        """Every rate multiplied by ``factor`` (the linear scaling rule); the factor is one of
+        the numbers."""
+        rate = self._rate
+        return Schedule(lambda count, n: rate(count, n) * n["scale"],
+                        {**self.numbers, "scale": float(factor)})
+
+
+def constant(learning_rate: float) -> Schedule:
     """A constant learning rate."""
-    return optax.constant_schedule(float(learning_rate))
+    return Schedule(lambda count, n: jnp.full(jnp.shape(count), n["rate"], jnp.float32),
+                    {"rate": float(learning_rate)})
 
 
 def cosine_decay_with_warmup(
@@ -42,13 +95,16 @@ def cosine_decay_with_warmup(
     warmup_learning_rate: float = 0.0,
     warmup_steps: int = 0,
     hold_base_rate_steps: int = 0,
-) -> optax.Schedule:
+) -> Schedule:
     """Cosine decay with linear warmup and an optional hold, as the TF OD API.
 
     * ``step < warmup_steps``: ``warmup_lr + (base - warmup_lr) * step / warmup_steps``;
     * ``warmup_steps <= step <= warmup_steps + hold_base_rate_steps`` (hold > 0): ``base``;
     * then ``0.5 * base * (1 + cos(pi * (step - warmup - hold) / (total - warmup - hold)))``;
     * ``step > total_steps``: 0.
+
+    Whether there is a warm-up and a hold is the schedule's shape; the rates and step counts
+    are its numbers (see :class:`Schedule`).
     """
     base = float(learning_rate_base)
     warmup_lr = float(warmup_learning_rate)
@@ -63,32 +119,42 @@ def cosine_decay_with_warmup(
             f"cosine_decay_with_warmup: learning_rate_base ({base}) must be >= "
             f"warmup_learning_rate ({warmup_lr})."
         )
-    # TF divides by zero here (nan at step == total); any positive value gives the same
-    # rates everywhere else, so guard it.
-    decay_span = float(max(total_steps - warmup_steps - hold, 1))
-    slope = (base - warmup_lr) / warmup_steps if warmup_steps > 0 else 0.0
+    has_hold, has_warmup = hold > 0, warmup_steps > 0
+    numbers = {
+        "half_base": 0.5 * base, "base": base, "total_steps": total_steps,
+        # where the cosine starts, and its length: TF divides by zero when the length is 0
+        # (nan at step == total); any positive value gives the same rates elsewhere
+        "decay_start": float(warmup_steps + hold),
+        "decay_span": float(max(total_steps - warmup_steps - hold, 1)),
+        "hold_end": warmup_steps + hold, "warmup_steps": warmup_steps,
+        "warmup_rate": warmup_lr,
+        "warmup_slope": (base - warmup_lr) / warmup_steps if has_warmup else 0.0,
+    }
 
-    def schedule(count):
+    def rate(count, n):
         step = jnp.asarray(count)
         stepf = step.astype(jnp.float32)
-        lr = 0.5 * base * (1.0 + jnp.cos(math.pi * (stepf - warmup_steps - hold) / decay_span))
-        if hold > 0:
-            lr = jnp.where(step > warmup_steps + hold, lr, base)
-        if warmup_steps > 0:
-            lr = jnp.where(step < warmup_steps, slope * stepf + warmup_lr, lr)
-        return jnp.where(step > total_steps, 0.0, lr).astype(jnp.float32)
+        lr = n["half_base"] * (1.0 + jnp.cos(math.pi * (stepf - n["decay_start"])
+                                             / n["decay_span"]))
+        if has_hold:
+            lr = jnp.where(step > n["hold_end"], lr, n["base"])
+        if has_warmup:
+            lr = jnp.where(step < n["warmup_steps"], n["warmup_slope"] * stepf + n["warmup_rate"],
+                           lr)
+        return jnp.where(step > n["total_steps"], 0.0, lr).astype(jnp.float32)
 
-    return schedule
+    return Schedule(rate, numbers)
 
 
 def manual_stepping(
     boundaries: Sequence[int], rates: Sequence[float], warmup: bool = False
-) -> optax.Schedule:
+) -> Schedule:
     """Piecewise-constant rates, as the TF OD API's ``manual_stepping``.
 
     ``rates[i]`` holds for ``boundaries[i-1] <= step < boundaries[i]``. With ``warmup``,
     steps ``0 .. boundaries[0]-1`` interpolate linearly from ``rates[0]`` towards
-    ``rates[1]`` (``rates[0] + (rates[1] - rates[0]) * step / boundaries[0]``).
+    ``rates[1]`` (``rates[0] + (rates[1] - rates[0]) * step / boundaries[0]``). The number of
+    boundaries is the schedule's shape; their values and the rates are its numbers.
     """
     boundaries = list(boundaries)
     if any(isinstance(b, bool) or int(b) != b or b < 0 for b in boundaries):
@@ -109,21 +175,24 @@ def manual_stepping(
     if boundaries and boundaries[0] == 0:
         raise ValueError("manual_stepping: the first boundary cannot be zero.")
 
-    bounds = jnp.asarray(boundaries, dtype=jnp.int32)
-    values = jnp.asarray(rates, dtype=jnp.float32)
     do_warmup = bool(warmup and boundaries)
-    slope = (rates[1] - rates[0]) / boundaries[0] if do_warmup else 0.0
+    numbers: dict[str, float | int] = {f"boundary_{i}": b for i, b in enumerate(boundaries)}
+    numbers.update({f"rate_{i}": r for i, r in enumerate(rates)})
+    if do_warmup:
+        numbers["warmup_slope"] = (rates[1] - rates[0]) / boundaries[0]
+    count_boundaries = len(boundaries)
 
-    def schedule(count):
+    def rate(count, n):
         step = jnp.asarray(count)
-        index = jnp.sum(step >= bounds) if boundaries else 0
-        lr = values[index]
+        lr = jnp.asarray(n["rate_0"], jnp.float32)
+        for i in range(count_boundaries):  # the rate after each boundary passed
+            lr = jnp.where(step >= n[f"boundary_{i}"], n[f"rate_{i + 1}"], lr)
         if do_warmup:
-            warm = rates[0] + slope * step.astype(jnp.float32)
-            lr = jnp.where(step < boundaries[0], warm, lr)
-        return lr.astype(jnp.float32)
+            warm = n["rate_0"] + n["warmup_slope"] * step.astype(jnp.float32)
+            lr = jnp.where(step < n["boundary_0"], warm, lr)
+        return jnp.asarray(lr).astype(jnp.float32)
 
-    return schedule
+    return Schedule(rate, numbers)
 
 
 def exponential_decay(
@@ -134,7 +203,7 @@ def exponential_decay(
     burnin_learning_rate: float = 0.0,
     burnin_steps: int = 0,
     min_learning_rate: float = 0.0,
-) -> optax.Schedule:
+) -> Schedule:
     """Exponential decay with a burn-in period, as the TF OD API.
 
     ``step < burnin_steps``: ``burnin_learning_rate`` (0 means ``initial_learning_rate``);
@@ -144,20 +213,22 @@ def exponential_decay(
     base = float(initial_learning_rate)
     if decay_steps <= 0:
         raise ValueError(f"exponential_decay: decay_steps must be positive, got {decay_steps}.")
-    burnin_lr = float(burnin_learning_rate) if burnin_learning_rate != 0 else base
-    factor, min_lr = float(decay_factor), float(min_learning_rate)
-    burnin_steps, decay_steps = int(burnin_steps), int(decay_steps)
+    numbers = {
+        "base": base, "factor": float(decay_factor), "min_rate": float(min_learning_rate),
+        "burnin_rate": float(burnin_learning_rate) if burnin_learning_rate != 0 else base,
+        "burnin_steps": int(burnin_steps), "decay_steps": float(int(decay_steps)),
+    }
 
-    def schedule(count):
+    def rate(count, n):
         step = jnp.asarray(count)
-        p = (step - burnin_steps).astype(jnp.float32) / decay_steps
+        p = (step - n["burnin_steps"]).astype(jnp.float32) / n["decay_steps"]
         if staircase:
             p = jnp.floor(p)
-        post = base * jnp.power(jnp.float32(factor), p)
-        lr = jnp.where(step < burnin_steps, burnin_lr, post)
-        return jnp.maximum(lr, min_lr).astype(jnp.float32)
+        post = n["base"] * jnp.power(jnp.asarray(n["factor"], jnp.float32), p)
+        lr = jnp.where(step < n["burnin_steps"], n["burnin_rate"], post)
+        return jnp.maximum(lr, n["min_rate"]).astype(jnp.float32)
 
-    return schedule
+    return Schedule(rate, numbers)
 
 
 # --------------------------------------------------------------------------- optimizers
@@ -393,6 +464,7 @@ def make_optimizer(
 
 __all__ = [
     "OPTIMIZER_NAMES",
+    "Schedule",
     "constant",
     "add_decayed_weights_by_param",
     "cosine_decay_with_warmup",

@@ -15,12 +15,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdet.data.batch_layout import abstract_batch
 from jaxdet.models.task import Task
 from jaxdet.models.thin_maps import mesh_scope
 from jaxdet.train import loss_scale as ls
 from jaxdet.train.accumulate import loss_and_grads
+from jaxdet.train.optim import Schedule
 
 PyTree = Any
 TrainState = dict
@@ -96,7 +98,9 @@ def make_train_step(
     compiler_options: dict[str, str] | None = None,
     normalizer: Callable[[dict], dict] | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated.
+    """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated. With
+    an ``optim.Schedule`` (as ``train.build.build_optimizer`` makes), a :class:`TrainStep`:
+    the schedule's numbers are an argument of the program, which the step passes itself.
 
     ``normalizer`` (e.g. ``PixelNormalizer.normalize_batch`` of ``data.normalize``): turns the
     batch the loader sent (raw pixels) into the task's batch first, inside the step.
@@ -174,14 +178,68 @@ def make_train_step(
         return new_state, metrics
 
     mesh = None if batch_sharding is None else jax.tree.leaves(batch_sharding)[0].mesh
+    parametric = isinstance(schedule, Schedule)
 
-    def traced_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    def traced_step(state: TrainState, batch: dict, numbers: dict | None = None
+                    ) -> tuple[TrainState, dict]:
         precision = (contextlib.nullcontext() if allow_tf32
                      else jax.default_matmul_precision("highest"))
-        with precision, mesh_scope(mesh):
+        bound = schedule.bound(numbers) if parametric else contextlib.nullcontext()
+        with precision, mesh_scope(mesh), bound:
             return step(state, batch)
 
     if state_sharding is None and batch_sharding is None:
-        return jax.jit(traced_step, donate_argnums=0, compiler_options=compiler_options)
-    return jax.jit(traced_step, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),
-                   out_shardings=(state_sharding, None), compiler_options=compiler_options)
+        jitted = jax.jit(traced_step, donate_argnums=0, compiler_options=compiler_options)
+    else:
+        in_shardings = (state_sharding, batch_sharding)
+        if parametric:
+            in_shardings += (NamedSharding(mesh, PartitionSpec()),)
+        jitted = jax.jit(traced_step, donate_argnums=0, in_shardings=in_shardings,
+                         out_shardings=(state_sharding, None), compiler_options=compiler_options)
+    if not parametric:
+        return jitted
+    numbers = schedule.arguments()
+    numbers = (jax.device_put(numbers) if mesh is None
+               else jax.device_put(numbers, NamedSharding(mesh, PartitionSpec())))
+    return TrainStep(jitted, numbers)
+
+
+class TrainStep:
+    """A jitted train step whose learning-rate schedule's numbers (``optim.Schedule``) are an
+    argument of its program, not constants in it: called as ``step(state, batch)`` (and
+    ``step.lower(state, batch).compile()(state, batch)``), it passes them itself. Steps of
+    configs that differ only in those numbers (``train.num_steps``, the base rate, ...) share
+    one compiled program, in memory and in the persistent compilation cache."""
+
+    def __init__(self, jitted: Callable, numbers: dict[str, jax.Array]):
+        self._jitted = jitted
+        self._numbers = numbers
+
+    def __call__(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        return self._jitted(state, batch, self._numbers)
+
+    def lower(self, state: TrainState, batch: dict) -> _WithNumbers:
+        """``jax.jit``'s ``lower`` for ``(state, batch)``; its ``compile()`` is called as the
+        step is."""
+        return _WithNumbers(self._jitted.lower(state, batch, self._numbers), self._numbers)
+
+    def _cache_size(self) -> int:
+        return self._jitted._cache_size()
+
+
+class _WithNumbers:
+    """A lowered or compiled train step that passes the schedule's numbers when called (and
+    when compiled); every other attribute is the wrapped object's."""
+
+    def __init__(self, wrapped: Any, numbers: dict[str, jax.Array]):
+        self._wrapped = wrapped
+        self._numbers = numbers
+
+    def compile(self, *args: Any, **kwargs: Any) -> _WithNumbers:
+        return _WithNumbers(self._wrapped.compile(*args, **kwargs), self._numbers)
+
+    def __call__(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        return self._wrapped(state, batch, self._numbers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
