@@ -33,11 +33,13 @@ def class_bias(head) -> float:
 
 def start_variables(task, config, fixture: Path, tmp: Path) -> tuple[dict, dict]:
     """(params, batch_stats) as pure dicts: the fixture's checkpoint (rebuilt under ``tmp``)
-    loaded into ``task.model``, the class predictors' biases at the config's initial value as
-    TF's fixture scripts set them (a step-0 head)."""
+    loaded into ``task.model``; an SSD-family head's class predictor biases at the config's
+    initial value as TF's fixture scripts set them (a step-0 head)."""
     load_tf_detection_checkpoint(task.model, config, rebuild_data(fixture, tmp / "ckpt-0"))
     _, params, stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
     params, stats = nnx.to_pure_dict(params), nnx.to_pure_dict(stats)
+    if getattr(config.model, "head", None) is None:  # Faster R-CNN: its fixture's own biases
+        return params, stats
     bias = class_bias(config.model.head)
     params = jax.tree_util.tree_map_with_path(
         lambda k, p: jnp.full_like(p, bias) if re.search(CLASS_BIAS, param_path(k)) else p,
