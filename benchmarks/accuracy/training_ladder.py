@@ -41,14 +41,31 @@ import numpy as np
 
 from benchmarks import common
 
+# TF's loss keys -> (jaxdet's part, a short name for the tables)
+LOSS_PARTS = {
+    "Loss/classification_loss": ("classification_loss", "cls"),
+    "Loss/localization_loss": ("localization_loss", "loc"),
+    "Loss/RPNLoss/objectness_loss": ("first_stage_objectness_loss", "rpn_obj"),
+    "Loss/RPNLoss/localization_loss": ("first_stage_localization_loss", "rpn_loc"),
+    "Loss/BoxClassifierLoss/classification_loss": ("second_stage_classification_loss", "cls"),
+    "Loss/BoxClassifierLoss/localization_loss": ("second_stage_localization_loss", "loc"),
+}
+
 
 def load_batch(path: Path) -> dict:
-    """One batch dumped by ``peers.training_ladder_tf`` in jaxdet's box batch layout."""
+    """One batch dumped by ``peers.training_ladder_tf`` in jaxdet's box batch layout, with
+    ``image_info`` (padded height and width, then the content's: Faster R-CNN clips its
+    proposals to the content, as TF to its true image shape). TF's input pipeline already
+    gives the boxes normalized to the padded input, as jaxdet's loader does."""
     z = np.load(path)
     valid = (z["weights"] > 0) & z["has_class"]
+    height, width = z["images"].shape[1:3]
+    true = z["true_image_shape"][:, :2].astype(np.float32)  # [B, 2] content h, w
+    info = np.concatenate([np.broadcast_to([height, width], true.shape), true], axis=1)
     return {"images": jnp.asarray(z["images"]), "boxes": jnp.asarray(z["boxes"]),
             "classes": jnp.asarray(np.where(valid, z["classes"], 0).astype(np.int32)),
-            "valid": jnp.asarray(valid), "ignore": jnp.zeros(valid.shape, bool)}
+            "valid": jnp.asarray(valid), "ignore": jnp.zeros(valid.shape, bool),
+            "image_info": jnp.asarray(info, jnp.float32)}
 
 
 def _build(pipeline_config: str, overrides: list[str]):
@@ -81,17 +98,17 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _by_part(ours: dict, theirs: dict) -> tuple[dict, list]:
-    """Per model part (backbone, neck, head): the median relative difference of the
+    """Per model part (the parameter tree's top level: backbone, neck, head; Faster R-CNN's
+    RPN and box classifier): the median relative difference of the
     parameters' gradients, and the worst parameters overall. Parameters whose reference
     gradient is zero in theory (a bias before a batch norm: ~1e-8 of noise) are left out."""
     scale = max(float(np.linalg.norm(v)) for v in theirs.values())
     rel = {k: _relative(ours[k], theirs[k]) for k in ours
            if np.linalg.norm(theirs[k]) > 1e-6 * scale}
     parts = {}
-    for part in ("backbone", "neck", "head"):
+    for part in sorted({k.split("/")[0] for k in rel}):  # backbone, neck, head, rpn, ...
         values = [v for k, v in rel.items() if k.startswith(part + "/")]
-        if values:
-            parts[part] = round(statistics.median(values), 4)
+        parts[part] = round(statistics.median(values), 4)
     worst = [(k, round(v, 4)) for k, v in sorted(rel.items(), key=lambda kv: -kv[1])[:6]]
     return parts, worst
 
@@ -146,11 +163,10 @@ def step1(args) -> dict:
     return {
         "rung": "step1",
         "pipeline_config": Path(args.pipeline_config).name,
-        "tf": {"classification_loss": tf_json["Loss/classification_loss"],
-               "localization_loss": tf_json["Loss/localization_loss"],
+        "tf": {**{part: tf_json[k] for k, (part, _) in LOSS_PARTS.items() if k in tf_json},
                "regularization_loss": tf_json.get("Loss/regularization_loss")},
-        "jaxdet": {"classification_loss": float(parts["classification_loss"]),
-                   "localization_loss": float(parts["localization_loss"]),
+        "jaxdet": {**{part: float(parts[part]) for k, (part, _) in LOSS_PARTS.items()
+                      if k in tf_json},
                    "num_positives": float(parts["num_positives"])},
         "gradient_vs_tf_median_by_part": parts_tf,
         "gradient_vs_tf_worst": worst_tf,
@@ -370,15 +386,19 @@ def trajectory(args) -> dict:
     table = []
     for start in range(0, len(rows), window):
         ours, theirs = rows[start:start + window], tf_rows[start:start + window]
-        table.append({
-            "steps": f"{start + 1}-{start + len(ours)}",
-            "tf_cls": round(statistics.fmean(r["Loss/classification_loss"] for r in theirs), 4),
-            "jaxdet_cls": round(statistics.fmean(r["classification_loss"] for r in ours), 4),
-            "tf_loc": round(statistics.fmean(r["Loss/localization_loss"] for r in theirs), 4),
-            "jaxdet_loc": round(statistics.fmean(r["localization_loss"] for r in ours), 4),
-            "tf_lr": round(theirs[0]["learning_rate"], 5),
-            "jaxdet_lr": round(ours[0]["learning_rate"], 5),
-        })
+        row = {"steps": f"{start + 1}-{start + len(ours)}"}
+        for tf_key, (part, short) in LOSS_PARTS.items():
+            if tf_key in theirs[0]:
+                row[f"tf_{short}"] = round(statistics.fmean(r[tf_key] for r in theirs), 4)
+                row[f"jaxdet_{short}"] = round(statistics.fmean(r[part] for r in ours), 4)
+        row["tf_lr"] = round(theirs[0]["learning_rate"], 5)
+        row["jaxdet_lr"] = round(ours[0]["learning_rate"], 5)
+        table.append(row)
+    first = [{"step": r["step"], **{f"{side}_{short}": round(row[key], 5)
+                                    for tf_key, (part, short) in LOSS_PARTS.items()
+                                    if tf_key in t
+                                    for side, row, key in (("tf", t, tf_key), ("jaxdet", r, part))}}
+             for r, t in zip(rows[:5], tf_rows[:5], strict=False)]
     final = {}
     if (tf_dir / "stepK" / "ckpt-0.index").exists():
         tf_params, tf_stats = _tf_variables(config, lambda: tasks.build_task(config),
@@ -392,7 +412,7 @@ def trajectory(args) -> dict:
                  "update_relative_difference_worst": sorted(moved.items(),
                                                             key=lambda kv: -kv[1])[:5]}
     return {"rung": "trajectory", "pipeline_config": Path(args.pipeline_config).name,
-            "steps": len(rows), "windows": table, **final}
+            "steps": len(rows), "first_steps": first, "windows": table, **final}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -154,7 +154,10 @@ def main() -> None:
     with tf.GradientTape(persistent=True) as tape:
         losses, _ = model_lib_v2._compute_losses_and_predictions_dicts(
             model, features, labels, True)
-        data_loss = losses["Loss/localization_loss"] + losses["Loss/classification_loss"]
+        # every loss of the family but the regularization (SSD: classification and
+        # localization; Faster R-CNN: each stage's)
+        data_loss = tf.add_n([v for k, v in losses.items()
+                              if k not in ("Loss/regularization_loss", "Loss/total_loss")])
         reg_loss = losses.get("Loss/regularization_loss", tf.constant(0.0))
     variables = model.trainable_variables
     for name, target in (("grads_data", data_loss), ("grads_reg", reg_loss)):
