@@ -179,6 +179,7 @@ def make_train_step(
 
     mesh = None if batch_sharding is None else jax.tree.leaves(batch_sharding)[0].mesh
     parametric = isinstance(schedule, Schedule)
+    replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
 
     def traced_step(state: TrainState, batch: dict, numbers: dict | None = None
                     ) -> tuple[TrainState, dict]:
@@ -191,55 +192,34 @@ def make_train_step(
     if state_sharding is None and batch_sharding is None:
         jitted = jax.jit(traced_step, donate_argnums=0, compiler_options=compiler_options)
     else:
-        in_shardings = (state_sharding, batch_sharding)
-        if parametric:
-            in_shardings += (NamedSharding(mesh, PartitionSpec()),)
+        in_shardings = (state_sharding, batch_sharding) + ((replicated,) if parametric else ())
         jitted = jax.jit(traced_step, donate_argnums=0, in_shardings=in_shardings,
                          out_shardings=(state_sharding, None), compiler_options=compiler_options)
     if not parametric:
         return jitted
-    numbers = schedule.arguments()
-    numbers = (jax.device_put(numbers) if mesh is None
-               else jax.device_put(numbers, NamedSharding(mesh, PartitionSpec())))
-    return TrainStep(jitted, numbers)
+    return TrainStep(jitted, jax.device_put(schedule.arguments(), replicated))
 
 
 class TrainStep:
     """A jitted train step whose learning-rate schedule's numbers (``optim.Schedule``) are an
-    argument of its program, not constants in it: called as ``step(state, batch)`` (and
-    ``step.lower(state, batch).compile()(state, batch)``), it passes them itself. Steps of
-    configs that differ only in those numbers (``train.num_steps``, the base rate, ...) share
-    one compiled program, in memory and in the persistent compilation cache."""
-
-    def __init__(self, jitted: Callable, numbers: dict[str, jax.Array]):
-        self._jitted = jitted
-        self._numbers = numbers
-
-    def __call__(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        return self._jitted(state, batch, self._numbers)
-
-    def lower(self, state: TrainState, batch: dict) -> _WithNumbers:
-        """``jax.jit``'s ``lower`` for ``(state, batch)``; its ``compile()`` is called as the
-        step is."""
-        return _WithNumbers(self._jitted.lower(state, batch, self._numbers), self._numbers)
-
-    def _cache_size(self) -> int:
-        return self._jitted._cache_size()
-
-
-class _WithNumbers:
-    """A lowered or compiled train step that passes the schedule's numbers when called (and
-    when compiled); every other attribute is the wrapped object's."""
+    argument of its program, not constants in it: called as ``step(state, batch)``, it passes
+    them itself, and so do its ``lower(state, batch)`` and that one's ``compile()`` (every
+    other attribute is the wrapped jit function's, lowering's or compiled program's). Steps
+    of configs that differ only in those numbers (``train.num_steps``, the base rate, ...)
+    share one compiled program, in memory and in the persistent compilation cache."""
 
     def __init__(self, wrapped: Any, numbers: dict[str, jax.Array]):
         self._wrapped = wrapped
         self._numbers = numbers
 
-    def compile(self, *args: Any, **kwargs: Any) -> _WithNumbers:
-        return _WithNumbers(self._wrapped.compile(*args, **kwargs), self._numbers)
-
     def __call__(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         return self._wrapped(state, batch, self._numbers)
+
+    def lower(self, state: TrainState, batch: dict) -> TrainStep:
+        return TrainStep(self._wrapped.lower(state, batch, self._numbers), self._numbers)
+
+    def compile(self, *args: Any, **kwargs: Any) -> TrainStep:
+        return TrainStep(self._wrapped.compile(*args, **kwargs), self._numbers)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._wrapped, name)
