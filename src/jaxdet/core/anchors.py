@@ -14,10 +14,13 @@ location. Within a location:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from jaxdet.core.grid_anchors import tf_pixel_anchors
 
 
 def _tile(grid_h: int, grid_w: int, heights, widths, stride, offset) -> np.ndarray:
@@ -121,6 +124,27 @@ class MultiscaleAnchorGenerator:
         if self.normalize_coordinates:
             scale = np.array([height, width, height, width], np.float64)
             per_level = [boxes / scale for boxes in per_level]
+        return _concat(per_level)
+
+    def pixel_anchors(self, image_size) -> np.ndarray:
+        """float32 ``[A, 4]`` anchors in pixels, in :meth:`generate`'s order. With
+        ``tf_layout`` bit-equal to TF's ``MultiscaleGridAnchorGenerator(normalize_coordinates=
+        False)`` (float32 arithmetic, ``core.grid_anchors.tf_pixel_anchors`` per level: Faster
+        R-CNN matches in pixels, where the last bit decides ties); otherwise :meth:`generate`
+        without the division."""
+        if not self.tf_layout:
+            return dataclasses.replace(self, normalize_coordinates=False).generate(image_size)
+        height, width = image_size
+        scales = [2.0 ** (i / self.scales_per_octave) for i in range(self.scales_per_octave)]
+        specs = [(s, a) for a in self.aspect_ratios for s in scales]
+        per_level = []
+        for lvl, shape in zip(self.levels, self.feature_map_shapes(image_size), strict=True):
+            stride = 2**lvl
+            offset = [stride / 2 if n % stride == 0 else 0.0 for n in (height, width)]
+            base = self.anchor_scale * stride
+            per_level.append(tf_pixel_anchors(shape, [s for s, _ in specs],
+                                              [a for _, a in specs], (base, base),
+                                              (stride, stride), offset))
         return _concat(per_level)
 
     def _torchvision_half_sizes(self, level: int) -> tuple[np.ndarray, np.ndarray]:

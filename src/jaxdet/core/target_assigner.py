@@ -31,6 +31,7 @@ def assign_targets(
     negatives_lower_than_unmatched: bool = True,
     force_match_for_each_row: bool = False,
     matcher: Literal["argmax", "bipartite"] = "argmax",
+    anchor_valid: jnp.ndarray | None = None,
 ) -> dict[str, jnp.ndarray]:
     """Targets for ``anchors[A, 4]`` from padded ground truth ``gt_*[N, ...]``.
 
@@ -48,12 +49,16 @@ def assign_targets(
     truth takes part in matching so that the anchors covering it are neither positives nor
     negatives. ``matcher="bipartite"`` uses :func:`bipartite_match` (one anchor per ground
     truth; the thresholds and ``force_match_for_each_row`` are not used). Use ``jax.vmap``
-    (keyword arguments closed over) for a batch.
+    (keyword arguments closed over) for a batch. ``anchor_valid`` ``[A]``: anchors that take
+    no part (TF prunes them before matching): no box forces them, and they come back as
+    negatives for the caller to weight out.
     """
     anchors = anchors.astype(jnp.float32)
     gt_boxes = gt_boxes.astype(jnp.float32)
     gt_valid = gt_valid.astype(bool)
     similarity = box_ops.iou(gt_boxes, anchors)  # [N, A]
+    if anchor_valid is not None:  # below any IoU: never a box's best anchor, never matched
+        similarity = jnp.where(anchor_valid[None, :] > 0, similarity, -1.0)
     if matcher == "bipartite":
         match = bipartite_match(similarity, gt_valid)
     elif matcher == "argmax":

@@ -3,7 +3,7 @@ fingerprint and ``jaxdet summary``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,19 +49,39 @@ def anchor_generator(m: S.FasterRCNNModelConfig):
                                anchor_offset=(a.height_offset, a.width_offset))
 
 
-def build_anchors(config: S.Config) -> tuple[np.ndarray, np.ndarray | None]:
-    """(anchors ``[A, 4]`` normalized, anchor_valid ``[A]`` or None): clipped to the image
-    with ``clip_anchors_to_image``; else unclipped for training with a mask of the anchors
+class FirstStageAnchors(NamedTuple):
+    """Faster R-CNN's first-stage anchors ``[A, 4]`` (ymin, xmin, ymax, xmax).
+
+    ``normalized``: divided by the input size (decoding, proposals); ``pixels``: as TF's
+    meta-architecture makes them, float32 pixels bit-equal to TF's (the targets match in
+    pixels, as TF does); both clipped to the image with ``clip_anchors_to_image``.
+    ``valid``: ``[A]`` 1 for anchors inside the image when not clipped (TF prunes the
+    others in training), else None."""
+
+    normalized: np.ndarray
+    pixels: np.ndarray
+    valid: np.ndarray | None
+
+
+def build_anchors(config: S.Config) -> FirstStageAnchors:
+    """The first-stage anchors of the config's input size: clipped to the image with
+    ``clip_anchors_to_image``; else unclipped for training with a mask of the anchors
     inside the image (see ``FasterRCNNModelConfig``) -- the task clips none of them, so
     inference clips them (FasterRCNNTask._proposals)."""
     size = data_build.input_size(config.data)
     gen = anchor_generator(config.model)
-    anchors = (gen.generate(size) if config.model.neck is not None
-               else gen.generate(gen.feature_map_shape(size), size))
+    if config.model.neck is not None:
+        anchors, pixels = gen.generate(size), gen.pixel_anchors(size)
+    else:
+        shape = gen.feature_map_shape(size)
+        anchors, pixels = gen.generate(shape, size), gen.generate(shape, size, normalize=False)
     if config.model.clip_anchors_to_image:
-        return np.clip(anchors, 0.0, 1.0), None
-    inside = np.all((anchors[:, :2] >= 0.0) & (anchors[:, 2:] <= 1.0), axis=1)
-    return anchors, inside.astype(np.float32)
+        window = np.array([size[0], size[1], size[0], size[1]], np.float32)
+        pixels = np.maximum(np.minimum(pixels, window), np.float32(0.0))  # TF's clip_to_window
+        return FirstStageAnchors(np.clip(anchors, 0.0, 1.0), pixels, None)
+    window = np.array([size[0], size[1]], np.float32)
+    inside = np.all((pixels[:, :2] >= 0.0) & (pixels[:, 2:] <= window), axis=1)  # TF's prune
+    return FirstStageAnchors(anchors, pixels, inside.astype(np.float32))
 
 
 def anchors_per_location(m: S.FasterRCNNModelConfig) -> int:
@@ -185,13 +205,14 @@ def build_faster_rcnn_task(config: S.Config, *, seed: int) -> FasterRCNNTask:
         what = "the conv4 stride" if m.neck is None else "the ResNet's top stride, FPN"
         raise ValueError(f"faster_rcnn needs an input size divisible by {stride} ({what}); "
                          f"got {size[0]}x{size[1]}")
-    anchors, anchor_valid = build_anchors(config)
+    anchors = build_anchors(config)
     c = m.box_coder
     return FasterRCNNTask(
-        model=build_faster_rcnn(config, seed=seed), anchors=anchors,
+        model=build_faster_rcnn(config, seed=seed), anchors=anchors.normalized,
+        anchor_pixels=anchors.pixels,
         box_coder=FasterRcnnBoxCoder(scales=tuple(c.scales), max_log_scale=c.max_log_scale),
         input_size=size, num_classes=m.num_classes, params=params_of(m),
-        anchor_valid=anchor_valid, max_boxes=config.data.max_number_of_boxes,
+        anchor_valid=anchors.valid, max_boxes=config.data.max_number_of_boxes,
         compute_dtype=compute_dtype(config.precision), seed=seed,
         remat_targets=REMAT_TARGETS if m.neck is None else FPN_REMAT_TARGETS,
         stride=stride,

@@ -3,7 +3,10 @@ first-stage (RPN) targets and losses, the proposals from the RPN outputs, the se
 minibatch, targets and losses, the second stage's per-class NMS, and Mask R-CNN's mask
 targets (ground-truth masks cropped to the proposals) and mask loss.
 
-Conventions: boxes are normalized ``(ymin, xmin, ymax, xmax)``; a batch is ``[B, ...]``;
+Conventions: boxes are ``(ymin, xmin, ymax, xmax)``, normalized except where the targets are
+matched: TF matches in pixels, so the task gives the target functions pixel boxes (their
+codes are the same up to rounding; which anchor a small box forces is not); a batch is
+``[B, ...]``;
 per-image functions are vmapped by the caller or here. Losses come back as *sums over the
 images of per-image normalized losses*: TF divides each image's loss by its own count (the
 sampled anchors / proposals, at least 1) and averages over the batch, so the caller divides
@@ -32,20 +35,21 @@ def rpn_targets(anchors: jax.Array, gt_boxes: jax.Array, gt_valid: jax.Array,
                 gt_ignore: jax.Array, box_coder, *, anchor_valid: jax.Array | None = None,
                 matched_threshold: float = RPN_MATCHED,
                 unmatched_threshold: float = RPN_UNMATCHED) -> dict:
-    """One image's RPN targets over ``anchors [A, 4]`` against ``gt_boxes [N, 4]``.
+    """One image's RPN targets over ``anchors [A, 4]`` against ``gt_boxes [N, 4]`` (one
+    coordinate frame for both: pixels, as TF).
 
     ArgMax matcher (IoU >= 0.7 positive, < 0.3 negative, between ignored; every valid box
     forces its best anchor), as TF's ``proposal`` target assigner. Returns ``objectness [A]``
     (1 positive, 0 else), ``weight [A]`` (1 where the anchor may be sampled: negatives and
     positives, not ignored; 0 for anchors matched to an ``ignore`` box and, with
-    ``anchor_valid``, outside anchors), ``box_targets [A, 4]`` (codes of the matched box),
-    ``box_weights [A]`` (positives)."""
+    ``anchor_valid``, outside anchors, which no box forces either), ``box_targets [A, 4]``
+    (codes of the matched box), ``box_weights [A]`` (positives)."""
     t = assign_targets(anchors, gt_boxes, jnp.zeros(gt_boxes.shape[:1], jnp.int32), gt_valid,
                        gt_ignore, num_classes=1, box_coder=box_coder,
                        matched_threshold=matched_threshold,
                        unmatched_threshold=unmatched_threshold,
                        negatives_lower_than_unmatched=True, force_match_for_each_row=True,
-                       matcher="argmax")
+                       matcher="argmax", anchor_valid=anchor_valid)
     weight = t["cls_weights"]
     box_weights = t["box_weights"]
     if anchor_valid is not None:
@@ -107,7 +111,8 @@ def detection_targets(proposal_boxes: jax.Array, proposal_valid: jax.Array,
                       gt_boxes: jax.Array, gt_classes: jax.Array, gt_valid: jax.Array,
                       gt_ignore: jax.Array, *, num_classes: int, box_coder,
                       matched_threshold: float = DETECTION_MATCHED) -> dict:
-    """One image's second-stage targets over ``proposal_boxes [P, 4]``: ArgMax matcher with
+    """One image's second-stage targets over ``proposal_boxes [P, 4]`` against ``gt_boxes
+    [N, 4]`` (one coordinate frame for both: pixels, as TF): ArgMax matcher with
     one threshold (IoU >= 0.5 positive, else background; no forced matches), as TF's
     ``detection`` target assigner. Returns ``classes [P]`` int32 (0 background, ``c + 1`` for
     class ``c``), ``weight [P]`` (valid proposals not matched to an ``ignore`` box),

@@ -101,6 +101,9 @@ class FasterRCNNTask(ModelTask):
       anchors: ``[A, 4]`` normalized first-stage anchors (clipped to the image when TF's
         ``clip_anchors_to_image``); anchor_valid: ``[A]`` 1 for anchors inside the image, or
         None (every anchor takes part: clipped anchors).
+      anchor_pixels: the same anchors in pixels, bit-equal to TF's, which both stages'
+        targets are matched against (with the ground truth and the proposals in pixels, as
+        TF matches); None matches ``anchors`` scaled to pixels.
       box_coder: the Faster R-CNN box coder (both stages).
       mask_shape: (Hm, Wm) of the batch's ``masks`` (the input size // ``data.mask_stride``),
         used with ``params.predict_instance_masks``.
@@ -114,6 +117,7 @@ class FasterRCNNTask(ModelTask):
     num_classes: int
     params: FasterRCNNParams = FasterRCNNParams()
     anchor_valid: np.ndarray | None = None
+    anchor_pixels: np.ndarray | None = None
     max_boxes: int = 100
     compute_dtype: Any = jnp.float32
     seed: int = 0
@@ -149,6 +153,12 @@ class FasterRCNNTask(ModelTask):
         zeros = jnp.zeros_like(info[:, 2])
         return jnp.stack([zeros, zeros, info[:, 2] / self.input_size[0],
                           info[:, 3] / self.input_size[1]], axis=-1)
+
+    def _to_pixels(self, boxes: jax.Array) -> jax.Array:
+        """Normalized boxes ``[..., 4]`` in pixels of the padded input (TF's
+        ``to_absolute_coordinates``: one float32 product per coordinate)."""
+        h, w = self.input_size
+        return boxes.astype(jnp.float32) * jnp.array([h, w, h, w], jnp.float32)
 
     def _anchor_valid(self) -> jax.Array | None:
         return None if self.anchor_valid is None else jnp.asarray(self.anchor_valid)
@@ -212,12 +222,14 @@ class FasterRCNNTask(ModelTask):
     # ----------------------------------------------------------------- targets and loss
 
     def prepare(self, batch: dict) -> dict:
-        """First-stage targets ``[B, A, ...]`` (``tasks.faster_rcnn.ops.rpn_targets``)."""
-        anchors = jnp.asarray(self.anchors)
+        """First-stage targets ``[B, A, ...]`` (``tasks.faster_rcnn.ops.rpn_targets``),
+        matched in pixels."""
+        anchors = (jnp.asarray(self.anchor_pixels) if self.anchor_pixels is not None
+                   else self._to_pixels(jnp.asarray(self.anchors)))
         valid = self._anchor_valid()
         return jax.vmap(lambda b, v, i: frcnn.rpn_targets(anchors, b, v, i, self.box_coder,
                                                           anchor_valid=valid))(
-            batch["boxes"], batch["valid"], batch["ignore"])
+            self._to_pixels(batch["boxes"]), batch["valid"], batch["ignore"])
 
     def loss_normalizer(self, prepared: dict) -> jax.Array:
         """The batch size: every part is a sum over images of per-image normalized losses."""
@@ -297,8 +309,8 @@ class FasterRCNNTask(ModelTask):
         p = self.params
         targets = jax.vmap(lambda pb, pv, b, c, v, i: frcnn.detection_targets(
             pb, pv, b, c, v, i, num_classes=self.num_classes, box_coder=self.box_coder))(
-            props["boxes"], props["valid"], batch["boxes"], batch["classes"], batch["valid"],
-            batch["ignore"])
+            self._to_pixels(props["boxes"]), props["valid"], self._to_pixels(batch["boxes"]),
+            batch["classes"], batch["valid"], batch["ignore"])
         candidates = props["valid"] & (targets["weight"] > 0)
         chosen = batch_balanced_sample(candidates, targets["classes"] > 0,
                                        p.second_stage_batch_size,
