@@ -73,7 +73,7 @@ UNSUPPORTED = {
 
 def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     """``faster_rcnn {...}`` -> (jaxdet model, data fields {resizer, mean, std}, extras
-    {l2})."""
+    {l2, weight_decay_rules: TF's L2 of each part, :func:`decay_rules`})."""
     fe = m.sub(fr, "feature_extractor")
     irv2 = [str(t) for t in fe.all_quietly("type")] == [IRV2_EXTRACTOR]
     backbone, neck, fe_l2 = (_irv2_extractor(m, fe) if irv2 else _feature_extractor(m, fe))
@@ -83,6 +83,7 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     if not fr.has("num_classes"):
         raise m.error(fr, None, "num_classes is required")
     box_predictor, fc_l2 = _second_stage_box_predictor(m, fr)
+    mask_l2 = box_predictor.pop("_mask_l2", None)
     masks = box_predictor.get("predict_instance_masks", False)
     stages = int(fr.take("number_of_stages", 2))
     if stages not in (2, 3) or (stages == 3 and not masks):
@@ -134,17 +135,26 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
     mean, std = IRV2_MEAN_STD if irv2 else (list(VGG_MEANS), [1.0, 1.0, 1.0])
     data = {"resizer": _input_resizer(m, fr, image_resizer(m, fr), stride), "mean": mean,
             "std": std}
-    if rpn_l2 and fc_l2 and not math.isclose(rpn_l2, fc_l2):
-        m.warn(f"{fr.path}: first-stage box predictor L2 weight {rpn_l2} != second stage's "
-               f"{fc_l2}; jaxdet applies one weight decay ({rpn_l2}) to every kernel")
-    l2 = fe_l2 or rpn_l2 or fc_l2
-    if fe_l2 and not (math.isclose(fe_l2, rpn_l2) and math.isclose(fe_l2, fc_l2)):
-        m.warn(f"{fr.path}: feature extractor L2 weight {fe_l2}, RPN {rpn_l2}, box predictor "
-               f"{fc_l2}: jaxdet applies one weight decay ({l2}) to every kernel")
-    if l2 and neck is None:
-        m.warn(f"{fr.path}: L2 weight {l2}: jaxdet's train.optimizer.weight_decay decays every "
-               "kernel, the ResNet's included (TF's Faster R-CNN ResNet has no L2)")
-    return model, data, {"l2": l2}
+    l2, rules = decay_rules(fe_l2, rpn_l2, fc_l2, mask_l2, fpn=neck is not None)
+    return model, data, {"l2": l2, "weight_decay_rules": rules}
+
+
+def decay_rules(fe_l2: float, rpn_l2: float, fc_l2: float, mask_l2: float | None, *,
+                fpn: bool) -> tuple[float, list[dict[str, Any]]]:
+    """(``train.optimizer.weight_decay``, ``weight_decay_rules``) giving each part's kernels
+    TF's L2 (one weight and no rules where every part has the same): the feature
+    extractor's ``conv_hyperparams`` on the ResNet and the FPN (TF's Keras ResNet C4 has no
+    regularizer: 0), none on the FPN variant's fully connected box-classifier layers (TF builds
+    them without one), ``first_stage_box_predictor_conv_hyperparams`` on the RPN, the box
+    predictor's ``fc_hyperparams`` on it and its mask head's ``conv_hyperparams`` on the mask
+    convolutions."""
+    parts = [("backbone", fe_l2), *([("neck", fe_l2), ("box_classifier", 0.0)] if fpn else []),
+             ("rpn", rpn_l2), ("box_predictor", fc_l2),
+             *([] if mask_l2 is None else [("mask_head", mask_l2)])]
+    if len({weight for _, weight in parts}) == 1:
+        return parts[0][1], []
+    return fe_l2 or rpn_l2 or fc_l2, [{"params": f"^{part}/.*kernel$", "weight": weight}
+                                      for part, weight in parts]
 
 
 # --------------------------------------------------------------------- feature extractor
@@ -365,7 +375,8 @@ def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
            "mask_prediction_num_conv_layers": int(
                bp.take("mask_prediction_num_conv_layers", 2)),
            "masks_are_class_agnostic": bool(bp.take("masks_are_class_agnostic", False)),
-           "convolve_then_upsample": bool(bp.take("convolve_then_upsample", False))}
+           "convolve_then_upsample": bool(bp.take("convolve_then_upsample", False)),
+           "_mask_l2": 0.0}  # its L2 weight, taken out by map_faster_rcnn
     if bp.has("conv_hyperparams"):
         hyper = m.sub(bp, "conv_hyperparams")
         m.only(hyper, "op", ["CONV"], "CONV")
@@ -375,8 +386,7 @@ def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
                               "have no normalization")
         if hyper.has("activation"):
             m.only(hyper, "activation", ["RELU"], "RELU")
-        if hyper.has("regularizer"):
-            hyper.take("regularizer")  # the one weight decay is the RPN's (see map_faster_rcnn)
+        out["_mask_l2"] = hyper_l2_weight(m, hyper)
         stddev = _truncated_normal_stddev(m, hyper)
         if not math.isclose(stddev, 0.01):
             m.warn(f"{hyper.path}: jaxdet initializes the mask head truncated-normal with "
