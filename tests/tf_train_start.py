@@ -18,7 +18,7 @@ from jaxdet.train.optim import param_path
 
 FIXTURES = Path(__file__).parent / "interop" / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from tf_fixture_values import rebuild_data  # noqa: E402
+from tf_fixture_values import box_masks, rebuild_data  # noqa: E402
 from tf_fixture_values import test_image as fixture_image  # noqa: E402
 
 CLASS_BIAS = r"^head/.*class_predictor/.*bias$"
@@ -50,7 +50,9 @@ def start_variables(task, config, fixture: Path, tmp: Path) -> tuple[dict, dict]
 def fixture_batch(task, tf: dict) -> dict:
     """The fixture's raw batch (``tf``: its JSON with ``size``, ``image_seeds``, normalized
     ``boxes`` and 0-based ``classes`` per image): float32 pixels [B, size, size, 3], boxes and
-    classes padded to ``task.max_boxes``, ``valid``, ``ignore`` and ``image_info``."""
+    classes padded to ``task.max_boxes``, ``valid``, ``ignore`` and ``image_info``; with
+    ``masks`` true, the masks TF was given (``box_masks``) as uint8 ``masks [B, N, size,
+    size]`` (the config's ``data.mask_stride`` must be 1)."""
     size, count, n = tf["size"], len(tf["image_seeds"]), task.max_boxes
     images = np.stack([fixture_image(size, size, s) for s in tf["image_seeds"]])
     boxes = np.zeros((count, n, 4), np.float32)
@@ -58,7 +60,13 @@ def fixture_batch(task, tf: dict) -> dict:
     valid = np.zeros((count, n), bool)
     for i, (b, c) in enumerate(zip(tf["boxes"], tf["classes"], strict=True)):
         boxes[i, :len(b)], classes[i, :len(c)], valid[i, :len(c)] = b, c, True
-    return {"images": jnp.asarray(images, jnp.float32), "boxes": jnp.asarray(boxes),
-            "classes": jnp.asarray(classes), "valid": jnp.asarray(valid),
-            "ignore": jnp.zeros((count, n), bool),
-            "image_info": jnp.asarray([[size, size, size, size]] * count, jnp.float32)}
+    batch = {"images": jnp.asarray(images, jnp.float32), "boxes": jnp.asarray(boxes),
+             "classes": jnp.asarray(classes), "valid": jnp.asarray(valid),
+             "ignore": jnp.zeros((count, n), bool),
+             "image_info": jnp.asarray([[size, size, size, size]] * count, jnp.float32)}
+    if tf.get("masks"):
+        masks = np.zeros((count, n, size, size), np.uint8)
+        for i, b in enumerate(tf["boxes"]):
+            masks[i, :len(b)] = box_masks(b, size)
+        batch["masks"] = jnp.asarray(masks)
+    return batch

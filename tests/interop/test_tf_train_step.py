@@ -1,10 +1,10 @@
 """One training step of a TF zoo config computes what TF's computes: at the same weights (a TF
 fixture checkpoint) on the same batch, jaxdet's losses (the SSDs' classification and
-localization, Faster R-CNN's four: each stage's classification and localization) equal TF's, the
-box predictor's bias gradients (the loss's own derivative: targets, focal weighting,
-normalization) equal TF's, every parameter's gradient norm equals TF's, and jaxdet's weight
-decay gives every parameter TF's regularization gradient
-(fixtures/make_tf_train_step_fixtures.py, written by the real TF OD API).
+localization, Faster R-CNN's four: each stage's classification and localization, Mask
+R-CNN's mask loss) equal TF's, the box predictor's bias gradients (the loss's own
+derivative: targets, focal weighting, normalization) equal TF's, every parameter's gradient
+norm equals TF's, and jaxdet's weight decay gives every parameter TF's regularization
+gradient (fixtures/make_tf_train_step_fixtures.py, written by the real TF OD API).
 
 Why norms for the rest: a batch-norm network amplifies float32 rounding differences into
 gradient differences of tens of percent in its early layers at this point (moving the input by
@@ -48,6 +48,8 @@ def step(request, tmp_path_factory):
         overrides += [f"data.resizer.height={size}", f"data.resizer.width={size}"]
     if resizer.name == "keep_aspect_ratio":  # the fixture's batch is smaller than the config's
         overrides += [f"data.resizer.min_dimension={size}", f"data.resizer.max_dimension={size}"]
+    if tf.get("masks"):  # Mask R-CNN: the masks at the input size, as TF was given them
+        overrides += ["data.mask_stride=1"]
     if "efficientdet" in name:  # no stochastic depth (TF's fixture turned its masks off too)
         overrides += ["model.backbone.drop_connect_rate=0.0"]
     # Faster R-CNN: minibatches as large as what may be sampled, as TF's fixture set them
@@ -79,11 +81,11 @@ def _by_tf_key(step, tree) -> dict[str, np.ndarray]:
 
 def test_losses_equal_tfs(step):
     """Every loss of the family (SSD: classification, localization; Faster R-CNN: each
-    stage's), to float32 rounding (the RPN's localization, ~0.008 from 8 positive anchors,
-    agrees within 4e-6)."""
+    stage's; Mask R-CNN: and the mask loss), to float32 rounding (the RPN's localization,
+    ~0.008 from 8 positive anchors, agrees within 4e-6)."""
     tf, parts = step["tf"]["losses"], step["parts"]
     names = [k for k in tf if k != "regularization"]
-    assert len(names) in (2, 4)
+    assert len(names) in (2, 4, 5)
     for name in names:
         np.testing.assert_allclose(parts[f"{name}_loss"], tf[name], rtol=2e-4, atol=5e-6,
                                    err_msg=name)
