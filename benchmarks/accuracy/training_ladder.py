@@ -24,6 +24,16 @@ the worst parameters, and the weight-decay gradient against TF's regularization 
 ``trajectory``: jaxdet's train step (its optimizer, schedule and weight decay from the config)
 for as many steps as TF ran, on the same batches from the same start; printed: the loss parts
 of both sides over windows of steps, and how far the weights moved apart.
+
+Stability samples (where one run a side says little, near a high rate's warm-up peak): more
+runs from the same start on the same batches, each with its inputs moved by noise of
+``--perturb`` (uniform, the same draw on both sides for sample ``--seed``); TF's replays its
+folder (and its CPU sums differ run to run as well):
+
+    ... training_ladder_tf --pipeline-config pipeline.config --replay tf_run --out tf_s1 \
+        --steps 25 --perturb 1e-3 --seed 1
+    python -m benchmarks.accuracy.training_ladder trajectory --pipeline-config \
+        pipeline.config --tf tf_run --steps 25 --perturb 1e-3 --seed 1 --tf-sample tf_s1/tf.json
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import common
+from benchmarks.peers.training_ladder_tf import perturbation
 
 # TF's loss keys -> (jaxdet's part, a short name for the tables)
 LOSS_PARTS = {
@@ -362,6 +373,10 @@ def inputs(args) -> dict:
             "tf": box_statistics(theirs), "jaxdet": box_statistics(ours)}
 
 
+def files_all(tf_dir: Path) -> list[Path]:
+    return sorted((tf_dir / "batches").glob("batch_*.npz"))
+
+
 def trajectory(args) -> dict:
     from jaxdet import tasks
     from jaxdet.train import build as train_build
@@ -376,12 +391,17 @@ def trajectory(args) -> dict:
     tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     step = train_build.build_train_step(config, task, tx, schedule)
-    files = sorted((tf_dir / "batches").glob("batch_*.npz"))
+    files = sorted((tf_dir / "batches").glob("batch_*.npz"))[:args.steps or None]
     rows = []
     for k, path in enumerate(files):
-        state, metrics = step(state, load_batch(path))
+        batch = load_batch(path)
+        if args.perturb:  # the same noise as the TF side's --replay --perturb
+            noise = perturbation(args.perturb, args.seed, k, batch["images"].shape)
+            batch["images"] = batch["images"] + jnp.asarray(noise)
+        state, metrics = step(state, batch)
         rows.append({"step": k + 1, **{m: float(v) for m, v in metrics.items()}})
-    tf_rows = json.loads((tf_dir / "tf.json").read_text())["steps"]
+    tf_rows = json.loads((Path(args.tf_sample) if args.tf_sample else tf_dir / "tf.json")
+                         .read_text())["steps"][:len(rows)]
     window = args.window
     table = []
     for start in range(0, len(rows), window):
@@ -400,7 +420,7 @@ def trajectory(args) -> dict:
                                     for side, row, key in (("tf", t, tf_key), ("jaxdet", r, part))}}
              for r, t in zip(rows[:5], tf_rows[:5], strict=False)]
     final = {}
-    if (tf_dir / "stepK" / "ckpt-0.index").exists():
+    if (tf_dir / "stepK" / "ckpt-0.index").exists() and len(rows) == len(files_all(tf_dir)):
         tf_params, tf_stats = _tf_variables(config, lambda: tasks.build_task(config),
                                             tf_dir / "stepK" / "ckpt-0")
         a, b = _paths(state["params"]), _paths(tf_params)
@@ -428,6 +448,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--show", type=int, default=20, help="rows of differences to print")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="trajectory: the first N batches only (default: all)")
+    parser.add_argument("--perturb", type=float, default=0.0,
+                        help="trajectory: move every input pixel by up to this much (the "
+                        "noise of sample --seed, as the TF side's --replay --perturb)")
+    parser.add_argument("--tf-sample", help="trajectory: compare with this tf.json (a TF "
+                        "--replay sample) instead of the folder's own")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     common.add_tf_peer_arguments(parser)
     args = parser.parse_args(argv)

@@ -25,6 +25,12 @@ Writes into ``DIR``:
 The step is ``model_lib_v2.eager_train_step`` itself inside one ``tf.function``, as
 ``model_lib_v2.train_loop`` runs it.
 
+``--replay DIR`` (the stability samples) trains again from ``DIR``'s ``step0`` on ``DIR``'s
+first ``--steps`` batches instead of drawing new ones, each image moved by ``--perturb EPS``
+(uniform in [-EPS, EPS], :func:`perturbation`, the same noise jaxdet's ``training_ladder
+trajectory --perturb`` adds), and writes only ``tf.json``: one more sample of TF's training
+from one start on one set of batches (TF's CPU reductions are not deterministic either).
+
 ``--augment-cases CASES.json --augment-out OUT.json`` (rung 2) instead runs TF's own
 ``preprocessor.ssd_random_crop`` on each case (an image size and its normalized boxes)
 ``--draws`` times and writes what came out of each draw: the crop's height and width and the
@@ -57,6 +63,34 @@ def dump_batch(path: Path, features: dict, labels: dict) -> None:
              has_class=classes.sum(-1) > 0, weights=weights.astype(np.float32),
              num_boxes=_np(lab[f.num_groundtruth_boxes]).astype(np.int32),
              true_image_shape=_np(features[f.true_image_shape]).astype(np.int32))
+
+
+def perturbation(eps: float, seed: int, step: int, shape: tuple[int, ...]) -> np.ndarray:
+    """float32 noise uniform in [-eps, eps] for batch ``step`` (0-based) of sample ``seed``;
+    zeros for ``eps`` 0. Both ladders' sides draw it here, so both see the same inputs."""
+    if not eps:
+        return np.zeros(shape, np.float32)
+    rng = np.random.default_rng([seed, step])
+    return rng.uniform(-eps, eps, size=shape).astype(np.float32)
+
+
+def load_replayed_batch(path: Path, num_classes: int, eps: float, seed: int,
+                        step: int) -> tuple[dict, dict]:
+    """A dumped batch as TF's (features, labels), its images moved by :func:`perturbation`."""
+    import tensorflow as tf
+    from object_detection.core import standard_fields as fields
+
+    z = np.load(path)
+    f = fields.InputDataFields
+    images = z["images"] + perturbation(eps, seed, step, z["images"].shape)
+    one_hot = np.eye(num_classes, dtype=np.float32)[z["classes"]] * z["has_class"][..., None]
+    features = {f.image: tf.constant(images),
+                f.true_image_shape: tf.constant(z["true_image_shape"])}
+    labels = {f.groundtruth_boxes: tf.constant(z["boxes"]),
+              f.groundtruth_classes: tf.constant(one_hot),
+              f.groundtruth_weights: tf.constant(z["weights"]),
+              f.num_groundtruth_boxes: tf.constant(z["num_boxes"])}
+    return features, labels
 
 
 def _reset_batch_norm_statistics(model) -> None:
@@ -118,6 +152,10 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replay", help="a folder this script wrote: train again from its "
+                        "step0 on its batches")
+    parser.add_argument("--perturb", type=float, default=0.0,
+                        help="with --replay: move every input pixel by up to this much")
     args = parser.parse_args()
     if args.augment_cases:
         augment_draws(args)
@@ -127,7 +165,7 @@ def main() -> None:
 
     import tensorflow as tf
     from object_detection import inputs, model_lib, model_lib_v2
-    from object_detection.builders import model_builder, optimizer_builder
+    from object_detection.builders import model_builder
     from object_detection.utils import config_util
 
     out = Path(args.out)
@@ -136,6 +174,10 @@ def main() -> None:
     configs = config_util.get_configs_from_pipeline_file(args.pipeline_config)
     train_config = configs["train_config"]
     model = model_builder.build(configs["model"], is_training=True)
+    if args.replay:
+        (out / "batches").rmdir()
+        replay(args, configs, model, out)
+        return
     dataset = inputs.train_input(train_config, configs["train_input_config"], configs["model"],
                                  model=model).repeat()
     batches = []
@@ -168,6 +210,20 @@ def main() -> None:
     step1 = {k: float(v) for k, v in losses.items()}
     _reset_batch_norm_statistics(model)  # the gradient pass updated them again
 
+    rows, seconds = train(model, train_config, batches)
+    tf.train.Checkpoint(model=model).write(str(out / "stepK" / "ckpt-0"))
+    (out / "tf.json").write_text(json.dumps({"step1": step1, "steps": rows,
+                                             "train_seconds": round(seconds, 1)}))
+    print(json.dumps({"out": str(out), "steps": len(rows), "step1": step1}))
+
+
+def train(model, train_config, batches: list) -> tuple[list[dict], float]:
+    """``model_lib_v2.eager_train_step`` in one ``tf.function`` over ``batches`` with the
+    config's optimizer and schedule -> (each step's learning rate and losses, seconds)."""
+    import tensorflow as tf
+    from object_detection import model_lib_v2
+    from object_detection.builders import optimizer_builder
+
     global_step = tf.Variable(0, trainable=False, dtype=tf.int64, name="global_step")
     optimizer, (learning_rate,) = optimizer_builder.build(train_config.optimizer,
                                                          global_step=global_step)
@@ -190,11 +246,32 @@ def main() -> None:
         losses = train_step(features, labels)
         rows.append({"step": k + 1, "learning_rate": rate,
                      **{key: float(v) for key, v in losses.items()}})
-    seconds = time.perf_counter() - t0
-    tf.train.Checkpoint(model=model).write(str(out / "stepK" / "ckpt-0"))
-    (out / "tf.json").write_text(json.dumps({"step1": step1, "steps": rows,
+    return rows, time.perf_counter() - t0
+
+
+def replay(args, configs: dict, model, out: Path) -> None:
+    """``--replay``: ``args.replay``'s step 0 and first ``--steps`` batches (moved by
+    ``--perturb``, sample ``--seed``) trained again; writes ``out/tf.json``."""
+    import tensorflow as tf
+    from object_detection import model_lib, model_lib_v2
+
+    source = Path(args.replay)
+    files = sorted((source / "batches").glob("batch_*.npz"))[:args.steps]
+    meta = configs["model"]
+    num_classes = getattr(meta, meta.WhichOneof("model")).num_classes
+    batches = [load_replayed_batch(p, num_classes, args.perturb, args.seed, k)
+               for k, p in enumerate(files)]
+    tf.keras.backend.set_learning_phase(True)
+    features, labels = batches[0]
+    model_lib_v2._compute_losses_and_predictions_dicts(
+        model, features, model_lib.unstack_batch(labels, unpad_groundtruth_tensors=False), True)
+    tf.train.Checkpoint(model=model).read(str(source / "step0" / "ckpt-0")).expect_partial()
+    _reset_batch_norm_statistics(model)
+    rows, seconds = train(model, configs["train_config"], batches)
+    (out / "tf.json").write_text(json.dumps({"replay": str(source), "perturb": args.perturb,
+                                             "seed": args.seed, "steps": rows,
                                              "train_seconds": round(seconds, 1)}))
-    print(json.dumps({"out": str(out), "steps": len(rows), "step1": step1}))
+    print(json.dumps({"out": str(out), "steps": len(rows), "replay": str(source)}))
 
 
 if __name__ == "__main__":
