@@ -33,10 +33,13 @@ NAMES = sorted(d.name.removeprefix("tf_") for d in FIXTURES.glob("tf_*")
                if (d / "train_step.json").is_file())
 PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 
-pytestmark = pytest.mark.xdist_group("tf_detectors")
+# one xdist group per fixture (its tests share the module fixture's compiled step), so that
+# the seven fixtures' compilations spread over the workers
+PARAMS = [pytest.param(name, marks=pytest.mark.xdist_group(f"tf_train_step_{name}"))
+          for name in NAMES]
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=PARAMS)
 def step(request, tmp_path_factory):
     name = request.param
     fixture = FIXTURES / f"tf_{name}"
