@@ -82,8 +82,7 @@ def map_faster_rcnn(m: Mapper, fr: Message) -> tuple[dict, dict, dict]:
             raise m.error(fr, name, why)
     if not fr.has("num_classes"):
         raise m.error(fr, None, "num_classes is required")
-    box_predictor, fc_l2 = _second_stage_box_predictor(m, fr)
-    mask_l2 = box_predictor.pop("_mask_l2", None)
+    box_predictor, fc_l2, mask_l2 = _second_stage_box_predictor(m, fr)
     masks = box_predictor.get("predict_instance_masks", False)
     stages = int(fr.take("number_of_stages", 2))
     if stages not in (2, 3) or (stages == 3 and not masks):
@@ -338,11 +337,13 @@ def _crop(m: Mapper, fr: Message) -> dict[str, int]:
 # --------------------------------------------------------------------- second stage
 
 
-def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
-    """mask_rcnn_box_predictor -> share_box_across_classes (and the L2 weight of its
-    fc_hyperparams). Masks and keypoints stop here; dropout is not supported."""
+def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float, float | None]:
+    """mask_rcnn_box_predictor -> (share_box_across_classes and the mask head's fields, the L2
+    weight of its fc_hyperparams, its mask head's or None without masks). Keypoints stop here;
+    dropout is not supported."""
     _, bp = m.choice(fr, "second_stage_box_predictor", ["mask_rcnn_box_predictor"])
-    masks = _mask_head(m, bp) if bp.take("predict_instance_masks", False) else {}
+    masks, mask_l2 = (_mask_head(m, bp) if bp.take("predict_instance_masks", False)
+                      else ({}, None))
     m.only(bp, "predict_keypoints", [False], False)
     m.only(bp, "use_dropout", [False], False)
     if bp.has("dropout_keep_probability"):
@@ -360,14 +361,14 @@ def _second_stage_box_predictor(m: Mapper, fr: Message) -> tuple[dict, float]:
         if not ok:
             m.warn(f"{init.path}: jaxdet initializes the box predictor Glorot-uniform "
                    "(factor 1.0, uniform, FAN_AVG)")
-    return {"share_box_across_classes": bool(bp.take("share_box_across_classes", False)),
-            **masks}, hyper_l2_weight(m, hyper)
+    return ({"share_box_across_classes": bool(bp.take("share_box_across_classes", False)),
+             **masks}, hyper_l2_weight(m, hyper), mask_l2)
 
 
-def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
-    """mask_rcnn_box_predictor's mask fields (``predict_instance_masks: true``) -> jaxdet's
-    mask head; its conv_hyperparams: convolutions without normalization, truncated-normal
-    (stddev 0.01) kernels."""
+def _mask_head(m: Mapper, bp: Message) -> tuple[dict[str, Any], float]:
+    """mask_rcnn_box_predictor's mask fields (``predict_instance_masks: true``) -> (jaxdet's
+    mask head, the L2 weight of its conv_hyperparams); those: convolutions without
+    normalization, truncated-normal (stddev 0.01) kernels."""
     out = {"predict_instance_masks": True,
            "mask_height": int(bp.take("mask_height", 15)),
            "mask_width": int(bp.take("mask_width", 15)),
@@ -375,8 +376,8 @@ def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
            "mask_prediction_num_conv_layers": int(
                bp.take("mask_prediction_num_conv_layers", 2)),
            "masks_are_class_agnostic": bool(bp.take("masks_are_class_agnostic", False)),
-           "convolve_then_upsample": bool(bp.take("convolve_then_upsample", False)),
-           "_mask_l2": 0.0}  # its L2 weight, taken out by map_faster_rcnn
+           "convolve_then_upsample": bool(bp.take("convolve_then_upsample", False))}
+    l2 = 0.0
     if bp.has("conv_hyperparams"):
         hyper = m.sub(bp, "conv_hyperparams")
         m.only(hyper, "op", ["CONV"], "CONV")
@@ -386,12 +387,12 @@ def _mask_head(m: Mapper, bp: Message) -> dict[str, Any]:
                               "have no normalization")
         if hyper.has("activation"):
             m.only(hyper, "activation", ["RELU"], "RELU")
-        out["_mask_l2"] = hyper_l2_weight(m, hyper)
+        l2 = hyper_l2_weight(m, hyper)
         stddev = _truncated_normal_stddev(m, hyper)
         if not math.isclose(stddev, 0.01):
             m.warn(f"{hyper.path}: jaxdet initializes the mask head truncated-normal with "
                    f"stddev 0.01, not {stddev}")
-    return out
+    return out, l2
 
 
 def _post_processing(m: Mapper, fr: Message) -> dict[str, Any]:
