@@ -373,10 +373,6 @@ def inputs(args) -> dict:
             "tf": box_statistics(theirs), "jaxdet": box_statistics(ours)}
 
 
-def files_all(tf_dir: Path) -> list[Path]:
-    return sorted((tf_dir / "batches").glob("batch_*.npz"))
-
-
 def trajectory(args) -> dict:
     from jaxdet import tasks
     from jaxdet.train import build as train_build
@@ -391,7 +387,8 @@ def trajectory(args) -> dict:
     tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     step = train_build.build_train_step(config, task, tx, schedule)
-    files = sorted((tf_dir / "batches").glob("batch_*.npz"))[:args.steps or None]
+    every_file = sorted((tf_dir / "batches").glob("batch_*.npz"))
+    files = every_file[:args.steps or None]
     rows = []
     for k, path in enumerate(files):
         batch = load_batch(path)
@@ -420,7 +417,7 @@ def trajectory(args) -> dict:
                                     for side, row, key in (("tf", t, tf_key), ("jaxdet", r, part))}}
              for r, t in zip(rows[:5], tf_rows[:5], strict=False)]
     final = {}
-    if (tf_dir / "stepK" / "ckpt-0.index").exists() and len(rows) == len(files_all(tf_dir)):
+    if (tf_dir / "stepK" / "ckpt-0.index").exists() and len(rows) == len(every_file):
         tf_params, tf_stats = _tf_variables(config, lambda: tasks.build_task(config),
                                             tf_dir / "stepK" / "ckpt-0")
         a, b = _paths(state["params"]), _paths(tf_params)
