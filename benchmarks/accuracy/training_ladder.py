@@ -60,6 +60,7 @@ LOSS_PARTS = {
     "Loss/RPNLoss/localization_loss": ("first_stage_localization_loss", "rpn_loc"),
     "Loss/BoxClassifierLoss/classification_loss": ("second_stage_classification_loss", "cls"),
     "Loss/BoxClassifierLoss/localization_loss": ("second_stage_localization_loss", "loc"),
+    "Loss/BoxClassifierLoss/mask_loss": ("second_stage_mask_loss", "mask"),
 }
 
 
