@@ -47,12 +47,43 @@ def start_variables(task, config, fixture: Path, tmp: Path) -> tuple[dict, dict]
     return params, stats
 
 
+def start_heads(params: dict, task, config, starts: list[dict]) -> dict:
+    """``params`` with a TF fixture's ``head_starts`` made as TF's script made them (CenterNet:
+    each listed head's last kernel times its float32 ``scale``, its bias filled with ``value``;
+    ``kernel`` and ``bias`` are TF checkpoint keys). Returns the new pure dict."""
+    from jaxdet import tasks
+
+    names = tasks.tf_name_map(task.model, config)
+    scales, fills = {}, {}
+    for start in starts:
+        scales["/".join(map(str, names[start["kernel"]][0]))] = np.float32(start["scale"])
+        fills["/".join(map(str, names[start["bias"]][0]))] = start["value"]
+    assert len(scales) == len(fills) == len(starts)
+    done = []
+
+    def one(path, p):
+        key = param_path(path)
+        if key in scales:
+            done.append(key)
+            return p * scales[key]
+        if key in fills:
+            done.append(key)
+            return jnp.full_like(p, fills[key])
+        return p
+
+    params = jax.tree_util.tree_map_with_path(one, params)
+    assert len(done) == 2 * len(starts), sorted({*scales, *fills} - set(done))
+    return params
+
+
 def fixture_batch(task, tf: dict) -> dict:
     """The fixture's raw batch (``tf``: its JSON with ``size``, ``image_seeds``, normalized
     ``boxes`` and 0-based ``classes`` per image): float32 pixels [B, size, size, 3], boxes and
     classes padded to ``task.max_boxes``, ``valid``, ``ignore`` and ``image_info``; with
     ``masks`` true, the masks TF was given (``box_masks``) as uint8 ``masks [B, N, size,
-    size]`` (the config's ``data.mask_stride`` must be 1)."""
+    size]`` (the config's ``data.mask_stride`` must be 1); with ``keypoints`` (per image, per
+    box, normalized (y, x) of each keypoint) and ``keypoint_visibility`` (0 / 1), CenterNet's
+    ``keypoints f32[B, N, K, 2]`` and ``keypoint_visibility i32[B, N, K]``."""
     size, count, n = tf["size"], len(tf["image_seeds"]), task.max_boxes
     images = np.stack([fixture_image(size, size, s) for s in tf["image_seeds"]])
     boxes = np.zeros((count, n, 4), np.float32)
@@ -69,4 +100,13 @@ def fixture_batch(task, tf: dict) -> dict:
         for i, b in enumerate(tf["boxes"]):
             masks[i, :len(b)] = box_masks(b, size)
         batch["masks"] = jnp.asarray(masks)
+    if "keypoints" in tf:
+        k = len(tf["keypoints"][0][0])
+        points = np.zeros((count, n, k, 2), np.float32)
+        visible = np.zeros((count, n, k), np.int32)
+        for i, (p, v) in enumerate(zip(tf["keypoints"], tf["keypoint_visibility"],
+                                       strict=True)):
+            points[i, :len(p)], visible[i, :len(v)] = p, v
+        batch["keypoints"], batch["keypoint_visibility"] = jnp.asarray(points), jnp.asarray(
+            visible)
     return batch
