@@ -247,6 +247,7 @@ def center_net_detector_map(model: nnx.Module, *, keypoint_tasks: Sequence[str] 
     out[first] = (out[first][0], "bgr_to_rgb")  # caffe preprocessing: TF's input is BGR
     _center_net_fpn(out, neck, f"{FEATURE_EXTRACTOR}/_feature_extractor_model")
     _heads(out, model, keypoint_tasks)
+    _mask_net(out, model)
     return out
 
 
