@@ -61,23 +61,53 @@ LOSS_PARTS = {
     "Loss/BoxClassifierLoss/classification_loss": ("second_stage_classification_loss", "cls"),
     "Loss/BoxClassifierLoss/localization_loss": ("second_stage_localization_loss", "loc"),
     "Loss/BoxClassifierLoss/mask_loss": ("second_stage_mask_loss", "mask"),
+    "Loss/object_center": ("heatmap_loss", "center"),
+    "Loss/box/scale": ("size_loss", "scale"),
+    "Loss/box/offset": ("offset_loss", "offset"),
+    "Loss/deep_mask_estimation": ("mask_loss", "mask"),
 }
 
 
-def load_batch(path: Path) -> dict:
+def loss_weight(task, part: str) -> float:
+    """The weight of jaxdet's loss ``part`` in TF's reported loss: CenterNet reports its box
+    and mask losses weighted (as they enter its total), jaxdet's parts are unweighted; 1 for
+    every other family's."""
+    weights = {"heatmap_loss": getattr(task, "heatmap_weight", 1.0),
+               "size_loss": getattr(task, "size_weight", 1.0),
+               "offset_loss": getattr(task, "offset_weight", 1.0)}
+    if getattr(task, "mask_head", None) is not None and hasattr(task.mask_head,
+                                                                "task_loss_weight"):
+        weights["mask_loss"] = task.mask_head.task_loss_weight
+    return float(weights.get(part, 1.0))
+
+
+def load_batch(path: Path, bgr: bool = False) -> dict:
     """One batch dumped by ``peers.training_ladder_tf`` in jaxdet's box batch layout, with
     ``image_info`` (padded height and width, then the content's: Faster R-CNN clips its
-    proposals to the content, as TF to its true image shape). TF's input pipeline already
-    gives the boxes normalized to the padded input, as jaxdet's loader does."""
+    proposals to the content, CenterNet's heatmap losses count inside it, as TF's true image
+    shape). TF's input pipeline already gives the boxes normalized to the padded input, as
+    jaxdet's loader does. ``bgr``: TF's images are BGR (its model's input; see
+    :func:`tf_input_is_bgr`), given to jaxdet as RGB."""
     z = np.load(path)
     valid = (z["weights"] > 0) & z["has_class"]
     height, width = z["images"].shape[1:3]
     true = z["true_image_shape"][:, :2].astype(np.float32)  # [B, 2] content h, w
     info = np.concatenate([np.broadcast_to([height, width], true.shape), true], axis=1)
-    return {"images": jnp.asarray(z["images"]), "boxes": jnp.asarray(z["boxes"]),
+    images = z["images"][..., ::-1] if bgr else z["images"]
+    return {"images": jnp.asarray(images), "boxes": jnp.asarray(z["boxes"]),
             "classes": jnp.asarray(np.where(valid, z["classes"], 0).astype(np.int32)),
             "valid": jnp.asarray(valid), "ignore": jnp.zeros(valid.shape, bool),
             "image_info": jnp.asarray(info, jnp.float32)}
+
+
+def tf_input_is_bgr(task, config) -> bool:
+    """Whether TF's model takes BGR images where jaxdet's takes RGB (CenterNet's Keras
+    ResNets, caffe preprocessing: jaxdet's TF import reverses the first convolution's input
+    channels instead)."""
+    from jaxdet import tasks
+
+    return any(transform == "bgr_to_rgb"
+               for _, transform in tasks.tf_name_map(task.model, config).values())
 
 
 def _build(pipeline_config: str, overrides: list[str]):
@@ -144,7 +174,8 @@ def step1(args) -> dict:
     params, stats = _tf_variables(config, builder, tf_dir / "step0" / "ckpt-0")
     tf_grads, _ = _tf_variables(config, builder, tf_dir / "grads_data" / "ckpt-0")
     tf_reg, _ = _tf_variables(config, builder, tf_dir / "grads_reg" / "ckpt-0")
-    batch = load_batch(sorted((tf_dir / "batches").glob("batch_*.npz"))[0])
+    batch = load_batch(sorted((tf_dir / "batches").glob("batch_*.npz"))[0],
+                       tf_input_is_bgr(task, config))
 
     def loss_fn(p, images):
         total, (parts, _) = task.loss(p, stats, {**batch, "images": images},
@@ -177,9 +208,10 @@ def step1(args) -> dict:
         "pipeline_config": Path(args.pipeline_config).name,
         "tf": {**{part: tf_json[k] for k, (part, _) in LOSS_PARTS.items() if k in tf_json},
                "regularization_loss": tf_json.get("Loss/regularization_loss")},
-        "jaxdet": {**{part: float(parts[part]) for k, (part, _) in LOSS_PARTS.items()
-                      if k in tf_json},
-                   "num_positives": float(parts["num_positives"])},
+        "jaxdet": {**{part: float(parts[part]) * loss_weight(task, part)
+                      for k, (part, _) in LOSS_PARTS.items() if k in tf_json},
+                   **({"num_positives": float(parts["num_positives"])}
+                      if "num_positives" in parts else {})},
         "gradient_vs_tf_median_by_part": parts_tf,
         "gradient_vs_tf_worst": worst_tf,
         "gradient_vs_itself_images_moved_1e-6_median_by_part": parts_self,
@@ -220,7 +252,8 @@ def float64_gradients(args) -> dict:
                                   tf_dir / "step0" / "ckpt-0")
     params, stats = (jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), t)
                      for t in (params, stats))
-    batch = load_batch(sorted((tf_dir / "batches").glob("batch_*.npz"))[0])
+    batch = load_batch(sorted((tf_dir / "batches").glob("batch_*.npz"))[0],
+                       tf_input_is_bgr(task, config))
     batch["images"] = jnp.asarray(batch["images"], jnp.float64)
 
     def loss_fn(p):
@@ -388,16 +421,18 @@ def trajectory(args) -> dict:
     tx, schedule = train_build.build_optimizer(config.train)
     state = init_train_state(task, tx, ema=False)
     step = train_build.build_train_step(config, task, tx, schedule)
+    bgr = tf_input_is_bgr(task, config)
     every_file = sorted((tf_dir / "batches").glob("batch_*.npz"))
     files = every_file[:args.steps or None]
     rows = []
     for k, path in enumerate(files):
-        batch = load_batch(path)
+        batch = load_batch(path, bgr)
         if args.perturb:  # the same noise as the TF side's --replay --perturb
             noise = perturbation(args.perturb, args.seed, k, batch["images"].shape)
             batch["images"] = batch["images"] + jnp.asarray(noise)
         state, metrics = step(state, batch)
-        rows.append({"step": k + 1, **{m: float(v) for m, v in metrics.items()}})
+        rows.append({"step": k + 1, **{m: float(v) * loss_weight(task, m)
+                                       for m, v in metrics.items()}})
     tf_rows = json.loads((Path(args.tf_sample) if args.tf_sample else tf_dir / "tf.json")
                          .read_text())["steps"][:len(rows)]
     window = args.window

@@ -59,6 +59,7 @@ def _batch(task, seed: int = 0) -> dict:
         "classes": rng.integers(0, 3, (BATCH, MAX_BOXES)).astype(np.int32),
         "valid": np.arange(MAX_BOXES)[None] < rng.integers(1, MAX_BOXES + 1, (BATCH, 1)),
         "ignore": np.zeros((BATCH, MAX_BOXES), bool), "masks": masks,
+        "image_info": np.tile(np.float32([HEIGHT, WIDTH, HEIGHT, WIDTH]), (BATCH, 1)),
     }
 
 

@@ -25,4 +25,4 @@ def masked_box_batch(task, counts: list[int], max_boxes: int, *, seed: int = 0,
             masks[i, j, y0:(y0 + y1) // 2 if top_half else y1, x0:x1] = 1
     return {"images": rng.normal(size=(b, h, w, 3)).astype(np.float32), "boxes": boxes,
             "valid": valid, "ignore": np.zeros((b, max_boxes), bool), "masks": masks,
-            "rng": rng}
+            "image_info": np.tile(np.float32([h, w, h, w]), (b, 1)), "rng": rng}

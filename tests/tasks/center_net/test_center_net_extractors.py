@@ -140,7 +140,8 @@ def _batch(size: int) -> dict:
     valid = np.zeros((2, 4), bool)
     valid[:, 0] = True
     return {"images": images, "boxes": boxes, "classes": np.array([[0] * 4, [1] * 4], np.int32),
-            "valid": valid, "ignore": np.zeros((2, 4), bool)}
+            "valid": valid, "ignore": np.zeros((2, 4), bool),
+            "image_info": np.tile(np.float32([size, size, size, size]), (2, 1))}
 
 
 # ResNet-v2-50 and MobileNetV2-FPN under -m exhaustive (40 s cold each): their forward passes

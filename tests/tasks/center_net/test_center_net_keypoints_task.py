@@ -63,7 +63,8 @@ def _batch() -> dict:
                 visibility[i, j, 2] = 2
     return {"images": images, "boxes": boxes, "classes": classes, "valid": valid,
             "ignore": np.zeros((2, 4), bool), "keypoints": keypoints,
-            "keypoint_visibility": visibility}
+            "keypoint_visibility": visibility,
+            "image_info": np.tile(np.float32([SIZE, SIZE, SIZE, SIZE]), (2, 1))}
 
 
 @pytest.mark.slow

@@ -46,7 +46,33 @@ def _batch() -> dict:
             boxes[i, j] = np.array([y0, x0, y1, x1], np.float32) / SIZE
             classes[i, j], valid[i, j] = c, True
     return {"images": images, "boxes": boxes, "classes": classes, "valid": valid,
-            "ignore": np.zeros((2, 4), bool)}
+            "ignore": np.zeros((2, 4), bool),
+            "image_info": np.tile(np.float32([SIZE, SIZE, SIZE, SIZE]), (2, 1))}
+
+
+def test_the_heatmap_loss_counts_inside_the_content_only():
+    """A letterboxed image's padding is no negative for the center heatmap (TF's valid anchor
+    weights): output rows >= ceil(content height / stride) and columns >= ceil(content width /
+    stride) do not count, whatever the logits there."""
+    task = _task()
+    batch = {k: jnp.asarray(v) for k, v in _batch().items()}
+    # image 0: content 40 x 64 (rows >= ceil(40 / 4) = 10 are padding); image 1: 64 x 50
+    # (columns >= ceil(12.5) = 13)
+    batch["image_info"] = jnp.asarray([[80, 128, 40, 64], [64, 50, 64, 50]], jnp.float32)
+    prepared = task.prepare(batch)
+    pixels = np.asarray(prepared["pixels"][..., 0])
+    assert pixels[0, :10].all() and not pixels[0, 10:].any()
+    assert pixels[1, :, :13].all() and not pixels[1, :, 13:].any()
+    logits = jax.random.normal(jax.random.key(0), (2, 16, 16, CLASSES))
+    out = {"heatmap": logits, "size": jnp.zeros((2, 16, 16, 2)),
+           "offset": jnp.zeros((2, 16, 16, 2))}
+    base = task._output_losses(out, prepared, 3.0)["heatmap_loss"]
+    moved = logits.at[0, 12:].add(5.0).at[1, :, 14:].add(-3.0)
+    assert float(task._output_losses({**out, "heatmap": moved}, prepared, 3.0)["heatmap_loss"]
+                 ) == float(base)
+    inside = logits.at[0, 3].add(5.0)
+    assert float(task._output_losses({**out, "heatmap": inside}, prepared, 3.0)["heatmap_loss"]
+                 ) > float(base)
 
 
 @pytest.mark.slow

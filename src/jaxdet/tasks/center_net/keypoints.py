@@ -93,7 +93,8 @@ class KeypointTask:
         head ``outputs`` (``tasks.center_net.model.KeypointHeads``)."""
         heat = ck.keypoint_heatmap_loss(
             outputs["heatmap"], targets["heatmap"], targets["valid_mask"],
-            targets["num_instances"], alpha=alpha, beta=beta, normalizer=normalizers["heatmap"])
+            targets["num_instances"], targets.get("pixels"), alpha=alpha, beta=beta,
+            normalizer=normalizers["heatmap"])
         offset = ck.keypoint_offset_loss(
             outputs["offset"], targets["offset_indices"], targets["offset_targets"],
             targets["offset_weights"], normalizer=normalizers["offset"])

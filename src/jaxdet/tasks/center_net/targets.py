@@ -90,6 +90,21 @@ def size_and_offset_targets(boxes: jnp.ndarray, output_size: tuple[int, int]
     return pixel, jnp.stack([bh, bw], axis=-1), jnp.stack([yc - fy, xc - fx], axis=-1)
 
 
+def true_image_pixels(image_info: jnp.ndarray, output_size: tuple[int, int], stride: int
+                      ) -> jnp.ndarray:
+    """f32[B, h, w, 1]: 1 on the output map's pixels inside each image's content, 0 on its
+    padding (TF ``get_valid_anchor_weights_in_flattened_image`` of ``ceil(true shape /
+    stride)``): row ``< ceil(content_h / stride)`` and column ``< ceil(content_w / stride)``,
+    the content's height and width in input pixels being ``image_info[:, 2:4]``."""
+    info = jnp.asarray(image_info, jnp.float32)
+    rows = jnp.ceil(info[:, 2] / stride)[:, None, None, None]
+    cols = jnp.ceil(info[:, 3] / stride)[:, None, None, None]
+    h, w = output_size
+    y = jnp.arange(h, dtype=jnp.float32)[None, :, None, None]
+    x = jnp.arange(w, dtype=jnp.float32)[None, None, :, None]
+    return ((y < rows) & (x < cols)).astype(jnp.float32)
+
+
 def penalty_reduced_focal_loss(logits: jnp.ndarray, targets: jnp.ndarray, *,
                                alpha: float = 2.0, beta: float = 4.0,
                                clip: float = 1e-4) -> jnp.ndarray:
@@ -151,5 +166,6 @@ def decode_boxes(y: jnp.ndarray, x: jnp.ndarray, sizes: jnp.ndarray,
 
 
 __all__ = ["PEAK_EPSILON", "center_heatmap_targets", "decode_boxes", "gaussian_sigma",
+           "true_image_pixels",
            "max_distance_for_overlap", "penalty_reduced_focal_loss",
            "size_and_offset_targets", "top_k_peaks"]

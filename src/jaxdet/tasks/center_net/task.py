@@ -86,10 +86,12 @@ class CenterNetTask(ModelTask):
     # ----------------------------------------------------------------- layout and variables
 
     def batch_layout(self) -> BatchLayout:
-        """As the SSD family's (``tasks.detector.box_batch_layout``), plus with keypoint tasks
+        """As the SSD family's (``tasks.detector.box_batch_layout``), plus ``image_info``
+        f32[4] (the heatmaps' losses count inside the content only), with keypoint tasks
         ``keypoints`` f32[N, K, 2] (normalized y, x) and ``keypoint_visibility`` i32[N, K];
         with a mask head ``masks`` u8[N, Hm, Wm]."""
         layout = box_batch_layout(self.input_size, self.max_boxes)
+        layout["image_info"] = BatchField((4,), jnp.float32)
         if self.keypoint_tasks:
             n, k = self.max_boxes, self.num_keypoints
             layout["keypoints"] = BatchField((n, k, 2), jnp.float32)
@@ -118,7 +120,10 @@ class CenterNetTask(ModelTask):
 
     def prepare(self, batch: dict) -> dict:
         """Targets of a batch: ``heatmap`` [B, h, w, C]; per box ``pixel`` [B, N, 2] int32,
-        ``size`` and ``offset`` [B, N, 2]; ``weight`` [B, N] (valid and not ignored)."""
+        ``size`` and ``offset`` [B, N, 2]; ``weight`` [B, N] (valid and not ignored);
+        ``pixels`` [B, h, w, 1]: 1 inside each image's content (``image_info``), where the
+        center and keypoint heatmaps' losses count (TF's ``valid_anchor_weights``: a
+        letterboxed image's padding is no negative)."""
         valid = batch["valid"] & ~batch["ignore"]
 
         def one(boxes, classes, keep):
@@ -128,10 +133,13 @@ class CenterNetTask(ModelTask):
             return heatmap, pixel, size, offset
 
         heatmap, pixel, size, offset = jax.vmap(one)(batch["boxes"], batch["classes"], valid)
+        info = batch.get("image_info")  # (a hand-made batch without it: every pixel counts)
+        pixels = (jnp.ones((batch["boxes"].shape[0], *self.output_size, 1), jnp.float32)
+                  if info is None else cn.true_image_pixels(info, self.output_size, self.stride))
         prepared = {"heatmap": heatmap, "pixel": pixel, "size": size, "offset": offset,
-                    "weight": valid.astype(jnp.float32)}
+                    "weight": valid.astype(jnp.float32), "pixels": pixels}
         if self.keypoint_tasks:
-            prepared["keypoints"] = [t.targets(batch, self.output_size)
+            prepared["keypoints"] = [{**t.targets(batch, self.output_size), "pixels": pixels}
                                      for t in self.keypoint_tasks]
         if self.mask_head is not None:
             prepared["masks"] = self.mask_head.targets(batch)
@@ -182,7 +190,8 @@ class CenterNetTask(ModelTask):
         """The unweighted box losses and the weighted keypoint losses of one output's heads."""
         n = norm["objects"] if isinstance(norm, dict) else norm
         heat = jnp.sum(cn.penalty_reduced_focal_loss(out["heatmap"], targets["heatmap"],
-                                                     alpha=self.alpha, beta=self.beta)) / n
+                                                     alpha=self.alpha, beta=self.beta)
+                       * targets["pixels"]) / n
         take = jax.vmap(lambda m, p: m[p[:, 0], p[:, 1]])
         w = targets["weight"][..., None]
         size = jnp.sum(jnp.abs(take(out["size"], targets["pixel"]) - targets["size"]) * w) / n
