@@ -87,14 +87,16 @@ def load_batch(path: Path, bgr: bool = False) -> dict:
     proposals to the content, CenterNet's heatmap losses count inside it, as TF's true image
     shape). TF's input pipeline already gives the boxes normalized to the padded input, as
     jaxdet's loader does. ``bgr``: TF's images are BGR (its model's input; see
-    :func:`tf_input_is_bgr`), given to jaxdet as RGB."""
+    :func:`tf_input_is_bgr`), given to jaxdet as RGB. With a config that loads masks, ``masks``
+    uint8 [B, N, H, W] at the input size (jaxdet's ``--set data.mask_stride=1``)."""
     z = np.load(path)
     valid = (z["weights"] > 0) & z["has_class"]
     height, width = z["images"].shape[1:3]
     true = z["true_image_shape"][:, :2].astype(np.float32)  # [B, 2] content h, w
     info = np.concatenate([np.broadcast_to([height, width], true.shape), true], axis=1)
     images = z["images"][..., ::-1] if bgr else z["images"]
-    return {"images": jnp.asarray(images), "boxes": jnp.asarray(z["boxes"]),
+    masks = {"masks": jnp.asarray(z["masks"])} if "masks" in z else {}
+    return {**masks, "images": jnp.asarray(images), "boxes": jnp.asarray(z["boxes"]),
             "classes": jnp.asarray(np.where(valid, z["classes"], 0).astype(np.int32)),
             "valid": jnp.asarray(valid), "ignore": jnp.zeros(valid.shape, bool),
             "image_info": jnp.asarray(info, jnp.float32)}

@@ -11,7 +11,8 @@ Writes into ``DIR``:
 - ``batches/batch_NNNNN.npz``: ``--steps`` batches of ``inputs.train_input`` (the config's
   own augmentations and preprocessing, as ``model_main_tf2.py`` reads the records):
   ``images`` (the model's input, float32), ``boxes`` (normalized ymin, xmin, ymax, xmax),
-  ``classes`` (0-based), ``weights`` (0 on padding) and ``num_boxes``;
+  ``classes`` (0-based), ``weights`` (0 on padding) and ``num_boxes``; with a config that
+  loads instance masks, ``masks`` (uint8, at the input size);
 - ``step0/``: the freshly built model (the config's own initializers) as a TF2 detection
   checkpoint, ``tf.train.Checkpoint(model=...)`` (batch-norm statistics at their initial
   values);
@@ -57,12 +58,15 @@ def dump_batch(path: Path, features: dict, labels: dict) -> None:
     f, lab = fields.InputDataFields, labels
     classes = _np(lab[f.groundtruth_classes])  # one-hot [B, N, C]
     weights = _np(lab[f.groundtruth_weights])
+    masks = {}  # instance masks, where the config loads them: uint8 [B, N, H, W]
+    if f.groundtruth_instance_masks in lab:
+        masks["masks"] = (_np(lab[f.groundtruth_instance_masks]) > 0.5).astype(np.uint8)
     np.savez(path, images=_np(features[f.image]).astype(np.float32),
              boxes=_np(lab[f.groundtruth_boxes]).astype(np.float32),
              classes=np.argmax(classes, axis=-1).astype(np.int32),
              has_class=classes.sum(-1) > 0, weights=weights.astype(np.float32),
              num_boxes=_np(lab[f.num_groundtruth_boxes]).astype(np.int32),
-             true_image_shape=_np(features[f.true_image_shape]).astype(np.int32))
+             true_image_shape=_np(features[f.true_image_shape]).astype(np.int32), **masks)
 
 
 def perturbation(eps: float, seed: int, step: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -90,6 +94,8 @@ def load_replayed_batch(path: Path, num_classes: int, eps: float, seed: int,
               f.groundtruth_classes: tf.constant(one_hot),
               f.groundtruth_weights: tf.constant(z["weights"]),
               f.num_groundtruth_boxes: tf.constant(z["num_boxes"])}
+    if "masks" in z:
+        labels[f.groundtruth_instance_masks] = tf.constant(z["masks"].astype(np.float32))
     return features, labels
 
 

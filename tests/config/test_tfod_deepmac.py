@@ -246,8 +246,6 @@ def test_a_default_value_written_out_is_accepted(tmp_path):
     ("weighted_sigmoid {}", "weighted_dice_classification_loss {}",
      "classification_loss.weighted_dice_classification_loss: not supported; jaxdet supports "
      "weighted_sigmoid"),
-    ("        72  # tvmonitor", "        91",
-     "allowed_masked_classes_ids: [91] are not label-map ids of the model's classes (1..90)"),
     ("load_instance_masks: true", "load_instance_masks: false",
      "train_input_reader.load_instance_masks: DeepMAC (deepmac_mask_estimation) trains on "
      "instance masks"),
@@ -260,3 +258,23 @@ def test_what_does_not_map_is_one_line_naming_the_field(tmp_path, old, new, mess
     with pytest.raises(TfodConfigError) as err:
         load_pipeline_config(path)
     assert "\n" not in str(err.value) and message in str(err.value)
+
+
+@needs_shared
+def test_mask_classes_outside_the_model_are_dropped_as_tf_ignores_them(tmp_path, caplog):
+    """The zoo's VOC list kept in a config edited down to 3 classes: TF matches no box to ids 4
+    and up, so jaxdet keeps 1-3 and says so; a list with none of the model's ids would train
+    no mask at all (TF) and is refused."""
+    path = _edited(tmp_path, "num_classes: 90", "num_classes: 3")
+    with caplog.at_level("WARNING", logger="jaxdet.config"):
+        config = load_pipeline_config(path)
+    assert config.model.mask_head.allowed_masked_classes == (0, 1, 2)
+    assert "allowed_masked_classes_ids: [4, 5, 6, 7, 9, 16, 17, 18, 19, 20, 21, 44, 62, 63, " \
+           "64, 67, 72] are not label-map ids of the model's classes (1..3)" in caplog.text
+    text = path.read_text().replace("        1,   # person\n        2,   # bicycle\n"
+                                    "        3,   # car\n", "")
+    path.write_text(text)
+    with pytest.raises(TfodConfigError) as err:
+        load_pipeline_config(path)
+    assert "\n" not in str(err.value)
+    assert "no class would train its masks" in str(err.value)

@@ -56,9 +56,13 @@ def map_deepmac(m: Mapper, dm: Message, num_classes: int) -> dict[str, Any]:
         m.only(dm, name, [default], default)
     ids = [int(v) for v in dm.all("allowed_masked_classes_ids")]
     outside = [i for i in ids if not 1 <= i <= num_classes]
-    if outside:
+    if outside and len(outside) == len(ids):  # TF would train no mask at all
         raise m.error(dm, "allowed_masked_classes_ids", f"{outside} are not label-map ids of "
-                      f"the model's classes (1..{num_classes})")
+                      f"the model's classes (1..{num_classes}): no class would train its masks")
+    if outside:  # a zoo list kept in a config edited down to fewer classes: TF matches none
+        m.warn(f"{dm.path}.allowed_masked_classes_ids: {outside} are not label-map ids of the "
+               f"model's classes (1..{num_classes}); TF matches no box to them, nor does jaxdet")
+        ids = [i for i in ids if 1 <= i <= num_classes]
     return {
         "dim": int(dm.take("dim", 256)),
         "pixel_embedding_dim": int(dm.take("pixel_embedding_dim", 16)),
