@@ -1,10 +1,12 @@
 """One training step of a TF zoo config computes what TF's computes: at the same weights (a TF
 fixture checkpoint) on the same batch, jaxdet's losses (the SSDs' classification and
 localization, Faster R-CNN's four: each stage's classification and localization, Mask
-R-CNN's mask loss) equal TF's, the box predictor's bias gradients (the loss's own
-derivative: targets, focal weighting, normalization) equal TF's, every parameter's gradient
-norm equals TF's, and jaxdet's weight decay gives every parameter TF's regularization
-gradient (fixtures/make_tf_train_step_fixtures.py, written by the real TF OD API).
+R-CNN's mask loss, CenterNet's center heatmap, box size and offset with its keypoint task's
+three or DeepMAC's mask loss) equal TF's, the box predictors' and heads' bias gradients (the
+loss's own derivative: targets, focal weighting, normalization) equal TF's, every parameter's
+gradient norm equals TF's, and jaxdet's weight decay gives every parameter TF's
+regularization gradient (fixtures/make_tf_train_step_fixtures.py, written by the real TF OD
+API).
 
 Why norms for the rest: a batch-norm network amplifies float32 rounding differences into
 gradient differences of tens of percent in its early layers at this point (moving the input by
@@ -86,8 +88,9 @@ def _by_tf_key(step, tree) -> dict[str, np.ndarray]:
 
 def test_losses_equal_tfs(step):
     """Every loss of the family (SSD: classification, localization; Faster R-CNN: each
-    stage's; Mask R-CNN: and the mask loss), to float32 rounding (the RPN's localization,
-    ~0.008 from 8 positive anchors, agrees within 4e-6)."""
+    stage's; Mask R-CNN: and the mask loss; CenterNet: center, size, offset and the keypoint
+    task's or DeepMAC's), to float32 rounding (the RPN's localization, ~0.008 from 8 positive
+    anchors, agrees within 4e-6)."""
     tf, parts = step["tf"]["losses"], step["parts"]
     names = [k for k in tf if k != "regularization"]
     assert len(names) in (2, 4, 5, 6)

@@ -166,6 +166,5 @@ def decode_boxes(y: jnp.ndarray, x: jnp.ndarray, sizes: jnp.ndarray,
 
 
 __all__ = ["PEAK_EPSILON", "center_heatmap_targets", "decode_boxes", "gaussian_sigma",
-           "true_image_pixels",
            "max_distance_for_overlap", "penalty_reduced_focal_loss",
-           "size_and_offset_targets", "top_k_peaks"]
+           "size_and_offset_targets", "top_k_peaks", "true_image_pixels"]
