@@ -454,3 +454,27 @@ def test_freeze_regexes_are_ignored_as_tf2_ignores_them(tmp_path, caplog):
         "'train.update_trainable_variables=[\".*BoxPredictor.*\"]'"]
     applied = _config(tmp_path, edit=edit, overrides=['train.freeze_variables=[".*Feature.*"]'])
     assert applied.train.freeze_variables == (".*Feature.*",)  # the suggested --set works
+
+
+def test_a_depth_multiplier_scales_the_layers_tfs_extractors_add(tmp_path):
+    """TF's MobileNet SSD extractors scale the FPN's depth and the extra SSD maps by
+    ``depth_fn(d) = max(int(d * depth_multiplier), min_depth)``, and TF's Keras MobileNetV2
+    scales its 1280-channel head conv below multiplier 1 only (``Conv_1``): the model jaxdet
+    builds has TF's widths, so TF checkpoints of such models load."""
+    from jaxdet import tasks
+
+    def config(extractor: str, multiplier: float):
+        text = (BASE.replace("OPTIMIZER", MOMENTUM).replace("AUGMENT", "")
+                .replace("additional_layer_depth: 16", "additional_layer_depth: 256")
+                .replace("depth_multiplier: 0.25\n", "")
+                .replace("fpn {" if "fpn" not in extractor else "(none)", "# fpn {")
+                .replace("type: 'ssd_resnet50_v1_fpn_keras'",
+                         f"type: '{extractor}' depth_multiplier: {multiplier} min_depth: 16"))
+        return load_pipeline_config(_write(tmp_path, text))
+
+    assert config("ssd_mobilenet_v2_fpn_keras", 0.35).model.neck.depth == 89  # int(89.6)
+    assert config("ssd_mobilenet_v2_fpn_keras", 0.05).model.neck.depth == 16  # min_depth
+    assert config("ssd_mobilenet_v2_keras", 0.25).model.neck.extra_depths == (128, 64, 64, 32)
+    widths = {m: tasks.build_task(config("ssd_mobilenet_v2_fpn_keras", m)).model.backbone
+              .conv_head.out_features for m in (0.5, 1.0, 1.4)}
+    assert widths == {0.5: 640, 1.0: 1280, 1.4: 1280}  # Keras applications: 1280, 1280, 1792

@@ -84,15 +84,21 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
     if fe.has("pad_to_multiple") and fe.take("pad_to_multiple") not in (1, 0):
         m.warn(f"{fe.path}.pad_to_multiple: jaxdet needs input sizes divisible by the largest "
                "feature stride and checks it when the model is built")
+    # TF's feature extractors scale the layers they add by the multiplier too: depth_fn(d) =
+    # max(int(d * depth_multiplier), min_depth)
+    def depth_fn(depth: int) -> int:
+        return max(int(depth * backbone["depth_multiplier"]), backbone["min_depth"])
+
     if neck_name == "fpn":
         fpn = m.sub(fe, "fpn")
         neck = {"name": "fpn", "min_level": int(fpn.take("min_level", 3)),
                 "max_level": int(fpn.take("max_level", 7)),
-                "depth": int(fpn.take("additional_layer_depth", 256)),
+                "depth": depth_fn(int(fpn.take("additional_layer_depth", 256))),
                 "activation": activation, "use_depthwise": use_depthwise,
                 "top_down": "smoothed"}  # TF2's Keras FPN
     else:
-        neck = {"name": "ssd_feature_maps", "extra_depths": [512, 256, 256, 128],
+        neck = {"name": "ssd_feature_maps",
+                "extra_depths": [depth_fn(d) for d in (512, 256, 256, 128)],
                 "activation": activation, "use_depthwise": use_depthwise}
     mean, std = RESNET_MEAN_STD if backbone_name.startswith("resnet") else MOBILENET_MEAN_STD
     return backbone, neck, {"mean": list(mean), "std": list(std), "l2": hyper_l2_weight(m, hyper),
