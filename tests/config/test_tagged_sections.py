@@ -35,9 +35,10 @@ def test_data_source_of_another_type_replaces_the_base_one(tmp_path):
     config = load_config(path)
     assert config.data.train.model_dump() == {
         "type": "coco", "annotation_file": "/d/train.json", "image_dir": "/d/train",
-        "class_index": "contiguous"}
+        "class_index": "contiguous", "sample_1_of_n_examples": 1}
     assert config.data.eval.model_dump() == {
-        "type": "voc", "annotation_dir": "/voc/A", "image_dir": "/voc/J", "class_names": None}
+        "type": "voc", "annotation_dir": "/voc/A", "image_dir": "/voc/J", "class_names": None,
+        "sample_1_of_n_examples": 1}
     # untagged siblings still merge: the base's resizer, augment ops and model stay
     base = load_config("retinanet_resnet50_fpn_640")
     assert config.data.resizer == base.data.resizer and config.data.augment == base.data.augment

@@ -90,7 +90,15 @@ log = logging.getLogger("jaxdet.config")
 AnyModelConfig = Annotated[SSDModelConfig | CenterNetModelConfig | FasterRCNNModelConfig
                            | UNet3DModelConfig, Field(discriminator="type")]
 
-class CocoDataConfig(Strict):
+class _DatasetConfig(Strict):
+    """Fields every dataset has. ``sample_1_of_n_examples``: keep one example in every n, the
+    dataset's items 0, n, 2n, ... in its order (the TF OD API input reader's field, and what
+    ``model_main_tf2 --sample_1_of_n_eval_examples`` sets on the eval data)."""
+
+    sample_1_of_n_examples: int = Field(1, ge=1)
+
+
+class CocoDataConfig(_DatasetConfig):
     """A COCO instances JSON file and the folder its ``file_name`` entries are relative to.
     ``class_index``: ``contiguous`` (the file's categories in id order are classes 0, 1, ...),
     ``id_minus_one`` (class = category id - 1, gaps kept: how TF OD API models number
@@ -103,7 +111,7 @@ class CocoDataConfig(Strict):
     class_index: Literal["contiguous", "id_minus_one", "id"] = "contiguous"
 
 
-class VocDataConfig(Strict):
+class VocDataConfig(_DatasetConfig):
     """Pascal VOC: a folder of XML annotations and a folder of images. With
     ``data.load_masks`` the instance masks are the ``SegmentationObject`` PNGs beside
     ``annotation_dir`` (VOC's layout); images without one are left out, so use the
@@ -115,7 +123,7 @@ class VocDataConfig(Strict):
     class_names: tuple[str, ...] | None = None
 
 
-class ShapesDataConfig(Strict):
+class ShapesDataConfig(_DatasetConfig):
     """Generated shapes (written as COCO JSON under ``output_dir``, reused when present).
     ``keypoints``: squares and triangles also carry their corners as COCO keypoints
     (``data.shapes.SHAPE_KEYPOINTS``: 4 for a square, 3 for a triangle)."""
@@ -132,7 +140,7 @@ class ShapesDataConfig(Strict):
     keypoints: bool = later_field(False)
 
 
-class TfRecordDataConfig(Strict):
+class TfRecordDataConfig(_DatasetConfig):
     """TF OD API TFRecord files of tf.train.Example (``input_path``: files or globs such as
     ``train-?????-of-00256.tfrecord``; one string or a list). Class index = label - 1; names
     from ``label_map_path`` (a StringIntLabelMap pbtxt) when given."""

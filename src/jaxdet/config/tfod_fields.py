@@ -156,7 +156,6 @@ DIFFERS: dict[str, str] = {
        for r in _READERS for f in ("load_multiclass_scores", "load_context_features")},
     # a CenterNet with keypoint tasks checks it against its keypoints; other models don't
     **{f"{r}.num_keypoints": "only CenterNet keypoint tasks read keypoints" for r in _READERS},
-    **{f"{r}.sample_1_of_n_examples": "every example is read" for r in _READERS},
 }
 
 

@@ -242,6 +242,8 @@ def _reader(m: Mapper, root: Message, name: str) -> dict | None:
     out: dict[str, Any] = {"type": "tfrecord", "input_path": paths}
     if reader.has("label_map_path"):
         out["label_map_path"] = str(reader.take("label_map_path"))
+    if reader.has("sample_1_of_n_examples"):  # TF's Dataset.shard(n, 0) on the records
+        out["sample_1_of_n_examples"] = int(reader.take("sample_1_of_n_examples"))
     if reader.take("load_instance_masks", False):
         # TF's default mask_type is NUMERICAL_MASKS; its own dataset tools write PNG_MASKS
         m.only(reader, "mask_type", [EnumValue("PNG_MASKS")], EnumValue("NUMERICAL_MASKS"))

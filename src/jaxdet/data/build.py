@@ -25,6 +25,7 @@ from jaxdet.data.eval_loader import make_eval_loader
 from jaxdet.data.keypoints import KeypointSpec
 from jaxdet.data.loader import gather_ints, make_train_loader, resolve_worker_count
 from jaxdet.data.normalize import PixelNormalizer, transfer_layout
+from jaxdet.data.sampling import every_nth
 from jaxdet.data.shapes import generate_shapes
 from jaxdet.data.tfrecord_source import TfRecordSource
 from jaxdet.data.voc import VocSource
@@ -202,9 +203,17 @@ def build_source(cfg: S.DatasetConfig, workdir: str | Path | None = None, *,
     ``keypoints`` (:func:`keypoint_specs`): the keypoint groups the records carry (COCO JSON,
     TFRecord and generated shapes; Pascal VOC has no keypoints and refuses them).
     ``masks`` (:func:`load_masks`): the records carry instance masks (every kind of source;
-    generated shapes are written with their exact masks).
+    generated shapes are written with their exact masks). With ``sample_1_of_n_examples`` n > 1
+    the source keeps its items 0, n, 2n, ... (``data.sampling.EveryNth``).
     """
-    keypoints = tuple(keypoints)
+    source = _build_source(cfg, workdir, num_classes=num_classes, field=field,
+                           keypoints=tuple(keypoints), masks=masks)
+    return every_nth(source, cfg.sample_1_of_n_examples)
+
+
+def _build_source(cfg: S.DatasetConfig, workdir: str | Path | None, *, num_classes: int | None,
+                  field: str | None, keypoints: tuple[KeypointSpec, ...], masks: bool):
+    """Every example of the source ``cfg`` describes (:func:`build_source`'s arguments)."""
     if isinstance(cfg, S.TfRecordDataConfig):
         check_dataset_paths(cfg, field)
         return TfRecordSource(cfg.input_path, cfg.label_map_path, num_classes,
