@@ -7,9 +7,11 @@ refreshes the part between the markers; a test fails when the page is stale.
 
 from __future__ import annotations
 
+import importlib
 import os
 
-from jaxdet.cli.main import _parser
+from jaxdet.cli.main import TF_COMMANDS, _parser
+from jaxdet.cli.tfod_flags import help_text
 from jaxdet.config.reference import replace_between
 
 BEGIN = "<!-- cli-reference:begin -->"
@@ -18,7 +20,8 @@ WIDTH = 100  # help text wrapped as on a 100-column terminal, whatever the machi
 
 
 def cli_reference() -> str:
-    """Markdown: the top-level help, then each command's help, in the parser's order."""
+    """Markdown: the top-level help, then each command's help, in the parser's order, then
+    the TF OD API's scripts (``jaxdet model_main_tf2`` ...) with their flags."""
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(WIDTH)
     try:
@@ -27,6 +30,12 @@ def cli_reference() -> str:
         commands = parser._subparsers._group_actions[0].choices
         for name, sub in commands.items():
             parts += ["", f"## jaxdet {name}", "", "```text", sub.format_help().rstrip(), "```"]
+        for name in TF_COMMANDS:
+            module = importlib.import_module(f"jaxdet.cli.{name}")
+            parts += ["", f"## jaxdet {name}", "",
+                      f"Also the command `{name}`. Flags as TF's script takes them "
+                      "(absl's syntax).", "", "```text",
+                      help_text(name, module.FLAGS).rstrip(), "```"]
     finally:
         if previous is None:
             os.environ.pop("COLUMNS", None)

@@ -173,3 +173,32 @@ def test_the_vendored_protos_and_their_compiled_form_agree():
         source = (protos / f.name).read_text()
         for message in f.message_type:
             assert f"message {message.name} " in source or f"message {message.name}{{" in source
+
+
+def test_a_config_override_merges_as_tfs_exporters_merge_it():
+    """``--config_override``: a singular field replaced, a repeated one appended to, the rest
+    kept; a mistake in it is one line naming the override and its field."""
+    from jaxdet.config.tfod_proto import TfodProtoError, merged_pipeline_text
+
+    text = PETS.read_text()
+    merged = merged_pipeline_text(
+        text, 'model { ssd { post_processing { batch_non_max_suppression { '
+              'score_threshold: 0.5 } } } } eval_config { metrics_set: "pascal_voc_detection_'
+              'metrics" }', "pets.config")
+    theirs, ours = pipeline_message(), pipeline_message()
+    text_format.Merge(text, theirs)
+    text_format.Merge(merged, ours)
+    nms = ours.model.ssd.post_processing.batch_non_max_suppression
+    assert nms.score_threshold == pytest.approx(0.5)
+    assert nms.iou_threshold == theirs.model.ssd.post_processing.batch_non_max_suppression \
+        .iou_threshold
+    assert list(ours.eval_config.metrics_set) == [*theirs.eval_config.metrics_set,
+                                                   "pascal_voc_detection_metrics"]
+    ours.model.ssd.post_processing.batch_non_max_suppression.score_threshold = (
+        theirs.model.ssd.post_processing.batch_non_max_suppression.score_threshold)
+    del ours.eval_config.metrics_set[-1]
+    assert ours == theirs  # nothing else changed
+    with pytest.raises(TfodProtoError) as caught:
+        merged_pipeline_text(text, "model { ssd { num_clases: 3 } }", "pets.config")
+    assert str(caught.value).startswith("pets.config --config_override:1:")
+    assert "model.ssd.num_clases: TF's Ssd has no field 'num_clases'" in str(caught.value)

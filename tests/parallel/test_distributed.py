@@ -1,6 +1,8 @@
 """Where a multi-process run's settings come from (flags, JAXDET_/JAX_ variables, SLURM / TPU
 pod / Open MPI detection), the errors for bad ones, and the CLI flags that carry them."""
 
+import re
+
 import pytest
 
 from jaxdet.cli import main as cli
@@ -104,3 +106,28 @@ def test_unreachable_coordinator_is_a_clear_error():
     with pytest.raises(DistributedError, match=rf"process 1 of 2 could not reach the "
                        rf"coordinator at localhost:{port} within 0.6 s"):
         distributed.wait_for_coordinator(f"localhost:{port}", 0.6, who="process 1 of 2")
+
+
+def test_tf_config_names_the_processes_as_multi_worker_mirrored_strategy_does():
+    import json
+
+    cluster = {"chief": ["c0:2222"], "worker": ["w0:2222", "w1:2222"]}
+
+    def spec(task):
+        return distributed.tf_config_processes(
+            {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})})
+
+    assert spec({"type": "chief", "index": 0}) == ("c0:2222", 3, 0)
+    assert spec({"type": "worker", "index": 1}) == ("c0:2222", 3, 2)  # after the chief
+    workers_only = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]},
+                                             "task": {"type": "worker", "index": 1}})}
+    assert distributed.tf_config_processes(workers_only) == ("a:1", 2, 1)
+    assert distributed.tf_config_processes({}) is None
+    for bad, said in (("{not json", "TF_CONFIG is not a TF cluster spec"),
+                      (json.dumps({"cluster": cluster, "task": {"type": "evaluator"}}),
+                       "task type 'evaluator'"),
+                      (json.dumps({"cluster": cluster, "task": {"type": "worker",
+                                                                "index": 5}}),
+                       "the cluster has 1 chief(s) and 2 worker(s)")):
+        with pytest.raises(DistributedError, match=re.escape(said)):
+            distributed.tf_config_processes({"TF_CONFIG": bad})

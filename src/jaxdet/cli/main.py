@@ -1,5 +1,6 @@
 """Command line: ``jaxdet train | eval | predict | summary | demo | configs | convert-config |
-convert-dataset | convert-checkpoint``.
+convert-dataset | convert-checkpoint``, and the TF OD API's scripts by their own names and
+flags (``jaxdet model_main_tf2 | exporter_main_v2 | export_tflite_graph_tf2``).
 
 Every command that reads a config takes ``--config NAME_OR_PATH`` (or a TF OD API
 ``--pipeline-config FILE``) and any number of ``--set section.field=value`` overrides.
@@ -13,6 +14,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jaxdet import files
@@ -25,6 +27,8 @@ from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 DESCRIPTION = ("Train, evaluate, run and export object detectors (SSD, RetinaNet, EfficientDet, "
                "CenterNet, Faster and Mask R-CNN) and a 3D U-Net on JAX, from jaxdet configs or "
                "TF Object Detection API pipeline.config files.")
+# the TF OD API's scripts, run by their own names and flags: `jaxdet model_main_tf2 --model_dir=..`
+TF_COMMANDS = ("model_main_tf2", "exporter_main_v2", "export_tflite_graph_tf2")
 DEMO_TARGET_AP = 0.5
 DEMO_TARGET_DICE = 0.9  # unet3d_demo: mean Dice of held-out generated volumes
 
@@ -116,7 +120,12 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxdet", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="jaxdet", description=DESCRIPTION,
+        epilog="The TF OD API's scripts run with their own flags: jaxdet model_main_tf2 "
+               "--pipeline_config_path=FILE --model_dir=DIR ..., jaxdet exporter_main_v2 ..., "
+               "jaxdet export_tflite_graph_tf2 ... (each also a command of its own name; "
+               "--help lists its flags).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"jaxdet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -176,8 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="stablehlo",
                    help="stablehlo (default; jax alone, any batch), onnx (ONNX Runtime, a "
                         "fixed batch; pip install 'jaxdet[onnx]'), saved_model (TF Serving, any "
-                        "batch) or tflite (a fixed batch); the last two need TensorFlow: make "
-                        "install-tf-export")
+                        "batch), tflite (a fixed batch) or tflite_saved_model (the SavedModel "
+                        "TF's TFLite converter takes, as TF's export_tflite_graph_tf2 writes "
+                        "it); the last three need TensorFlow: make install-tf-export")
     p.add_argument("--input-type", default="image_tensor",
                    help="image_tensor (uint8 [B, H, W, 3]), float_image_tensor (float32 "
                         "0..255) or encoded_image_string_tensor (JPEG/PNG bytes [B]; "
@@ -265,11 +275,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = runs.train(config, args.workdir, evaluate=not args.no_eval,
                         progress=main_process and not args.no_progress)
     if main_process:
-        print(_trained_line(result, args.workdir))
+        print(trained_line(result, args.workdir))
     return 0
 
 
-def _trained_line(result, workdir) -> str:
+def trained_line(result, workdir) -> str:
     """What a train call did, in one line (nothing to do when the run was complete)."""
     if result.steps_run == 0:
         return (f"{workdir} is already complete at step {result.step}; nothing trained "
@@ -320,14 +330,14 @@ def _watch(args: argparse.Namespace) -> int:
     config = named_config(args) if args.config or args.pipeline_config else None
     results = eval_watch.watch_run(args.workdir, config, overrides=args.overrides,
                                    timeout=args.timeout, poll=args.poll,
-                                   progress=not args.no_progress, on_result=_print_step_metrics)
+                                   progress=not args.no_progress, on_result=print_step_metrics)
     steps = [m["step"] for m in results]
     print(f"evaluated {len(steps)} checkpoint(s)" + (f": steps {', '.join(map(str, steps))}"
                                                      if steps else ""))
     return 0
 
 
-def _print_step_metrics(metrics: dict) -> None:
+def print_step_metrics(metrics: dict) -> None:
     print(f"step {metrics['step']}:")
     _print_metrics(metrics, Path(metrics["out_dir"]))
 
@@ -412,7 +422,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result = runs.train(config, workdir, progress=not args.no_progress)
     if result.stopped_by:
-        print(_trained_line(result, workdir).replace("the same command", "the same demo command"))
+        print(trained_line(result, workdir).replace("the same command", "the same demo command"))
         return 0
     out_dir = workdir / "eval" / f"step_{result.step}"
     metrics = json.loads((out_dir / "metrics.json").read_text())
@@ -512,15 +522,32 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "demo"
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the console command, not a call from Python
         reexec_with_fast_allocator()
+        argv = sys.argv[1:]
+    if argv and argv[0] in TF_COMMANDS:  # TF's own flags (absl's syntax), not argparse's
+        from importlib import import_module
+
+        return import_module(f"jaxdet.cli.{argv[0]}").main(argv[1:], reexec=False)
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    setup_logging(debug=args.verbose)
+    return report_errors(lambda: COMMANDS[args.command](args))
+
+
+def setup_logging(*, debug: bool = False) -> None:
+    """jaxdet's log lines on standard error (INFO, or DEBUG with ``debug``), the chatty
+    libraries' above WARNING only."""
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def report_errors(command: Callable[[], int]) -> int:
+    """``command()``'s exit code, with a failure a person can act on as one line on standard
+    error (exit 2 for a config error, 1 for others) instead of a traceback."""
     cli_errors.quiet_background_errors()
     try:
         with cli_errors.logs_above_progress_bars():
-            return COMMANDS[args.command](args)
+            return command()
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2

@@ -79,6 +79,27 @@ def check_pipeline_text(text: str, root: Message, source: str) -> None:
         raise TfodProtoError(_one_line(str(err), root, source)) from None
 
 
+def merged_pipeline_text(text: str, override: str, source: str) -> str:
+    """The pipeline.config ``text`` with the text proto ``override`` merged in as TF's
+    exporters merge ``--config_override`` (``text_format.Merge`` on the parsed message: a
+    singular field replaced, a repeated field appended to), written back as TF writes a
+    pipeline.config (``text_format.MessageToString``). Raises :class:`TfodProtoError` (one
+    line, the override's line and field) for an override TF's parser refuses."""
+    from jaxdet.config.pbtxt import PbtxtError, parse_pbtxt
+
+    message = pipeline_message()
+    text_format.Merge(text, message)  # the file itself was checked by the caller
+    try:
+        text_format.Merge(override, message)
+    except text_format.ParseError as err:
+        try:
+            root = parse_pbtxt(override)
+        except PbtxtError:
+            root = Message("")
+        raise TfodProtoError(_one_line(str(err), root, f"{source} --config_override")) from None
+    return text_format.MessageToString(message)
+
+
 def _one_line(error: str, root: Message, source: str) -> str:
     where = _LOCATION.match(error)
     line, col = (int(where.group(1)), int(where.group(2))) if where else (0, 0)

@@ -22,7 +22,10 @@ complete, so a failed export leaves nothing half-written):
   ``serving_default``, input ``input_tensor``), any batch unless ``batch_size`` fixes it; also
   takes ``encoded_image_string_tensor`` (JPEG/PNG bytes decoded in the graph).
 * ``tflite``: ``model.tflite`` (TFLite builtin ops only), a fixed batch (default 1).
-  Both need TensorFlow (``make install-tf-export``); see :mod:`jaxdet.export.tf_formats`.
+* ``tflite_saved_model``: ``saved_model/``, the SavedModel that TF's TFLite converter turns
+  into that ``model.tflite`` (``tflite_convert --saved_model_dir``): what TF's
+  ``export_tflite_graph_tf2.py`` writes for the converter to take; a fixed batch (default 1).
+  The three need TensorFlow (``make install-tf-export``); see :mod:`jaxdet.export.tf_formats`.
 
 Every folder also holds ``signature.json``: the format, input name / type / shape, the output
 names and shapes, the label map (id -> name) and the keypoint names per class, the config's
@@ -53,15 +56,19 @@ from jaxdet.export.tf_formats import INPUT_NAME
 
 log = logging.getLogger("jaxdet")
 
-FORMATS = ("stablehlo", "onnx", "saved_model", "tflite")
+FORMATS = ("stablehlo", "onnx", "saved_model", "tflite", "tflite_saved_model")
 ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx",
-             "saved_model": "saved_model", "tflite": "model.tflite"}
-TF_FORMATS = ("saved_model", "tflite")
+             "saved_model": "saved_model", "tflite": "model.tflite",
+             "tflite_saved_model": "saved_model"}
+TF_FORMATS = ("saved_model", "tflite", "tflite_saved_model")
 DECODES_IMAGES = ("saved_model",)  # formats whose runtime decodes JPEG/PNG in the graph
-FIXED_BATCH = ("onnx", "tflite")  # formats written for one batch size (default 1)
-FLOAT32_ONLY = ("onnx", "tflite")  # runtimes without bfloat16 / float16 compute on CPU
+# formats written for one batch size (default 1)
+FIXED_BATCH = ("onnx", "tflite", "tflite_saved_model")
+# runtimes without bfloat16 / float16 compute on CPU
+FLOAT32_ONLY = ("onnx", "tflite", "tflite_saved_model")
 RUNTIMES = {"stablehlo": ("cpu", "cuda", "tpu"), "onnx": ("onnxruntime",),
-            "saved_model": ("tensorflow", "tf-serving"), "tflite": ("tflite",)}
+            "saved_model": ("tensorflow", "tf-serving"), "tflite": ("tflite",),
+            "tflite_saved_model": ("tflite-converter",)}
 PLATFORMS = RUNTIMES["stablehlo"]
 
 
@@ -188,6 +195,9 @@ def _writer(format: str, fn, size: tuple[int, int], batch_size: int | None,
             if format == "saved_model":
                 tf_formats.write_saved_model(fn, path, size, batch_size=batch_size,
                                              input_type=input_type)
+            elif format == "tflite_saved_model":
+                tf_formats.write_tflite_saved_model(fn, path, size, batch_size=batch_size,
+                                                    input_type=input_type)
             else:
                 path.write_bytes(tf_formats.tflite_bytes(fn, size, batch_size=batch_size,
                                                          input_type=input_type))

@@ -37,7 +37,7 @@ def load_artifact(out_dir: str | Path) -> Callable[[np.ndarray], Outputs]:
                                        providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
         return lambda x: dict(zip(names, session.run(None, {name: x}), strict=True))
-    if fmt == "saved_model":
+    if fmt in ("saved_model", "tflite_saved_model"):
         import tensorflow as tf
 
         serve = tf.saved_model.load(str(out_dir / "saved_model")).signatures["serving_default"]

@@ -130,20 +130,39 @@ def write_saved_model(fn: Callable, path: Path, size: tuple[int, int], *,
     tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
 
 
+def _tflite_function(fn: Callable, size: tuple[int, int], batch_size: int, input_type: str):
+    """The concrete ``tf.function`` the TFLite converter takes: plain convolutions, NMS per
+    image as a loop, lowered for the CPU."""
+    with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
+                    nms_per_image=True):
+        return _tf_function(fn, size, batch_size, input_type, platforms=("cpu",),
+                            tf_convolutions=True)
+
+
 def tflite_bytes(fn: Callable, size: tuple[int, int], *, batch_size: int,
                  input_type: str) -> bytes:
     """The TFLite flatbuffer of ``fn`` for a fixed batch, TFLite builtin ops only."""
 
     tf, _ = import_tf()
-    with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
-                    nms_per_image=True):
-        concrete = _tf_function(fn, size, batch_size, input_type, platforms=("cpu",),
-                                tf_convolutions=True)
+    concrete = _tflite_function(fn, size, batch_size, input_type)
     module = tf.Module()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     return converter.convert()
 
 
+def write_tflite_saved_model(fn: Callable, path: Path, size: tuple[int, int], *,
+                             batch_size: int, input_type: str) -> None:
+    """Writes the SavedModel that TF's TFLite converter turns into :func:`tflite_bytes`'s
+    model (``tf.lite.TFLiteConverter.from_saved_model``, or ``tflite_convert
+    --saved_model_dir``), signature ``serving_default``; what TF's
+    ``export_tflite_graph_tf2.py`` writes for the converter."""
+    tf, _ = import_tf()
+    concrete = _tflite_function(fn, size, batch_size, input_type)
+    module = tf.Module()
+    module.serve = concrete
+    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
+
+
 __all__ = ["INPUT_NAME", "SAVED_MODEL_PLATFORMS", "TFUnavailable", "import_tf",
-           "stablehlo_for_tf", "tflite_bytes", "write_saved_model"]
+           "stablehlo_for_tf", "tflite_bytes", "write_saved_model", "write_tflite_saved_model"]

@@ -29,8 +29,10 @@ from jaxdet.interop.tfod_names import Path, Target, tf_unapplied, to_ours
 from jaxdet.interop.torch_names import variable_at
 
 # Not model weights: the save counter, the object graph, optimizer slots and step counters.
-_BOOKKEEPING = re.compile(r"^(save_counter|_CHECKPOINTABLE_OBJECT_GRAPH)|\.OPTIMIZER_SLOT/"
-                          r"|^optimizer/|global_step|/\.ATTRIBUTES/OBJECT_CONFIG_JSON$")
+# (model_main_tf2 saves its global step as the checkpoint's ``step``)
+_BOOKKEEPING = re.compile(r"^(save_counter|_CHECKPOINTABLE_OBJECT_GRAPH|step/)"
+                          r"|\.OPTIMIZER_SLOT/|^optimizer/|global_step"
+                          r"|/\.ATTRIBUTES/OBJECT_CONFIG_JSON$")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -67,11 +68,14 @@ def wait_for_run(workdir: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
 def watch_run(workdir: str | os.PathLike, config: Config | None = None, *,
               overrides: Iterable[str] = (), timeout: float = DEFAULT_TIMEOUT,
               poll: float = DEFAULT_POLL, progress: bool = False,
-              on_result: Callable[[dict], None] | None = None) -> list[dict]:
+              on_result: Callable[[dict], None] | None = None,
+              out_root: str | os.PathLike | None = None,
+              last_step: int | None = None) -> list[dict]:
     """:func:`watch_checkpoints` of the run in ``workdir``, with ``config`` or else the
     run's own (``config.yaml`` with ``overrides``; waited for when the run has not started:
     :func:`wait_for_run`). What ``jaxdet eval --watch`` and ``jaxdet.watch_and_evaluate``
-    do."""
+    do. ``out_root``: where the evaluations go (default: the workdir; a local folder);
+    ``last_step``: the step that ends the watch (default ``train.num_steps``)."""
     refresh = None
     if files.is_url(workdir):  # a bucket: a local copy, refreshed before each look
         wait_for_run(workdir, timeout=timeout, poll=poll)
@@ -88,7 +92,8 @@ def watch_run(workdir: str | os.PathLike, config: Config | None = None, *,
         config = model_source(workdir=workdir, overrides=overrides).config
     try:
         return watch_checkpoints(config, workdir, timeout=timeout, poll=poll,
-                                 progress=progress, on_result=on_result, refresh=refresh)
+                                 progress=progress, on_result=on_result, refresh=refresh,
+                                 out_root=out_root, last_step=last_step)
     finally:
         if refresh is not None:
             staged.push(owner=False)
@@ -104,12 +109,16 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                       progress: bool = False,
                       on_result: Callable[[dict], None] | None = None,
                       sleep: Callable[[float], None] = time.sleep,
-                      refresh: Callable[[], None] | None = None) -> list[dict]:
+                      refresh: Callable[[], None] | None = None,
+                      out_root: str | Path | None = None,
+                      last_step: int | None = None) -> list[dict]:
     """Evaluate the checkpoints of the run in ``workdir`` (trained with ``config``) as they
     appear, until its last step is evaluated or none appears for ``timeout`` seconds; see
     the module docstring. ``on_result(metrics)`` is called after each evaluation (the
     command prints it); ``refresh()`` runs before each look at the checkpoints (a remote
-    workdir's copy is brought up to date). Returns the metrics of each evaluation, oldest
+    workdir's copy is brought up to date); ``out_root``: where ``eval/step_N`` and
+    ``eval_watch/`` are written (default: the workdir); ``last_step``: the step that ends
+    the watch (default ``train.num_steps``). Returns the metrics of each evaluation, oldest
     first (each with ``out_dir`` and ``step``).
 
     Raises:
@@ -117,10 +126,9 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
       ValueError: the config has no ``data.eval``.
     """
     workdir = Path(workdir)
-    placeholders.check_data_paths(config, splits=("eval",))
-    if config.data.eval is None:
-        raise ValueError("data.eval is not set: there is nothing to evaluate on")
-    last_step = config.train.num_steps
+    out_root = workdir if out_root is None else Path(out_root)
+    check_eval_data(config)
+    last_step = config.train.num_steps if last_step is None else last_step
     family = tasks.resolve(config)  # the one lookup of model.type for this watch
     task = family.build_task()
     context = None  # built at the first checkpoint: the run writes generated data first
@@ -131,7 +139,7 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
     log.info("watching %s for checkpoints (up to step %d; %g s without a new one ends it)",
              workdir / "checkpoints", last_step, timeout)
     try:
-        with MetricsLogger(workdir / "eval_watch") as logger:
+        with MetricsLogger(out_root / "eval_watch") as logger:
             while done < last_step:
                 if refresh is not None:  # a remote workdir's local copy brought up to date
                     refresh()
@@ -153,9 +161,9 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                 if why is not None:
                     log.warning("checkpoint step %d is damaged (%s): not evaluated", step, why)
                     continue
-                if evaluated(workdir, step):
+                if evaluated(out_root, step):
                     log.info("step %d is already evaluated (%s)", step,
-                             workdir / "eval" / runs.eval_name(step))
+                             out_root / "eval" / runs.eval_name(step))
                     continue
                 try:
                     state = runs.restore_inference_state(family, task, checkpointer, step,
@@ -170,23 +178,113 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
                     continue
                 if context is None:
                     context = runs.eval_context(family, task, workdir)
-                out = runs.eval_dir(workdir, step)
-                metrics = context(state, out, step=step, progress=progress,
-                                  on_images=functools.partial(logger.log_images, step))
-                metrics["out_dir"], metrics["step"] = str(out), step
-                logger.log(step, {k: v for k, v in metrics.items()
-                                  if isinstance(v, (int, float)) and k != "step"}, prefix="eval")
-                logger.flush()
-                log.info("eval at step %d: %s", step, headline_metrics(metrics))
-                if (workdir / "metrics.jsonl").is_file():  # curves.png shows this point too
-                    try_plot_training_curves(workdir)
-                results.append(metrics)
-                if on_result is not None:
-                    on_result(metrics)
+                results.append(_evaluate_step(context, state, step, out_root, logger,
+                                              progress=progress, on_result=on_result))
+                if (out_root / "metrics.jsonl").is_file():  # curves.png shows this point too
+                    try_plot_training_curves(out_root)
     finally:
         checkpointer.close()
     return results
 
 
-__all__ = ["DEFAULT_POLL", "DEFAULT_TIMEOUT", "evaluated", "wait_for_run", "watch_checkpoints",
-           "watch_run"]
+def check_eval_data(config: Config) -> None:
+    """ValueError / ConfigError when the config has no usable ``data.eval``."""
+    placeholders.check_data_paths(config, splits=("eval",))
+    if config.data.eval is None:
+        raise ValueError("data.eval is not set: there is nothing to evaluate on")
+
+
+def _evaluate_step(context, state: dict, step: int, out_root: Path, logger: MetricsLogger, *,
+                   progress: bool, on_result: Callable[[dict], None] | None) -> dict:
+    """Evaluate one checkpoint's ``state`` into ``out_root/eval/step_N``, log its scalars
+    and pictures to ``logger``; returns the metrics (with ``out_dir`` and ``step``)."""
+    out = runs.eval_dir(out_root, step)
+    metrics = context(state, out, step=step, progress=progress,
+                      on_images=functools.partial(logger.log_images, step))
+    metrics["out_dir"], metrics["step"] = str(out), step
+    logger.log(step, {k: v for k, v in metrics.items()
+                      if isinstance(v, (int, float)) and k != "step"}, prefix="eval")
+    logger.flush()
+    log.info("eval at step %d: %s", step, headline_metrics(metrics))
+    if on_result is not None:
+        on_result(metrics)
+    return metrics
+
+
+_TF_CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+def tf_checkpoints(model_dir: str | Path) -> list[str]:
+    """The TF2 training checkpoints in ``model_dir`` (what ``model_main_tf2.py`` writes:
+    ``ckpt-N.index`` + data shards), their prefixes ordered by N (TF's save count)."""
+    found = []
+    for path in files.glob(files.join(os.fspath(model_dir), "ckpt-*.index"), files_only=True):
+        match = _TF_CHECKPOINT.match(files.basename(path))
+        if match:
+            found.append((int(match.group(1)), path[:-len(".index")]))
+    return [prefix for _, prefix in sorted(found)]
+
+
+def holds_tf_run(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds a TF OD API training run's checkpoints (``ckpt-N``)."""
+    return files.isdir(os.fspath(model_dir)) and bool(tf_checkpoints(model_dir))
+
+
+def watch_tf_model_dir(config: Config, model_dir: str | Path, out_root: str | Path, *,
+                       timeout: float = DEFAULT_TIMEOUT, poll: float = DEFAULT_POLL,
+                       progress: bool = False,
+                       on_result: Callable[[dict], None] | None = None,
+                       sleep: Callable[[float], None] = time.sleep,
+                       last_step: int | None = None) -> list[dict]:
+    """Evaluate the TF OD API checkpoints (``ckpt-N``) of a TF ``model_dir`` as TF's
+    ``model_main_tf2.py --checkpoint_dir`` does: each new one (the newest, when several
+    appeared meanwhile), read through the TF name map, labelled by the training step it
+    holds, into ``out_root/eval/step_N`` and ``out_root/eval_watch/``; until a checkpoint of
+    step ``last_step`` (default ``train.num_steps``) is evaluated or none appears for
+    ``timeout`` seconds. Returns the metrics of each evaluation, oldest first."""
+    check_eval_data(config)
+    out_root = Path(out_root)
+    last_step = config.train.num_steps if last_step is None else last_step
+    family = tasks.resolve(config)
+    context = None
+    seen: set[str] = set()
+    results: list[dict] = []
+    since = time.monotonic()
+    log.info("watching %s for TF checkpoints (ckpt-N, up to step %d; %g s without a new one "
+             "ends it)", model_dir, last_step, timeout)
+    with MetricsLogger(out_root / "eval_watch") as logger:
+        while True:
+            new = [p for p in tf_checkpoints(model_dir) if p not in seen]
+            if not new:
+                if time.monotonic() - since >= timeout:
+                    log.warning("no new checkpoint in %s for %g s: stopping", model_dir,
+                                timeout)
+                    break
+                sleep(poll)
+                continue
+            prefix, since = new[-1], time.monotonic()
+            if len(new) > 1:
+                log.info("skipping %s: %s is newer",
+                         ", ".join(files.basename(p) for p in new[:-1]), files.basename(prefix))
+            seen.update(new)
+            task, state, step = runs.load_for_inference(family, None, checkpoint=prefix,
+                                                        checkpoint_format="tf")
+            if not isinstance(step, int):
+                raise ValueError(f"{prefix} holds no training step (no 'step' or optimizer "
+                                 "iteration variable): not a model_main_tf2 checkpoint")
+            if evaluated(out_root, step):
+                log.info("step %d is already evaluated (%s)", step,
+                         out_root / "eval" / runs.eval_name(step))
+            else:
+                if context is None:
+                    context = runs.eval_context(family, task, out_root, weights_format="tf")
+                results.append(_evaluate_step(context, state, step, out_root, logger,
+                                              progress=progress, on_result=on_result))
+            if step >= last_step:
+                break
+    return results
+
+
+__all__ = ["DEFAULT_POLL", "DEFAULT_TIMEOUT", "check_eval_data", "evaluated", "holds_tf_run",
+           "tf_checkpoints", "wait_for_run", "watch_checkpoints", "watch_run",
+           "watch_tf_model_dir"]

@@ -89,6 +89,44 @@ def _detected_cluster(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def tf_config_processes(environ: Mapping[str, str] | None = None
+                        ) -> tuple[str, int, int] | None:
+    """(coordinator address, process count, this process's id) from ``TF_CONFIG``, the
+    cluster description TF's ``MultiWorkerMirroredStrategy`` reads
+    (``{"cluster": {"chief": [...], "worker": ["host:port", ...]}, "task": {"type":
+    "worker", "index": 1}}``): processes are the chief (if any) then the workers in order,
+    process 0 (the chief, else worker 0) coordinates on its own ``host:port``. None without
+    ``TF_CONFIG``. Raises DistributedError for one jaxdet cannot use (bad JSON, no workers,
+    a task of another type, e.g. TF's ``evaluator`` or ``ps``)."""
+    import json
+
+    env = os.environ if environ is None else environ
+    text = env.get("TF_CONFIG", "")
+    if not text.strip():
+        return None
+    try:
+        spec = json.loads(text)
+        cluster, task = spec["cluster"], spec["task"]
+        kind, index = str(task["type"]), int(task.get("index", 0))
+    except (ValueError, KeyError, TypeError) as err:
+        raise DistributedError(f"TF_CONFIG is not a TF cluster spec ({err}): expected "
+                               '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": '
+                               '"worker", "index": 0}}') from None
+    chiefs, workers = list(cluster.get("chief", [])), list(cluster.get("worker", []))
+    hosts = chiefs + workers
+    if not hosts:
+        raise DistributedError("TF_CONFIG's cluster lists no chief or worker")
+    if kind not in ("chief", "worker"):
+        raise DistributedError(f"TF_CONFIG task type {kind!r}: jaxdet's processes all train "
+                               "(chief and workers); an evaluator runs `model_main_tf2 "
+                               "--checkpoint_dir` without TF_CONFIG")
+    process_id = index if kind == "chief" else len(chiefs) + index
+    if not 0 <= process_id < len(hosts):
+        raise DistributedError(f"TF_CONFIG task {kind} {index}: the cluster has "
+                               f"{len(chiefs)} chief(s) and {len(workers)} worker(s)")
+    return str(hosts[0]), len(hosts), process_id
+
+
 def _on_cloud_tpu_vm() -> bool:
     """True on a Cloud TPU VM (set by ``import jax`` when it finds TPU chips and libtpu)."""
     try:
@@ -267,5 +305,5 @@ def is_main_process() -> bool:
     return jax.process_index() == 0
 
 
-__all__ = ["DistributedError", "DistributedSpec", "initialize", "is_main_process",
-           "resolve", "wait_for_coordinator"]
+__all__ = ["DistributedError", "DistributedSpec", "initialize", "is_main_process", "resolve",
+           "tf_config_processes", "wait_for_coordinator"]

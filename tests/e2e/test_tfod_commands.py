@@ -1,0 +1,98 @@
+"""The TF OD API's own command lines, run by jaxdet: the TF2 tutorial's training and evaluation
+commands verbatim (``tf2_training_and_evaluation.md``; only the program's name changed, the
+installed ``model_main_tf2`` in place of ``python object_detection/model_main_tf2.py``), in a
+shell as a team's scripts run them, on a pipeline.config and TFRecords."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfod_pipeline import write_pipeline
+
+pytestmark = [pytest.mark.slow]
+
+BIN = Path(sys.executable).parent  # the venv's console scripts
+FIXTURE = Path(__file__).parents[1] / "interop" / "fixtures" / "tf_model_dir"
+sys.path.insert(0, str(FIXTURE.parent))
+from tf_fixture_values import rebuild_data  # noqa: E402
+
+TRAIN = """
+PIPELINE_CONFIG_PATH={pipeline}
+MODEL_DIR={model_dir}
+model_main_tf2 \\
+    --pipeline_config_path=${{PIPELINE_CONFIG_PATH}} \\
+    --model_dir=${{MODEL_DIR}} \\
+    --alsologtostderr
+"""
+EVALUATE = """
+PIPELINE_CONFIG_PATH={pipeline}
+MODEL_DIR={model_dir}
+CHECKPOINT_DIR=${{MODEL_DIR}}
+MODEL_DIR={model_dir}
+model_main_tf2 \\
+    --pipeline_config_path=${{PIPELINE_CONFIG_PATH}} \\
+    --model_dir=${{MODEL_DIR}} \\
+    --checkpoint_dir=${{CHECKPOINT_DIR}} \\
+    --alsologtostderr
+"""
+
+
+def shell(script: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    return write_pipeline(tmp_path_factory.mktemp("tfod"), fine_tune_placeholder=False)
+
+
+def test_the_tutorials_training_and_evaluation_commands(pipeline, tmp_path):
+    """Training writes a jaxdet run in MODEL_DIR and evaluates nothing (TF's training job
+    does not); the evaluation job reads its checkpoints, evaluates the last step into
+    MODEL_DIR and ends there. ``--sample_1_of_n_eval_examples`` and a ``--model_dir`` other
+    than ``--checkpoint_dir`` (results go to the model_dir) as TF takes them."""
+    model_dir = tmp_path / "run"
+    trained = shell(TRAIN.format(pipeline=pipeline, model_dir=model_dir), tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert trained.stdout.startswith("trained 3 steps (1-3)")
+    assert (model_dir / "checkpoints").is_dir() and not (model_dir / "eval").exists()
+
+    evaluated = shell(EVALUATE.format(pipeline=pipeline, model_dir=model_dir), tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert evaluated.stdout.splitlines()[-1] == "evaluated 1 checkpoint(s): steps 3"
+    metrics = json.loads((model_dir / "eval" / "step_3" / "metrics.json").read_text())
+    assert metrics["num_images"] == 6 and metrics["step"] == 3
+
+    sampled = shell(f"model_main_tf2 --pipeline_config_path={pipeline} --model_dir=sampled "
+                    f"--checkpoint_dir={model_dir} --sample_1_of_n_eval_examples=2 "
+                    "--eval_timeout=30", tmp_path)
+    assert sampled.returncode == 0, sampled.stderr
+    again = json.loads((tmp_path / "sampled" / "eval" / "step_3" / "metrics.json").read_text())
+    assert again["num_images"] == 3  # eval images 0, 2 and 4 of 6
+    assert not (model_dir / "eval" / "step_3_2").exists()  # nothing in the checkpoint dir
+
+
+def test_the_evaluation_command_follows_a_tf_model_dir(pipeline, tmp_path):
+    """TF's evaluator job beside TF's own trainer: ``--checkpoint_dir`` a TF model_dir
+    (``ckpt-N`` written by TF, at step 2, optimizer slots and all), evaluated by its step into
+    ``--model_dir``; the model's every tensor read (a depth multiplier of 0.25: TF's scaled
+    MobileNetV2 head and FPN depth)."""
+    model_dir = tmp_path / "tf_run"
+    rebuild_data(FIXTURE, model_dir / "ckpt-1", "ckpt-1.index")
+    shutil.copy(FIXTURE / "checkpoint", model_dir / "checkpoint")
+    done = shell(EVALUATE.format(pipeline=pipeline, model_dir=model_dir).replace(
+        "--alsologtostderr", "--num_train_steps=2 --eval_timeout=60"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "evaluated 1 checkpoint(s): steps 2"
+    metrics = json.loads((model_dir / "eval" / "step_2" / "metrics.json").read_text())
+    assert metrics["num_images"] == 6
+    assert ", 0 re-initialised, 0 unused in the checkpoint" in done.stderr, done.stderr
