@@ -31,6 +31,7 @@ model {
                                force_match_for_each_row: true use_matmul_gather: true } }
     similarity_calculator { iou_similarity {} }
     encode_background_as_zeros: true
+    add_background_class: false
     anchor_generator { multiscale_anchor_generator { min_level: 3 max_level: 5
                        anchor_scale: 4.0 aspect_ratios: [1.0, 2.0, 0.5] scales_per_octave: 2 } }
     box_predictor {

@@ -43,17 +43,6 @@ def test_use_tpu_without_a_tpu_is_one_line_and_writes_nothing(capsys, tmp_path):
     assert not model_dir.exists()
 
 
-def test_a_tf_model_dir_is_not_trained_over(capsys, tmp_path):
-    """A model_dir holding TF's own run (ckpt-N) is refused, not mixed with a jaxdet run."""
-    (tmp_path / "ckpt-3.index").write_bytes(b"")
-    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
-    code, line = run(capsys, "model_main_tf2", "--pipeline_config_path=unused.config",
-                     f"--model_dir={tmp_path}")
-    assert code == 2
-    assert f"--model_dir {tmp_path} holds a TF OD API training run (ckpt-N)" in line
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "ckpt-3.index"]
-
-
 def test_export_refusals(capsys, tmp_path):
     out = tmp_path / "exported"
     common = ["--pipeline_config_path=p.config", f"--trained_checkpoint_dir={tmp_path}",

@@ -81,11 +81,13 @@ def test_the_tutorials_training_and_evaluation_commands(pipeline, tmp_path):
     assert not (model_dir / "eval" / "step_3_2").exists()  # nothing in the checkpoint dir
 
 
-def test_the_evaluation_command_follows_a_tf_model_dir(pipeline, tmp_path):
+def test_a_tf_model_dir_is_evaluated_and_continued(pipeline, tmp_path):
     """TF's evaluator job beside TF's own trainer: ``--checkpoint_dir`` a TF model_dir
-    (``ckpt-N`` written by TF, at step 2, optimizer slots and all), evaluated by its step into
-    ``--model_dir``; the model's every tensor read (a depth multiplier of 0.25: TF's scaled
-    MobileNetV2 head and FPN depth)."""
+    (``ckpt-1`` written by TF at step 2, optimizer slots and all), evaluated by its step into
+    ``--model_dir``, the model's every tensor read (a depth multiplier of 0.25: TF's scaled
+    MobileNetV2 head and FPN depth). Then the tutorial's training command on that model_dir
+    goes on with TF's run from step 2 (weights, momentum slots and step: the continuation's
+    losses are checked against TF's own in ``tests/interop/test_tf_model_dir.py``)."""
     model_dir = tmp_path / "tf_run"
     rebuild_data(FIXTURE, model_dir / "ckpt-1", "ckpt-1.index")
     shutil.copy(FIXTURE / "checkpoint", model_dir / "checkpoint")
@@ -93,6 +95,13 @@ def test_the_evaluation_command_follows_a_tf_model_dir(pipeline, tmp_path):
         "--alsologtostderr", "--num_train_steps=2 --eval_timeout=60"), tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "evaluated 1 checkpoint(s): steps 2"
+    assert ", 0 re-initialised, 0 unused in the checkpoint" in done.stderr, done.stderr
     metrics = json.loads((model_dir / "eval" / "step_2" / "metrics.json").read_text())
     assert metrics["num_images"] == 6
-    assert ", 0 re-initialised, 0 unused in the checkpoint" in done.stderr, done.stderr
+
+    trained = shell(TRAIN.format(pipeline=pipeline, model_dir=model_dir), tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert (f"continuing the TF OD API run of {model_dir}/ckpt-1 at step 2: 306 weights, "
+            "optimizer slots: 186 'momentum'") in trained.stderr
+    assert trained.stdout.startswith("trained 1 steps (3-3)")
+    assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == ["2", "3"]

@@ -152,7 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true",
                    help="evaluate each new checkpoint of --workdir as training writes it, until "
                         "its last step (the TF OD API's evaluation side job); may start "
-                        "before the training run")
+                        "before the training run; a TF model_dir's ckpt-N too, with its "
+                        "--pipeline-config")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="with --watch: stop when no new checkpoint appears for this long "
                         "(default 3600)")
@@ -319,8 +320,10 @@ def _eval_once(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """``jaxdet eval --watch``: ``jobs.eval_watch``."""
+    """``jaxdet eval --watch``: ``jobs.eval_watch`` (a jaxdet run, or a TF model_dir's
+    ``ckpt-N`` with its --pipeline-config)."""
     from jaxdet.jobs import eval_watch
+    from jaxdet.jobs.tf_run import holds_tf_run
 
     given = [f for f, v in (("--checkpoint", args.checkpoint), ("--step", args.step),
                             ("--out", args.out), ("--overwrite", args.overwrite)) if v]
@@ -328,9 +331,19 @@ def _watch(args: argparse.Namespace) -> int:
         raise ConfigError("--watch follows the checkpoints of a --workdir as they are written"
                           + (f"; it does not take {', '.join(given)}" if given else ""))
     config = named_config(args) if args.config or args.pipeline_config else None
-    results = eval_watch.watch_run(args.workdir, config, overrides=args.overrides,
-                                   timeout=args.timeout, poll=args.poll,
-                                   progress=not args.no_progress, on_result=print_step_metrics)
+    if holds_tf_run(args.workdir) and not files.exists(files.join(args.workdir, "config.yaml")):
+        if config is None:  # a TF model_dir: its ckpt-N, as model_main_tf2 --checkpoint_dir
+            raise ConfigError(f"{args.workdir} is a TF OD API model_dir: give its "
+                              "--pipeline-config to evaluate its checkpoints")
+        results = eval_watch.watch_tf_model_dir(config, args.workdir, args.workdir,
+                                                timeout=args.timeout, poll=args.poll,
+                                                progress=not args.no_progress,
+                                                on_result=print_step_metrics)
+    else:
+        results = eval_watch.watch_run(args.workdir, config, overrides=args.overrides,
+                                       timeout=args.timeout, poll=args.poll,
+                                       progress=not args.no_progress,
+                                       on_result=print_step_metrics)
     steps = [m["step"] for m in results]
     print(f"evaluated {len(steps)} checkpoint(s)" + (f": steps {', '.join(map(str, steps))}"
                                                      if steps else ""))

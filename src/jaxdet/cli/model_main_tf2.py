@@ -5,7 +5,8 @@ same flags and meanings, so the command lines of a team's scripts work unchanged
     model_main_tf2 --pipeline_config_path=pipeline.config --model_dir=run --checkpoint_dir=run
 
 Without ``--checkpoint_dir`` it trains the pipeline.config in ``--model_dir`` (a jaxdet
-workdir: a run stopped there resumes from its last checkpoint; training does not evaluate,
+workdir: a run stopped there resumes from its last checkpoint; a TF model_dir's run goes on
+from its latest ``ckpt-N``, weights, optimizer slots and step; training does not evaluate,
 as TF's does not). With ``--checkpoint_dir`` it evaluates that folder's checkpoints as they
 appear (a jaxdet run, or a TF model_dir's ``ckpt-N``), writing the results to
 ``--model_dir``, until the last step or ``--eval_timeout`` seconds without a new one. Also
@@ -142,17 +143,11 @@ def train(values: dict[str, Any]) -> int:
     import jax
 
     from jaxdet.cli.main import trained_line
-    from jaxdet.jobs import eval_watch, runs
+    from jaxdet.jobs import runs
 
     start_processes(values["num_workers"])
     check_tpu(values, jax.default_backend())
-    model_dir = values["model_dir"]
-    if eval_watch.holds_tf_run(model_dir):
-        raise ConfigError(
-            f"--model_dir {model_dir} holds a TF OD API training run (ckpt-N); jaxdet cannot "
-            "continue TF's optimizer state yet: give a new --model_dir, with the run's last "
-            "ckpt-N as train_config.fine_tune_checkpoint (fine_tune_checkpoint_type: full) to "
-            "start from its weights")
+    model_dir = values["model_dir"]  # a TF model_dir's run goes on from its latest ckpt-N
     overrides = [f"train.checkpoint_every={values['checkpoint_every_n']}",
                  f"train.keep_checkpoints={TF_KEEP_CHECKPOINTS}"]
     if values["num_train_steps"] is not None:
@@ -249,14 +244,14 @@ def wait_for_checkpoints(checkpoint_dir: str, timeout: float, poll: float = 10.0
     the trainer the same way)."""
     import time
 
-    from jaxdet.jobs import eval_watch
+    from jaxdet.jobs.tf_run import holds_tf_run
 
     deadline = time.monotonic() + timeout
     said = False
     while True:
         if files.isfile(files.join(checkpoint_dir, "config.yaml")):
             return "jaxdet"
-        if eval_watch.holds_tf_run(checkpoint_dir):
+        if holds_tf_run(checkpoint_dir):
             return "tf"
         if time.monotonic() >= deadline:
             return None

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdet.interop.tf_checkpoint import CheckpointError, TfCheckpoint
+from jaxdet.interop.tf_checkpoint import VARIABLE_SUFFIX, CheckpointError, TfCheckpoint
 from jaxdet.interop.tfod_names import Path, Target, tf_unapplied, to_ours
 from jaxdet.interop.torch_names import variable_at
 
@@ -183,6 +183,35 @@ def load_tf_checkpoint(
     return report
 
 
+def slot_key(variable_key: str, slot: str) -> str:
+    """The checkpoint key of optimizer slot ``slot`` (TF2 Keras: ``momentum``; Adam ``m`` /
+    ``v``; RMSprop ``rms``) of the variable saved under ``variable_key``."""
+    return (variable_key.removesuffix(VARIABLE_SUFFIX)
+            + f"/.OPTIMIZER_SLOT/optimizer/{slot}{VARIABLE_SUFFIX}")
+
+
+def load_tf_slots(model: nnx.Module, checkpoint: TfCheckpoint | str | os.PathLike,
+                  mapping: dict[str, Target], slot: str) -> int:
+    """Copy each mapped variable's optimizer slot ``slot`` (:func:`slot_key`) of a TF2
+    training checkpoint into ``model``'s variable in place, transformed as the variable's
+    weights are; a variable without one (a batch norm's moving statistics, a frozen
+    variable) is set to zeros. Returns how many slots were copied (0: the checkpoint's
+    optimizer has no such slot)."""
+    ckpt = checkpoint if isinstance(checkpoint, TfCheckpoint) else TfCheckpoint(checkpoint)
+    keys = ckpt.variables()
+    found = 0
+    for tf_path, (path, transform) in mapping.items():
+        variable = variable_at(model, path)
+        key = slot_key(keys[tf_path], slot) if tf_path in keys else None
+        if key is None or key not in ckpt.entries:
+            variable[...] = jnp.zeros(variable.shape, variable.dtype)
+            continue
+        variable[...] = jnp.asarray(to_ours(transform, ckpt.read(key), variable.shape),
+                                    variable.dtype)
+        found += 1
+    return found
+
+
 # Where a detection checkpoint keeps its backbone, and where a classification one does (TF:
 # ``tf.train.Checkpoint(feature_extractor=backbone)``).
 _TF_BACKBONES = ("model/_feature_extractor/classification_backbone/",
@@ -284,6 +313,5 @@ def _variable_names(ckpt: TfCheckpoint, mapping: dict[str, Target]) -> dict[str,
 
 
 __all__ = ["TF_DETECTION_ROOTS", "ImportPlan", "ImportReport", "NameMap", "PlannedTensor",
-           "detection_part", "load_tf_checkpoint",
-           "load_tf_weights", "plan_tf_import", "restore_mapping", "tf_variable_names",
-           "variable_at"]
+           "detection_part", "load_tf_checkpoint", "load_tf_slots", "load_tf_weights",
+           "plan_tf_import", "restore_mapping", "slot_key", "tf_variable_names", "variable_at"]

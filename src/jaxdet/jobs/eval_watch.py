@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,6 +35,7 @@ from jaxdet.eval.runner import headline_metrics
 from jaxdet.jobs import runs
 from jaxdet.jobs.model_source import model_source
 from jaxdet.jobs.plots import try_plot_training_curves
+from jaxdet.jobs.tf_run import tf_checkpoints
 from jaxdet.train.checkpoint_integrity import damage
 from jaxdet.train.metrics_log import MetricsLogger
 from jaxdet.train.remote_workdir import StagedWorkdir
@@ -211,25 +211,6 @@ def _evaluate_step(context, state: dict, step: int, out_root: Path, logger: Metr
     return metrics
 
 
-_TF_CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
-
-
-def tf_checkpoints(model_dir: str | Path) -> list[str]:
-    """The TF2 training checkpoints in ``model_dir`` (what ``model_main_tf2.py`` writes:
-    ``ckpt-N.index`` + data shards), their prefixes ordered by N (TF's save count)."""
-    found = []
-    for path in files.glob(files.join(os.fspath(model_dir), "ckpt-*.index"), files_only=True):
-        match = _TF_CHECKPOINT.match(files.basename(path))
-        if match:
-            found.append((int(match.group(1)), path[:-len(".index")]))
-    return [prefix for _, prefix in sorted(found)]
-
-
-def holds_tf_run(model_dir: str | Path) -> bool:
-    """Whether ``model_dir`` holds a TF OD API training run's checkpoints (``ckpt-N``)."""
-    return files.isdir(os.fspath(model_dir)) and bool(tf_checkpoints(model_dir))
-
-
 def watch_tf_model_dir(config: Config, model_dir: str | Path, out_root: str | Path, *,
                        timeout: float = DEFAULT_TIMEOUT, poll: float = DEFAULT_POLL,
                        progress: bool = False,
@@ -285,6 +266,5 @@ def watch_tf_model_dir(config: Config, model_dir: str | Path, out_root: str | Pa
     return results
 
 
-__all__ = ["DEFAULT_POLL", "DEFAULT_TIMEOUT", "check_eval_data", "evaluated", "holds_tf_run",
-           "tf_checkpoints", "wait_for_run", "watch_checkpoints", "watch_run",
-           "watch_tf_model_dir"]
+__all__ = ["DEFAULT_POLL", "DEFAULT_TIMEOUT", "check_eval_data", "evaluated", "wait_for_run",
+           "watch_checkpoints", "watch_run", "watch_tf_model_dir"]

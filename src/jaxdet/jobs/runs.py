@@ -36,7 +36,7 @@ from jaxdet.data import build as data_build
 from jaxdet.eval.runner import (
     headline_metrics,
 )
-from jaxdet.jobs import evaluation
+from jaxdet.jobs import evaluation, tf_run
 from jaxdet.jobs.evaluation import (
     EvalContext,
     eval_context,
@@ -117,6 +117,8 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
     compile_cache.use_compilation_cache()  # a restarted run loads its step, not compiles it
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
+    if tf_run.holds_tf_run(workdir) and not any(workdir.glob("checkpoints/*")):
+        log.info("%s", tf_run.continue_tf_run(config, workdir).line())  # TF's model_dir
     family = tasks.resolve(config)  # the one lookup of model.type in this job
     task = family.build_task()
     fingerprint = family.checkpoint_fingerprint()

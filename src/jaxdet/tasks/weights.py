@@ -107,6 +107,16 @@ def load_tf_detection_checkpoint(model: nnx.Module, config: Family | S.Config,
                               **kwargs)
 
 
+def load_tf_optimizer_slot(model: nnx.Module, config: Family | S.Config,
+                           path: str | os.PathLike, slot: str) -> int:
+    """Copy optimizer slot ``slot`` of the TF2 training checkpoint at ``path`` into ``model``
+    (built from ``config``) by its family's TF name map (``interop.tf_import.load_tf_slots``):
+    the model's parameters then hold the slot (zeros where TF keeps none). Returns how many
+    slots were found."""
+    family = tasks.resolve(config)
+    return tf_import.load_tf_slots(model, path, family.tf_name_map(model), slot)
+
+
 def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,
                       restore: str = "full") -> dict[str, list[str]]:
     """The TF names of ``model``'s variables, from the TF checkpoint at ``path``: per jaxdet
@@ -121,4 +131,5 @@ def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | 
 
 
 __all__ = ["FEATURE_EXTRACTOR_MODULES", "FORMATS", "RESTORE_MODES", "detection_paths",
-           "load_tf_detection_checkpoint", "load_weights", "tf_variable_names"]
+           "load_tf_detection_checkpoint", "load_tf_optimizer_slot", "load_weights",
+           "tf_variable_names"]

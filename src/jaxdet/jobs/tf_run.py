@@ -1,0 +1,135 @@
+"""A TF OD API training run continued by jaxdet: the ``model_dir`` that TF's
+``model_main_tf2.py`` writes (``ckpt-N`` and its ``checkpoint`` state file) taken as a
+workdir.
+
+    continued = continue_tf_run(config, "model_dir")   # -> jaxdet checkpoint at TF's step
+    runs.train(config, "model_dir")                       # goes on from that step
+
+The latest ``ckpt-N`` (the one TF's ``tf.train.latest_checkpoint`` picks) becomes a jaxdet
+checkpoint at the training step it was saved at: the model's weights by the family's TF name
+map, the optimizer's slots (Keras's ``momentum`` velocity; Adam's ``m`` / ``v``; RMSprop's
+``rms``) into jaxdet's optimizer state, and the step, which the learning-rate schedule
+follows. The input pipeline starts again at the beginning of the data (TF's position in its
+``tf.data`` pipeline is not saved in the checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax.numpy as jnp
+
+from jaxdet import files, tasks
+from jaxdet.config.loader import dump_config
+from jaxdet.config.schema import Config
+from jaxdet.interop.tf_checkpoint import TfCheckpoint, resolve_prefix, training_step
+from jaxdet.interop.tf_import import ImportReport
+from jaxdet.jobs.inference import open_checkpoints
+from jaxdet.jobs.run_fingerprint import WorkdirMismatch, config_fingerprint
+from jaxdet.tasks import weights
+from jaxdet.train import build as train_build
+from jaxdet.train.optimizer_moments import slots_needed, with_moments
+from jaxdet.train.step import init_train_state
+
+log = logging.getLogger("jaxdet")
+
+_TF_CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+def tf_checkpoints(model_dir: str | os.PathLike) -> list[str]:
+    """The TF2 training checkpoints in ``model_dir`` (what ``model_main_tf2.py`` writes:
+    ``ckpt-N.index`` + data shards), their prefixes ordered by N (TF's save count)."""
+    found = []
+    for path in files.glob(files.join(os.fspath(model_dir), "ckpt-*.index"), files_only=True):
+        match = _TF_CHECKPOINT.match(files.basename(path))
+        if match:
+            found.append((int(match.group(1)), path[:-len(".index")]))
+    return [prefix for _, prefix in sorted(found)]
+
+
+def holds_tf_run(model_dir: str | os.PathLike) -> bool:
+    """Whether ``model_dir`` holds a TF OD API training run's checkpoints (``ckpt-N``)."""
+    return files.isdir(os.fspath(model_dir)) and bool(tf_checkpoints(model_dir))
+
+
+@dataclass
+class ContinuedRun:
+    """What :func:`continue_tf_run` read: the TF checkpoint, its step, the weights' import
+    report and how many slots of each optimizer slot name it found."""
+
+    source: str
+    step: int
+    report: ImportReport
+    slots: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        slots = ", ".join(f"{n} '{name}'" for name, n in self.slots.items()) or "none"
+        return (f"continuing the TF OD API run of {self.source} at step {self.step}: "
+                f"{len(self.report.restored)} weights, optimizer slots: {slots}; the data "
+                "starts from its beginning")
+
+
+def continue_tf_run(config: Config, model_dir: str | os.PathLike) -> ContinuedRun:
+    """Make the TF ``model_dir`` a jaxdet run at the step of its latest ``ckpt-N`` (see the
+    module docstring): a jaxdet checkpoint of the whole train state and ``config.yaml``
+    beside TF's files, which are left as they are. Returns what was read.
+
+    Raises:
+      ValueError: no TF training checkpoint (no step), an optimizer whose state TF's cannot
+        give (see :func:`train.optimizer_moments.with_moments`), or a checkpoint of another
+        model (as ``weights.load_weights``).
+      WorkdirMismatch: ``model_dir`` already holds jaxdet checkpoints.
+    """
+    workdir = Path(model_dir)
+    prefix = resolve_prefix(workdir)  # the `checkpoint` state file's latest, as TF reads it
+    step = training_step(TfCheckpoint(prefix))
+    if step is None:
+        raise ValueError(f"{prefix} holds no training step: not a checkpoint of a "
+                         "model_main_tf2 run (a zoo model's checkpoint starts a run as "
+                         "train_config.fine_tune_checkpoint)")
+    optimizer = config.train.optimizer
+    if optimizer.momentum_form != "keras" and (
+            optimizer.name == "momentum" or (optimizer.name == "rmsprop" and optimizer.momentum)):
+        raise ValueError("TF's momentum slots hold Keras's velocity: continue the run with "
+                         "train.optimizer.momentum_form=keras (what a converted "
+                         "pipeline.config sets)")
+    family = tasks.resolve(config)
+    task = family.build_task()
+    report = weights.load_weights(task.model, family, prefix, restore="full", format="tf")
+    params, batch_stats = task.initial_variables()
+    tx, _ = train_build.build_optimizer(config.train)
+    state = init_train_state(task, tx, ema=config.train.ema_decay is not None,
+                             loss_scale=train_build.build_loss_scale(config))
+    moments, found = {}, {}
+    for slot in slots_needed(state["opt_state"]):
+        holder = family.build_task()
+        found[slot] = weights.load_tf_optimizer_slot(holder.model, family, prefix, slot)
+        if not found[slot]:
+            raise ValueError(f"{prefix} holds no '{slot}' optimizer slots: it was not trained "
+                             f"with the optimizer of this config ({optimizer.name})")
+        moments[slot] = holder.initial_variables()[0]
+    state.update(step=jnp.asarray(step, jnp.int32), params=params, batch_stats=batch_stats,
+                 opt_state=with_moments(state["opt_state"], step, moments))
+    if config.train.ema_decay is not None:
+        log.warning("%s: TF's moving averages are not read; the run's averages start from its "
+                    "weights at step %d", prefix, step)
+        state["ema_params"] = params
+    checkpointer = open_checkpoints(config, workdir)
+    try:
+        if checkpointer.latest_step() is not None:
+            raise WorkdirMismatch(f"{workdir} already holds jaxdet checkpoints "
+                                  f"({checkpointer.all_steps()}); nothing was overwritten")
+        checkpointer.save(step, state, {"fingerprint": config_fingerprint(family),
+                                        "imported_from": str(prefix)}, force=True)
+        checkpointer.wait()
+    finally:
+        checkpointer.close()
+    (workdir / "config.yaml").write_text(dump_config(config))
+    return ContinuedRun(str(prefix), step, report, found)
+
+
+__all__ = ["ContinuedRun", "continue_tf_run", "holds_tf_run", "tf_checkpoints"]
