@@ -30,5 +30,6 @@ Modules:
   ``worker_pool``      worker processes forked from one preloaded server; shared-memory chunks
   ``loader``           make_train_loader (endless, resumable, per-process rows)
   ``eval_loader``      make_eval_loader (one ordered pass, padded, masked)
+  ``sampling``         EveryNth: one example in every n of a source (sample_1_of_n_examples)
   ``build``            config -> resizer, augment ops, sources, train and eval loaders
 """

@@ -8,5 +8,6 @@ workdir's tensors), ``model_source`` (what names a model: workdir, zoo folder,
 pipeline.config, config), ``detector`` (``Detector``: predict on arrays and files, evaluate,
 export), ``predict`` (``jaxdet predict``), ``export_job`` (``jaxdet export``), ``fine_tune``
 (few-shot fine-tuning from images in memory), ``eval_watch`` (evaluation beside a training
-run), ``convert_dataset`` (``jaxdet convert-dataset``), ``plots`` (training curves).
+run, also of a TF model_dir), ``tf_run`` (a TF OD API model_dir's run continued),
+``convert_dataset`` (``jaxdet convert-dataset``), ``plots`` (training curves).
 """

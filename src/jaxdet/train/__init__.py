@@ -2,7 +2,8 @@
 
 Modules: ``step`` (the train state and the compiled train step), ``accumulate`` (loss and
 gradients, over micro-batches), ``loss_scale`` (float16 dynamic loss scaling), ``optim``
-(schedules and optimizers, TF OD API's), ``build`` (optimizer, schedule, loss scaling and train
+(schedules and optimizers, TF OD API's), ``optimizer_moments`` (another framework's optimizer
+slots and step put into the optax state), ``build`` (optimizer, schedule, loss scaling and train
 step of a config's ``train`` section), ``step_memory`` (what the compiled step needs in memory,
 checked against what is free before it runs), ``loop`` (the hook-based loop), ``metrics_log``
 (metrics.jsonl and TensorBoard), ``checkpoint`` (orbax checkpoints with metadata),
