@@ -38,11 +38,14 @@ C4 = {f"faster_rcnn_resnet{d}_v1_{s}_coco17_{hw}-8": (d, s)
 # is not read (jaxdet's default 8; the shipped file copies TF's 1), use_matmul_crop_and_resize
 # picks the matmul crop (the same values as the shipped default gather) and the
 # fine_tune_checkpoint placeholder.
+TENSORBOARD_TAGS = "train.tensorboard_tags: converted 'tf' != shipped 'jaxdet'"
 SHIPPED_DIFFERENCES = {
     "eval.batch_size: converted 8 != shipped 1",
     "model.crop_method: converted 'matmul' != shipped 'gather'",
     "train.init_checkpoint: converted {'path': 'PATH_TO_BE_CONFIGURED/resnet50.ckpt-1', "
     "'format': 'tf', 'restore': 'classification'} != shipped None",
+    # TensorBoard as TF's model_dir has it, for a converted config
+    TENSORBOARD_TAGS,
 }
 
 

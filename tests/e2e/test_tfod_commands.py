@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tensorboard_events import read_scalars
 from tfod_pipeline import write_pipeline
 
 pytestmark = [pytest.mark.slow]
@@ -71,6 +72,15 @@ def test_the_tutorials_training_and_evaluation_commands(pipeline, tmp_path):
     assert evaluated.stdout.splitlines()[-1] == "evaluated 1 checkpoint(s): steps 3"
     metrics = json.loads((model_dir / "eval" / "step_3" / "metrics.json").read_text())
     assert metrics["num_images"] == 6 and metrics["step"] == 3
+    # TensorBoard as TF lays it out, under TF's tags: a TF dashboard shows the run
+    train = {tag for tag, _ in read_scalars(model_dir / "train")}
+    assert {"Loss/total_loss", "Loss/classification_loss", "Loss/localization_loss",
+            "Loss/regularization_loss", "learning_rate", "steps_per_sec"} <= train
+    scalars = read_scalars(model_dir / "eval")
+    assert scalars["DetectionBoxes_Precision/mAP", 3] == pytest.approx(metrics["AP"])
+    assert scalars["DetectionBoxes_Recall/AR@100 (large)", 3] == pytest.approx(metrics["ARl"])
+    assert ("PascalBoxes_Precision/mAP@0.5IOU", 3) in scalars
+    assert not (model_dir / "tensorboard").exists()
 
     sampled = shell(f"model_main_tf2 --pipeline_config_path={pipeline} --model_dir=sampled "
                     f"--checkpoint_dir={model_dir} --sample_1_of_n_eval_examples=2 "

@@ -121,3 +121,36 @@ def test_tensorboard_starts_without_loading_torch(tmp_path):
     assert out == ["False", "2.0"]
     (events,) = (tmp_path / "tensorboard").glob("events.out.tfevents.*")
     assert _read_scalars(events) == [("loss", 1, 0.5)]
+
+
+def test_tf_tags_in_tfs_model_dir_layout(tmp_path):
+    """``tensorboard_tags="tf"``: training scalars in ``train/``, evaluation scalars and
+    pictures in ``eval/``, under the TF OD API's tags, ``@`` and spaces kept; TF's total (the
+    loss plus the regularization) and steps per second; metrics.jsonl as before."""
+    from tensorboard_events import read_images, read_scalars
+
+    with MetricsLogger(tmp_path / "run", tensorboard_tags="tf", batch_size=4) as logger:
+        logger.log(10, {"loss": 2.0, "regularization_loss": 0.25, "classification_loss": 1.5,
+                        "localization_loss": 0.5, "learning_rate": 0.01,
+                        "images_per_second": 8.0, "grad_norm": 3.0}, prefix="train")
+        logger.log(10, {"AP": 0.5, "AP50": 0.75, "APs": 0.125, "ARl": 0.875,
+                        "segm/AP": 0.375,
+                        "PascalBoxes_Precision/mAP@0.5IOU": 0.625}, prefix="eval")
+        logger.log_images(10, {"eval_side_by_side_0": np.zeros((4, 8, 3), np.uint8)})
+    run = tmp_path / "run"
+    assert not (run / "tensorboard").exists()
+    assert read_scalars(run / "train") == {
+        ("Loss/total_loss", 10): 2.25, ("Loss/regularization_loss", 10): 0.25,
+        ("Loss/classification_loss", 10): 1.5, ("Loss/localization_loss", 10): 0.5,
+        ("learning_rate", 10): pytest.approx(0.01), ("steps_per_sec", 10): 2.0,
+        ("loss", 10): 2.0, ("images_per_second", 10): 8.0, ("grad_norm", 10): 3.0}
+    assert read_scalars(run / "eval") == {
+        ("DetectionBoxes_Precision/mAP", 10): 0.5,
+        ("DetectionBoxes_Precision/mAP@.50IOU", 10): 0.75,
+        ("DetectionBoxes_Precision/mAP (small)", 10): 0.125,
+        ("DetectionBoxes_Recall/AR@100 (large)", 10): 0.875,
+        ("DetectionMasks_Precision/mAP", 10): 0.375,
+        ("PascalBoxes_Precision/mAP@0.5IOU", 10): 0.625}
+    assert list(read_images(run / "eval")) == [("eval_side_by_side_0", 10)]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["metrics"]["train/loss"] == 2.0 and rows[1]["metrics"]["eval/AP"] == 0.5

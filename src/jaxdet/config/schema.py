@@ -400,7 +400,12 @@ class TrainConfig(Strict):
     ``head`` (one checkpoint per level). Same gradients, less memory, ~1 more forward pass of
     those parts. ``initializers``: rules that draw some parameters of a freshly built model
     with another initializer (a converted TF pipeline.config's own). ``reference_batch_size``:
-    the linear scaling rule, every learning rate times ``batch_size / reference_batch_size``."""
+    the linear scaling rule, every learning rate times ``batch_size / reference_batch_size``.
+    ``tensorboard_tags``: ``jaxdet`` (TensorBoard in ``WORKDIR/tensorboard``: ``train/loss``,
+    ``eval/AP``, ...) or ``tf`` (the TF OD API's ``model_dir`` layout: ``WORKDIR/train`` and
+    ``WORKDIR/eval`` with TF's tags, ``Loss/total_loss``, ``learning_rate``,
+    ``DetectionBoxes_Precision/mAP``, ..., so a TF dashboard shows the run; a converted
+    pipeline.config's choice)."""
 
     batch_size: int = Field(8, ge=1)
     reference_batch_size: int | None = Field(None, ge=1)
@@ -418,6 +423,7 @@ class TrainConfig(Strict):
     keep_checkpoints: int = Field(3, ge=1)
     eval_every: int = Field(0, ge=0)
     log_every: int = Field(10, ge=1)
+    tensorboard_tags: Literal["jaxdet", "tf"] = "jaxdet"
     freeze_variables: tuple[str, ...] = ()
     update_trainable_variables: tuple[str, ...] = ()
     init_checkpoint: InitCheckpointConfig | None = None

@@ -178,7 +178,8 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
                f"({num_steps}): the learning rate is 0 for the last steps, as in TF")
     train: dict[str, Any] = {"batch_size": int(tc.take("batch_size", 32)),
                              "num_steps": num_steps, "optimizer": optimizer,
-                             "learning_rate": learning_rate, "ema_decay": ema}
+                             "learning_rate": learning_rate, "ema_decay": ema,
+                             "tensorboard_tags": "tf"}  # TF's dashboards read the run
     for name in ("freeze_variables", "update_trainable_variables"):
         patterns = [str(v) for v in tc.all(name)]
         if patterns:  # TF1's model_main.py applied them; model_lib_v2 trains every variable

@@ -139,7 +139,8 @@ def watch_checkpoints(config: Config, workdir: str | Path, *,
     log.info("watching %s for checkpoints (up to step %d; %g s without a new one ends it)",
              workdir / "checkpoints", last_step, timeout)
     try:
-        with MetricsLogger(out_root / "eval_watch") as logger:
+        with MetricsLogger(out_root / "eval_watch", tf_root=out_root,
+                           tensorboard_tags=config.train.tensorboard_tags) as logger:
             while done < last_step:
                 if refresh is not None:  # a remote workdir's local copy brought up to date
                     refresh()
@@ -233,7 +234,8 @@ def watch_tf_model_dir(config: Config, model_dir: str | Path, out_root: str | Pa
     since = time.monotonic()
     log.info("watching %s for TF checkpoints (ckpt-N, up to step %d; %g s without a new one "
              "ends it)", model_dir, last_step, timeout)
-    with MetricsLogger(out_root / "eval_watch") as logger:
+    with MetricsLogger(out_root / "eval_watch", tf_root=out_root,
+                       tensorboard_tags=config.train.tensorboard_tags) as logger:
         while True:
             new = [p for p in tf_checkpoints(model_dir) if p not in seen]
             if not new:

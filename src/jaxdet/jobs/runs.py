@@ -194,7 +194,9 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
 
     from jaxdet.jobs.plots import try_plot_training_curves  # matplotlib loads only when drawing
 
-    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0, resume_step=start or 0)
+    logger = MetricsLogger(workdir, enabled=jax.process_index() == 0, resume_step=start or 0,
+                           tensorboard_tags=config.train.tensorboard_tags,
+                           batch_size=config.train.batch_size)
     hooks = []
     if eval_ctx is not None:
         if not complete:

@@ -6,7 +6,8 @@ gradients, over micro-batches), ``loss_scale`` (float16 dynamic loss scaling), `
 slots and step put into the optax state), ``build`` (optimizer, schedule, loss scaling and train
 step of a config's ``train`` section), ``step_memory`` (what the compiled step needs in memory,
 checked against what is free before it runs), ``loop`` (the hook-based loop), ``metrics_log``
-(metrics.jsonl and TensorBoard), ``checkpoint`` (orbax checkpoints with metadata),
+(metrics.jsonl and TensorBoard), ``tf_tags`` (the TF OD API's TensorBoard tags),
+``checkpoint`` (orbax checkpoints with metadata),
 ``checkpoint_integrity`` (checksums of a checkpoint's files), ``preemption`` (SIGTERM / SIGINT:
 finish the step, checkpoint), ``workdir_lock`` (one training run per workdir),
 ``remote_workdir`` (workdirs in a bucket, through a local staging folder),

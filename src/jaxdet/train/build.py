@@ -116,6 +116,18 @@ def build_optimizer(
     return tx, schedule
 
 
+def build_regularization(cfg: S.TrainConfig):
+    """``loss(params)`` of the L2 regularization the optimizer's coupled weight decay applies
+    (``optim.l2_regularization``), reported as the ``regularization_loss`` metric; None for
+    AdamW's decoupled decay or no decay."""
+    o = cfg.optimizer
+    if o.name == "adamw" or (o.weight_decay == 0 and not o.weight_decay_rules):
+        return None
+    return optim.l2_regularization(
+        o.weight_decay, [(ParamPattern(r.params, r.depthwise), r.weight)
+                         for r in o.weight_decay_rules])
+
+
 def build_loss_scale(config: S.Config) -> LossScaleParams | None:
     """Dynamic loss-scaling settings for ``precision: fp16`` (``train.loss_scale``); None for
     fp32 / bf16, which need none."""
@@ -166,6 +178,7 @@ def build_train_step(
         batch_sharding=batch_sharding,
         compiler_options=compiler_options(eigen_convolutions=config.data.type == "images"),
         normalizer=None if normalizer is None else normalizer.normalize_batch,
+        regularization=build_regularization(config.train),
     )
 
 

@@ -271,6 +271,26 @@ def decay_weights(
     return jax.tree_util.tree_map_with_path(weight, params, default)
 
 
+def l2_regularization(
+    weight_decay: float,
+    rules: Sequence[tuple[ParamPattern, float]] = (),
+    mask: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], jax.Array]:
+    """``loss(params)``: the L2 regularization loss whose gradient the coupled weight decay
+    adds, ``sum(w / 2 * |p|^2)`` with each parameter's ``w`` from :func:`decay_weights`: the
+    TF OD API's ``Loss/regularization_loss`` (its ``l2_regularizer.weight`` w is a Keras
+    ``l2(w / 2)``)."""
+
+    def loss(params: Any) -> jax.Array:
+        weights = decay_weights(params, weight_decay, rules, mask, check=False)
+        terms = [0.5 * w * jnp.sum(jnp.square(p.astype(jnp.float32)))
+                 for p, w in zip(jax.tree.leaves(params), jax.tree.leaves(weights), strict=True)
+                 if w]
+        return sum(terms, jnp.zeros((), jnp.float32))
+
+    return loss
+
+
 def add_decayed_weights_by_param(
     weights: Callable[[Any], Any],
 ) -> optax.GradientTransformation:
@@ -471,6 +491,7 @@ __all__ = [
     "decay_weights",
     "default_decay_mask",
     "exponential_decay",
+    "l2_regularization",
     "make_optimizer",
     "manual_stepping",
     "param_path",

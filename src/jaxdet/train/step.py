@@ -97,6 +97,7 @@ def make_train_step(
     batch_sharding: PyTree | None = None,
     compiler_options: dict[str, str] | None = None,
     normalizer: Callable[[dict], dict] | None = None,
+    regularization: Callable[[PyTree], jax.Array] | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """Return ``step(state, batch) -> (state, metrics)``, jitted with the state donated. With
     an ``optim.Schedule`` (as ``train.build.build_optimizer`` makes), a :class:`TrainStep`:
@@ -114,7 +115,10 @@ def make_train_step(
     SSD family images [B,H,W,3], boxes [B,N,4], classes / valid / ignore [B,N]). Metrics:
     loss, classification_loss, localization_loss, num_positives, grad_norm, param_norm (the
     global L2 norm of the updated parameters), learning_rate
-    (the rate used for this update); with ``loss_scale`` also ``loss_scale`` (the scale this
+    (the rate used for this update); with ``regularization`` (``loss(params)``, e.g.
+    ``optim.l2_regularization``) also ``regularization_loss``, that loss of the parameters the
+    step starts from (the weight decay's, not part of ``loss``); with ``loss_scale`` also
+    ``loss_scale`` (the scale this
     step used) and ``skipped`` (1 when its gradients were not finite and the update was
     skipped).
 
@@ -168,6 +172,8 @@ def make_train_step(
             "param_norm": optax.tree.norm(params),
             "learning_rate": schedule(state["step"]),
         }
+        if regularization is not None:
+            metrics["regularization_loss"] = regularization(state["params"])
         if scale_state is not None:
             finite = ls.all_finite(grads)
             for key in ("params", "batch_stats", "opt_state", "ema_params"):
