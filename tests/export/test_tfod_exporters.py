@@ -100,9 +100,15 @@ def test_exporter_main_v2_writes_tfs_layout(run, tmp_path):
     pipeline, workdir = run
     out = tmp_path / "exported"
     done = shell(EXPORT.format(pipeline=pipeline, checkpoint=workdir, out=out), tmp_path)
-    assert done.stdout.startswith(f"wrote {out}/saved_model, pipeline.config and signature.json")
-    assert sorted(p.name for p in out.iterdir()) == ["pipeline.config", "saved_model",
-                                                     "signature.json"]
+    assert done.stdout.startswith(f"wrote {out}/saved_model, checkpoint, pipeline.config and "
+                                  "signature.json")
+    # checkpoint/ckpt-0: the weights as TF's exporter leaves them, a TF2 checkpoint
+    from jaxdet.interop.tf_checkpoint import TfCheckpoint
+
+    written = TfCheckpoint(out / "checkpoint")
+    assert len([p for p in written.variables() if p.startswith("model/")]) == 306
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "pipeline.config",
+                                                     "saved_model", "signature.json"]
     written = pipeline_message()
     text_format.Merge((out / "pipeline.config").read_text(), written)
     assert written.model.ssd.post_processing.batch_non_max_suppression \
@@ -120,8 +126,8 @@ def test_exporter_main_v2_writes_tfs_layout(run, tmp_path):
                   .replace("max_total_detections: 5", "max_total_detections: 7"), tmp_path)
     assert again.returncode == 0
     assert load_artifact(out)(images)["detection_boxes"].shape == (2, 7, 4)
-    assert sorted(p.name for p in out.iterdir()) == ["pipeline.config", "saved_model",
-                                                     "signature.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "pipeline.config",
+                                                     "saved_model", "signature.json"]
 
 
 def test_exporter_main_v2_reads_a_tf_model_dir(run, tmp_path):

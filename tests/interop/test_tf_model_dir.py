@@ -26,6 +26,7 @@ import optax
 import pytest
 
 from jaxdet import tasks
+from jaxdet.cli.main import main
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import slot_key
@@ -99,3 +100,35 @@ def test_a_tf_model_dir_continues_as_tf_continues_it(tmp_path):
             assert metrics[key] == pytest.approx(row[key], rel=1e-5 if k == 0 else 1.5e-2), (
                 row["step"], key, metrics[key], row[key])
     assert int(state["step"]) == tf["steps"][-1]["step"]
+
+
+def test_a_jaxdet_run_goes_back_to_a_tf_model_dir(tmp_path):
+    """The way back: a jaxdet run written as a TF model_dir (``ckpt-1`` + ``checkpoint``)
+    holds, for every tensor of TF's own checkpoint of that model, the same bytes under the
+    same key, and the step: here the run continued from TF's model_dir, so what it writes
+    back must be TF's checkpoint again. (TF restoring such a file into its own model, every
+    object matched, is checked with TF itself: benchmarks/peers/tf_restore_check.py.)"""
+    config = load_pipeline_config(FIXTURE / "pipeline.config",
+                                  [*UNUSED, "train.init_checkpoint=null"])
+    model_dir = _model_dir(tmp_path)
+    tf_run.continue_tf_run(config, model_dir)
+    written = tf_run.write_tf_run(config, model_dir, tmp_path / "back")
+    assert (written.step, written.tensors) == (2, 306)
+    assert (tmp_path / "back" / "checkpoint").read_text().startswith(
+        'model_checkpoint_path: "ckpt-1"')
+    theirs, ours = TfCheckpoint(model_dir / "ckpt-1"), TfCheckpoint(tmp_path / "back")
+    paths = ours.variables()
+    assert set(paths) == {*tasks.tf_name_map(tasks.build_task(config).model, config),
+                          "step", "save_counter"}
+    for path, key in paths.items():
+        if path == "save_counter":
+            continue
+        assert key == theirs.variables()[path]  # TF's own key
+        np.testing.assert_array_equal(ours.read(key), theirs.read(key), err_msg=path)
+    with pytest.raises(ValueError, match="already holds TF checkpoints"):
+        tf_run.write_tf_run(config, model_dir, tmp_path / "back")
+    # the command: the same files
+    assert main(["export", "--format", "tf_checkpoint", "--workdir", str(model_dir),
+                 "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "ckpt-1.index").read_bytes() == (
+        tmp_path / "back" / "ckpt-1.index").read_bytes()

@@ -65,7 +65,7 @@ def run(values: dict[str, Any]) -> int:
     export = export_like_tf(values, format="tflite_saved_model", input_type="image_tensor",
                             overrides=overrides, tflite_ready=True)
     print(f"wrote {export.out}/saved_model (for tflite_convert --saved_model_dir), "
-          f"pipeline.config and signature.json ({export.line})")
+          f"checkpoint, pipeline.config and signature.json ({export.line})")
     return 0
 
 

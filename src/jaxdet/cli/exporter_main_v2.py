@@ -5,6 +5,7 @@ writing TF's layout, so a team's export scripts and TF Serving fleet work unchan
         --trained_checkpoint_dir run --output_directory exported
 
 writes ``exported/saved_model/`` (signature ``serving_default``: TF's detection outputs),
+``exported/checkpoint/ckpt-0`` (the weights as a TF2 checkpoint),
 ``exported/pipeline.config`` (with ``--config_override`` merged in) and
 ``exported/signature.json`` (jaxdet's description of the inputs, outputs and labels).
 ``--trained_checkpoint_dir`` is a jaxdet run (its latest checkpoint) or a folder of TF
@@ -53,7 +54,7 @@ FLAGS = (
 TF_INPUT_TYPES = ("image_tensor", "float_image_tensor", "encoded_image_string_tensor",
                   "tf_example")
 # what TF's exporters write into --output_directory, and so what a new export replaces
-EXPORT_NAMES = ("saved_model", "signature.json", "pipeline.config")
+EXPORT_NAMES = ("saved_model", "checkpoint", "signature.json", "pipeline.config")
 
 
 def main(argv: list[str] | None = None, *, reexec: bool = True) -> int:
@@ -96,7 +97,7 @@ def run(values: dict[str, Any]) -> int:
                           "(image_tensor, float_image_tensor) or their JPEG/PNG bytes "
                           "(encoded_image_string_tensor), not serialized tf.Examples")
     export = export_like_tf(values, format="saved_model", input_type=input_type)
-    print(f"wrote {export.out}/saved_model, pipeline.config and signature.json "
+    print(f"wrote {export.out}/saved_model, checkpoint, pipeline.config and signature.json "
           f"({export.line})")
     return 0
 
@@ -142,10 +143,10 @@ def export_like_tf(values: dict[str, Any], *, format: str, input_type: str,
                    overrides: tuple[str, ...] = (), tflite_ready: bool = False) -> Exported:
     """Export ``--trained_checkpoint_dir``'s weights of ``--pipeline_config_path`` (with
     ``--config_override`` merged, and jaxdet ``overrides``) into ``--output_directory`` as TF's
-    exporters lay it out: ``saved_model/``, ``pipeline.config`` (the merged one),
-    ``signature.json``. A previous export there is replaced (as TF overwrites it); nothing is
-    replaced before the new export is complete. ``tflite_ready``: the SavedModel TF's TFLite
-    converter takes (a batch of one, TFLite's builtin operations)."""
+    exporters lay it out: ``saved_model/``, ``checkpoint/ckpt-0``, ``pipeline.config`` (the
+    merged one), ``signature.json``. A previous export there is replaced (as TF overwrites
+    it); nothing is replaced before the new export is complete. ``tflite_ready``: the
+    SavedModel TF's TFLite converter takes (a batch of one, TFLite's builtin operations)."""
     from jaxdet.config.tfod import load_pipeline_config
     from jaxdet.config.tfod_proto import merged_pipeline_text
     from jaxdet.export.exporter import check_request
@@ -174,6 +175,7 @@ def export_like_tf(values: dict[str, Any], *, format: str, input_type: str,
                               checkpoint_format="tf" if weights.checkpoint else "auto",
                               batch_size=1 if tflite_ready else None)
         (staging / "export" / "pipeline.config").write_text(merged)
+        _write_checkpoint_folder(config, weights, staging / "export" / "checkpoint")
         for name in EXPORT_NAMES:  # the new export complete: replace the old one
             target = Path(out) / name
             if target.is_dir():
@@ -184,6 +186,23 @@ def export_like_tf(values: dict[str, Any], *, format: str, input_type: str,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Exported(out, result.line())
+
+
+def _write_checkpoint_folder(config, weights: Weights, folder: Path) -> None:
+    """``checkpoint/ckpt-0`` as TF's exporters write it: the weights exported, as a TF2
+    checkpoint (a jaxdet run's written by ``jobs.tf_run.write_tf_run``; a TF checkpoint's
+    copied)."""
+    from jaxdet.interop.tf_checkpoint_writer import write_checkpoint_state
+    from jaxdet.jobs.tf_run import write_tf_run
+
+    if weights.workdir is not None:
+        write_tf_run(config, weights.workdir, folder, name="ckpt-0")
+        return
+    folder.mkdir(parents=True)
+    for path in files.glob(f"{weights.checkpoint}.*", files_only=True):
+        suffix = files.basename(path)[len(files.basename(weights.checkpoint)):]
+        (folder / f"ckpt-0{suffix}").write_bytes(files.read_bytes(path))
+    write_checkpoint_state(folder, "ckpt-0")
 
 
 if __name__ == "__main__":

@@ -188,7 +188,10 @@ def _parser() -> argparse.ArgumentParser:
                         "fixed batch; pip install 'jaxdet[onnx]'), saved_model (TF Serving, any "
                         "batch), tflite (a fixed batch) or tflite_saved_model (the SavedModel "
                         "TF's TFLite converter takes, as TF's export_tflite_graph_tf2 writes "
-                        "it); the last three need TensorFlow: make install-tf-export")
+                        "it); the last three need TensorFlow: make install-tf-export. "
+                        "tf_checkpoint: the run as a TF OD API model_dir (ckpt-1 and its "
+                        "checkpoint file), which TF's model_main_tf2 evaluates and trains on "
+                        "and its exporters export; no TensorFlow needed")
     p.add_argument("--input-type", default="image_tensor",
                    help="image_tensor (uint8 [B, H, W, 3]), float_image_tensor (float32 "
                         "0..255) or encoded_image_string_tensor (JPEG/PNG bytes [B]; "
@@ -413,6 +416,8 @@ def _export(args: argparse.Namespace) -> int:
     from jaxdet.export.exporter import check_request
     from jaxdet.jobs.export_job import export_model
 
+    if args.format == "tf_checkpoint":
+        return _export_tf_checkpoint(args)
     check_request(args.format, args.input_type)  # before any checkpoint is read
     source = model_of_args(args)
     result = export_model(source.config, source.workdir, args.out, format=args.format,
@@ -422,6 +427,18 @@ def _export(args: argparse.Namespace) -> int:
                           checkpoint_format=args.checkpoint_format)
     print(f"wrote {result.line()}")
     print(f"signature: {result.out_dir / 'signature.json'}")
+    return 0
+
+
+def _export_tf_checkpoint(args: argparse.Namespace) -> int:
+    """``jaxdet export --format tf_checkpoint``: the run as a TF OD API model_dir."""
+    from jaxdet.jobs.tf_run import write_tf_run
+
+    source = model_of_args(args)
+    if source.workdir is None or source.checkpoint is not None:
+        raise ConfigError("--format tf_checkpoint writes a jaxdet run: give its --workdir")
+    written = write_tf_run(source.config, source.workdir, args.out, step=args.step)
+    print(f"wrote {written.line()}")
     return 0
 
 

@@ -366,11 +366,17 @@ class PostProcessingConfig(Strict):
 
 
 class SSDModelConfig(Strict):
-    """A single-stage detector: backbone -> neck -> box predictor over anchors."""
+    """A single-stage detector: backbone -> neck -> box predictor over anchors.
+
+    ``tf_background_logit``: the TF OD API's model of this config predicts a background logit
+    per anchor that jaxdet's leaves out (a sigmoid SSD with TF's ``add_background_class`` and
+    ``encode_background_as_zeros``: TF drops that column from its scores); a run written as a
+    TF checkpoint gets it back, as zeros. A converted pipeline.config sets it."""
 
     type: Literal["ssd"] = "ssd"
     num_classes: int = Field(ge=1)
     add_background_class: bool = False
+    tf_background_logit: bool = later_field(False)
     backbone: BackboneConfig
     neck: NeckConfig
     anchors: AnchorsConfig

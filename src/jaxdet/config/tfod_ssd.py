@@ -316,6 +316,8 @@ def map_ssd(m: Mapper, ssd: Message) -> tuple[dict, dict, dict]:
         # TF with encode_background_as_zeros predicts no background logit for sigmoid losses;
         # a softmax needs the background slot.
         "add_background_class": softmax or (add_background and not zeros),
+        # ... which TF's class predictor still holds (the way back to TF restores it)
+        "tf_background_logit": not softmax and add_background and zeros,
         "backbone": backbone, "neck": neck, "anchors": _anchors(m, ssd), "head": head,
         "box_coder": _box_coder(m, ssd), "matcher": _matcher(m, ssd), "loss": loss,
         "post_processing": _post_processing(m, ssd),

@@ -8,6 +8,8 @@ string, bytes, a sub-message or a packed repeated field), 5 a 32-bit word (int).
     for number, wire, value in fields(data): ...
     msg = parse(data)            # {field_number: [values, ...]}
     first_int(msg, 1), first_bytes(msg, 2), submessages(msg, 3)
+
+and written: ``varint_field(1, 7) + bytes_field(2, b"...") + fixed32_field(6, crc)``.
 """
 
 from __future__ import annotations
@@ -95,5 +97,36 @@ def submessages(msg: dict[int, list], number: int) -> list[dict[int, list]]:
     return [parse(v) for v in msg.get(number, [])]
 
 
-__all__ = ["WireError", "fields", "first_bytes", "first_int", "parse", "read_varint",
-           "signed64", "submessages"]
+# --------------------------------------------------------------------------- writing
+
+
+def varint(value: int) -> bytes:
+    """``value`` (a non-negative int, or a negative int64 as its two's complement) as a
+    varint."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def varint_field(number: int, value: int) -> bytes:
+    """Field ``number`` as a varint (wire type 0)."""
+    return varint(number << 3) + varint(value)
+
+
+def bytes_field(number: int, data: bytes) -> bytes:
+    """Field ``number`` length-delimited (wire type 2): bytes, a string or a sub-message."""
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def fixed32_field(number: int, value: int) -> bytes:
+    """Field ``number`` as a little-endian 32-bit word (wire type 5)."""
+    return varint(number << 3 | 5) + struct.pack("<I", value & 0xFFFFFFFF)
+
+
+__all__ = ["WireError", "bytes_field", "fields", "first_bytes", "first_int", "fixed32_field",
+           "parse", "read_varint", "signed64", "submessages", "varint", "varint_field"]

@@ -8,6 +8,9 @@ value; then ``uint32`` restart offsets and their count. Every block is followed 
 trailer: its compression type (0 none, 1 snappy) and the masked CRC32C of the block and that
 type byte (TF checkpoints never compress). Every CRC is checked; a mismatch names the file and
 the block's offset.
+
+:func:`write_table` writes one (for a checkpoint jaxdet writes): data blocks of about
+``BLOCK_SIZE`` bytes, every entry a restart point (no shared key prefixes), an empty metaindex.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from collections.abc import Iterator
 
 import google_crc32c
 
-from jaxdet.interop.protowire import WireError, read_varint
+from jaxdet.interop.protowire import WireError, read_varint, varint
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 TRAILER_SIZE = 5
+BLOCK_SIZE = 4096  # LevelDB's default: a data block is closed once it reaches this size
 
 
 class TableError(ValueError):
@@ -106,4 +110,47 @@ def read_table(data: bytes | memoryview, name: str = "table") -> list[tuple[byte
     return out
 
 
-__all__ = ["TableError", "masked_crc32c", "read_table"]
+def _block_bytes(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """A block of ``entries``, each a restart point: ``0, len(key), len(value)`` varints, the
+    key and the value; then the restart offsets and their count (uint32 each)."""
+    body, restarts = bytearray(), []
+    for key, value in entries:
+        restarts.append(len(body))
+        body += varint(0) + varint(len(key)) + varint(len(value)) + key + value
+    restarts = restarts or [0]  # an empty block still has one restart point
+    return bytes(body) + struct.pack(f"<{len(restarts)}I", *restarts) + struct.pack(
+        "<I", len(restarts))
+
+
+def write_table(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """The sorted table of ``entries`` ((key, value) pairs, keys strictly increasing as
+    bytes), as :func:`read_table` and LevelDB / TensorFlow read it.
+
+    Raises:
+      ValueError: keys not strictly increasing."""
+    if any(a[0] >= b[0] for a, b in zip(entries, entries[1:], strict=False)):
+        raise ValueError("write_table: keys must be strictly increasing")
+    out = bytearray()
+
+    def append_block(block: bytes) -> bytes:
+        handle = varint(len(out)) + varint(len(block))
+        out.extend(block + b"\x00" + struct.pack("<I", masked_crc32c(block + b"\x00")))
+        return handle
+
+    index, pending, size = [], [], 0
+    for key, value in entries:
+        pending.append((key, value))
+        size += len(key) + len(value) + 7
+        if size >= BLOCK_SIZE:
+            index.append((key, append_block(_block_bytes(pending))))
+            pending, size = [], 0
+    if pending:
+        index.append((pending[-1][0], append_block(_block_bytes(pending))))
+    metaindex = append_block(_block_bytes([]))
+    index_handle = append_block(_block_bytes(index))
+    handles = metaindex + index_handle
+    out += handles + bytes(FOOTER_SIZE - 8 - len(handles)) + struct.pack("<Q", TABLE_MAGIC)
+    return bytes(out)
+
+
+__all__ = ["BLOCK_SIZE", "TableError", "masked_crc32c", "read_table", "write_table"]

@@ -84,6 +84,35 @@ def to_ours(transform: str, array: np.ndarray, our_shape: tuple[int, ...]) -> np
     raise ValueError(f"unknown transform {transform!r}")
 
 
+def to_tf(transform: str, array: np.ndarray, tf_shape: tuple[int, ...] | None = None
+          ) -> np.ndarray:
+    """A jaxdet variable in TF's layout, :func:`to_ours` undone. ``tf_shape``: the TF
+    variable's shape where the transform alone does not give it (``reshape``; a
+    ``drop_background`` class predictor whose TF model keeps the background logit: that
+    column is written as zeros, the logit TF scores last and drops). ValueError otherwise."""
+    array = np.asarray(array)
+    if transform == "identity":
+        return array
+    if transform == "bgr_to_rgb":
+        return array[:, :, ::-1, :]
+    if transform == "depthwise":
+        kh, kw, _, channels = array.shape
+        return array.reshape(kh, kw, channels, 1)
+    if transform == "reshape":
+        if tf_shape is None:
+            raise ValueError("a reshaped variable needs TF's shape")
+        return array.reshape(tf_shape)
+    if transform == "drop_background":
+        if tf_shape is None or tf_shape[-1] == array.shape[-1]:
+            return array
+        ours, total = array.shape[-1], tf_shape[-1]
+        anchors = total - ours
+        grouped = array.reshape(*array.shape[:-1], anchors, ours // anchors)
+        background = np.zeros((*grouped.shape[:-1], 1), array.dtype)
+        return np.concatenate([background, grouped], -1).reshape(*array.shape[:-1], total)
+    raise ValueError(f"unknown transform {transform!r}")
+
+
 def conv_targets(out: dict[str, Target], tf_path: str, path: Path, module: nnx.Conv) -> None:
     """Add to ``out`` the kernel (``depthwise_kernel`` for a grouped conv) and bias of the conv
     ``module`` at jaxdet ``path``, saved at the TF object path ``tf_path``."""
@@ -224,4 +253,5 @@ def variables_of(model: nnx.Module) -> Iterator[Path]:
 
 __all__ = ["BN_NAMES", "Path", "Target", "UnmappedModelError", "bn_targets", "conv_targets",
            "efficientnet_layers", "keras_numbered_targets", "mobilenet_v1_layers",
-           "mobilenet_v2_layers", "resnet_layers", "tf_unapplied", "to_ours", "variables_of"]
+           "mobilenet_v2_layers", "resnet_layers", "tf_unapplied", "to_ours", "to_tf",
+           "variables_of"]

@@ -132,4 +132,53 @@ def continue_tf_run(config: Config, model_dir: str | os.PathLike) -> ContinuedRu
     return ContinuedRun(str(prefix), step, report, found)
 
 
-__all__ = ["ContinuedRun", "continue_tf_run", "holds_tf_run", "tf_checkpoints"]
+@dataclass
+class WrittenTfRun:
+    """What :func:`write_tf_run` wrote: the TF checkpoint's prefix, the step, the tensors."""
+
+    prefix: str
+    step: int
+    tensors: int
+
+    def line(self) -> str:
+        return (f"{self.prefix} (.index, .data-00000-of-00001) and its checkpoint file: step "
+                f"{self.step}, {self.tensors} model tensors, for TF's model_main_tf2 "
+                "--model_dir / --checkpoint_dir and exporter_main_v2 --trained_checkpoint_dir")
+
+
+def write_tf_run(config: Config, workdir: str | os.PathLike, out_dir: str | os.PathLike, *,
+                 step: int | None = None, name: str = "ckpt-1") -> WrittenTfRun:
+    """Write the jaxdet run in ``workdir`` (its checkpoint of ``step``, default the latest)
+    as a TF OD API ``model_dir``: ``out_dir/<name>`` (a TF2 object-based checkpoint of
+    ``tf.train.Checkpoint(step=..., model=...)``, the model's tensors by the family's TF name
+    map, the trained weights, not their moving average) and the ``checkpoint`` state file.
+    TF's ``model_main_tf2.py`` evaluates it, continues training from it (its optimizer state
+    starts afresh at that step), and its exporters export it.
+
+    Raises:
+      FileNotFoundError: no checkpoint; UnmappedModelError: a model part without a TF name
+        map; ValueError: ``out_dir`` already holds TF checkpoints."""
+    import numpy as np
+    from flax import nnx
+
+    from jaxdet.interop.tf_checkpoint_writer import write_checkpoint_state, write_tf_checkpoint
+    from jaxdet.jobs.inference import restore_for_inference
+
+    out = os.fspath(out_dir)
+    if holds_tf_run(out):
+        raise ValueError(f"{out} already holds TF checkpoints (ckpt-N): write into a new folder")
+    family = tasks.resolve(config)
+    task, state, step = restore_for_inference(family, workdir, step=step)
+    _, params, batch_stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
+    nnx.replace_by_pure_dict(params, state["params"])
+    nnx.replace_by_pure_dict(batch_stats, state["batch_stats"])
+    nnx.update(task.model, params, batch_stats)
+    tensors = weights.tf_variables(task.model, family)
+    variables = {**tensors, "step": np.int64(step), "save_counter": np.int64(1)}
+    prefix = write_tf_checkpoint(files.join(out, name), variables)
+    write_checkpoint_state(out, name)
+    return WrittenTfRun(prefix, step, len(tensors))
+
+
+__all__ = ["ContinuedRun", "WrittenTfRun", "continue_tf_run", "holds_tf_run", "tf_checkpoints",
+           "write_tf_run"]

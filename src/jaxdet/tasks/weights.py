@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 from flax import nnx
 
 from jaxdet import tasks
@@ -42,7 +43,7 @@ from jaxdet.interop.array_import import load_torch_weights, load_variables
 from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, load_tf_weights
-from jaxdet.interop.tfod_names import tf_unapplied, variables_of
+from jaxdet.interop.tfod_names import tf_unapplied, to_tf, variables_of
 from jaxdet.tasks.family import Family
 from jaxdet.train.workdir_variables import latest_variables
 
@@ -117,6 +118,30 @@ def load_tf_optimizer_slot(model: nnx.Module, config: Family | S.Config,
     return tf_import.load_tf_slots(model, path, family.tf_name_map(model), slot)
 
 
+def tf_variables(model: nnx.Module, config: Family | S.Config,
+                 tf_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """``model``'s variables as a TF OD API checkpoint holds them: ``{TF object path: array
+    in TF's layout}`` by its family's TF name map (``interop.tfod_names.to_tf``), for
+    ``interop.tf_checkpoint_writer``. ``tf_shapes`` (object path -> shape, e.g. from a TF
+    checkpoint of the same model) where TF's shape is not jaxdet's (a background logit jaxdet
+    leaves out, a reshaped weight)."""
+    family = tasks.resolve(config)
+    shapes = dict(tf_shapes or {})
+    background = bool(getattr(family.config.model, "tf_background_logit", False))
+    out = {}
+    for tf_path, (path, transform) in family.tf_name_map(model).items():
+        value = np.asarray(tf_import.variable_at(model, path)[...])
+        if transform == "drop_background" and background and tf_path not in shapes:
+            anchors = value.shape[-1] // family.config.model.num_classes  # TF: 1 + C each
+            shapes[tf_path] = (*value.shape[:-1], value.shape[-1] + anchors)
+        try:
+            out[tf_path] = to_tf(transform, value, shapes.get(tf_path))
+        except ValueError as err:
+            raise ValueError(f"{tf_path}: {err} (TF shapes it differently from jaxdet; a "
+                             "model holding it cannot be written as a TF checkpoint yet)") from None
+    return out
+
+
 def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,
                       restore: str = "full") -> dict[str, list[str]]:
     """The TF names of ``model``'s variables, from the TF checkpoint at ``path``: per jaxdet
@@ -132,4 +157,4 @@ def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | 
 
 __all__ = ["FEATURE_EXTRACTOR_MODULES", "FORMATS", "RESTORE_MODES", "detection_paths",
            "load_tf_detection_checkpoint", "load_tf_optimizer_slot", "load_weights",
-           "tf_variable_names"]
+           "tf_variable_names", "tf_variables"]

@@ -1,0 +1,141 @@
+"""Writing a TF2 object-based checkpoint without TensorFlow: what ``tf.train.Checkpoint``
+writes and restores (the v2 tensor bundle ``PREFIX.index`` + ``PREFIX.data-00000-of-00001``,
+with its ``_CHECKPOINTABLE_OBJECT_GRAPH``).
+
+    write_tf_checkpoint("out/ckpt-1", {"model/_box_predictor/.../kernel": array,
+                                       "step": np.int64(600)})
+
+Each variable is named by its object path from the checkpoint's root, local names joined by
+``/`` (as ``TfCheckpoint.variables()`` lists them and the TF name maps give them): the object
+graph is the tree of those paths, each variable a leaf with its ``VARIABLE_VALUE`` attribute,
+saved under TF's key (local names escaped, ``.`` -> ``..``, ``/`` -> ``.S``, then
+``/.ATTRIBUTES/VARIABLE_VALUE``). TF restores it by matching the tree's names against the
+objects' dependencies, as it restores its own checkpoints. The index is a LevelDB table
+(``interop.sstable.write_table``): the bundle header under the empty key, then one
+``BundleEntryProto`` per tensor (dtype, shape, offset, size, masked CRC32C of its bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping
+
+import google_crc32c
+import numpy as np
+
+from jaxdet import files
+from jaxdet.interop import protowire as pw
+from jaxdet.interop.sstable import masked_crc32c, write_table
+from jaxdet.interop.tf_checkpoint import DTYPES, OBJECT_GRAPH_KEY, VARIABLE_SUFFIX
+
+TF_DTYPE = {dtype: number for number, dtype in DTYPES.items() if dtype != np.dtype(object)}
+DT_STRING = 7
+
+
+def _escape(local_name: str) -> str:
+    return local_name.replace(".", "..").replace("/", ".S")
+
+
+def checkpoint_key(path: str) -> str:
+    """TF's key of the variable at object path ``path`` (local names joined by ``/``)."""
+    return "/".join(_escape(name) for name in path.split("/")) + VARIABLE_SUFFIX
+
+
+def object_graph(paths: list[str], full_names: Mapping[str, str] | None = None) -> bytes:
+    """The serialized ``TrackableObjectGraph`` of variables at ``paths``: node 0 the root,
+    one node per path prefix (breadth first), each variable's node with its
+    ``VARIABLE_VALUE`` attribute (``full_name``: ``full_names[path]``, else the path)."""
+    children: list[dict[str, int]] = [{}]
+    leaves: dict[int, str] = {}
+    for path in paths:
+        node = 0
+        for name in path.split("/"):
+            if name not in children[node]:
+                children[node][name] = len(children)
+                children.append({})
+            node = children[node][name]
+        if node in leaves or children[node]:
+            raise ValueError(f"object path {path!r} is a variable and an object at once")
+        leaves[node] = path
+    # renumber breadth first from the root, as TF numbers the nodes it writes
+    order, position = [0], {0: 0}
+    for node in order:
+        for child in children[node].values():
+            position[child] = len(order)
+            order.append(child)
+    graph = b""
+    full_names = full_names or {}
+    for node in order:
+        body = b"".join(pw.bytes_field(1, pw.varint_field(1, position[child])
+                                       + pw.bytes_field(2, name.encode()))
+                        for name, child in children[node].items())
+        if node in leaves:
+            path = leaves[node]
+            body += pw.bytes_field(2, pw.bytes_field(1, b"VARIABLE_VALUE")
+                                   + pw.bytes_field(2, full_names.get(path, path).encode())
+                                   + pw.bytes_field(3, checkpoint_key(path).encode()))
+        graph += pw.bytes_field(1, body)
+    return graph
+
+
+def _string_tensor(value: bytes) -> tuple[bytes, int]:
+    """(bytes, masked CRC32C) of a scalar string tensor as TF stores it: the length as a
+    varint, the masked CRC32C of the length (as a little-endian uint32), the bytes; the CRC
+    covers the length as a uint32, that checksum and the bytes."""
+    length = struct.pack("<I", len(value))
+    checksum = struct.pack("<I", masked_crc32c(length))
+    crc = google_crc32c.value(length + checksum + value)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return pw.varint(len(value)) + checksum + value, masked
+
+
+def _entry(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
+    """A ``BundleEntryProto``: dtype, shape, shard 0, offset, size, masked CRC32C."""
+    shape_proto = b"".join(pw.bytes_field(2, pw.varint_field(1, d)) for d in shape)
+    return (pw.varint_field(1, dtype) + pw.bytes_field(2, shape_proto)
+            + (pw.varint_field(4, offset) if offset else b"")
+            + (pw.varint_field(5, size) if size else b"") + pw.fixed32_field(6, crc))
+
+
+def write_tf_checkpoint(prefix: str | os.PathLike, variables: Mapping[str, np.ndarray], *,
+                        full_names: Mapping[str, str] | None = None) -> str:
+    """Write ``variables`` (object path -> array: float32, int64, ...) as the TF2 checkpoint
+    ``prefix`` (``prefix.index`` and ``prefix.data-00000-of-00001``; the folder is made), with
+    their object graph (:func:`object_graph`). Returns the prefix.
+
+    Raises:
+      ValueError: an array of a dtype TF checkpoints do not hold, a path that is a variable
+        and an object at once."""
+    prefix = os.fspath(prefix)
+    tensors: dict[str, tuple[int, tuple[int, ...], bytes, int]] = {}
+    for path, value in variables.items():
+        array = np.asarray(value)  # (not ascontiguousarray: it makes a scalar 1-d)
+        if array.dtype not in TF_DTYPE:
+            raise ValueError(f"{path}: dtype {array.dtype} has no TF checkpoint dtype")
+        raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        tensors[checkpoint_key(path)] = (TF_DTYPE[array.dtype], array.shape, raw,
+                                         masked_crc32c(raw))
+    raw, crc = _string_tensor(object_graph(list(variables), full_names))
+    tensors[OBJECT_GRAPH_KEY] = (DT_STRING, (), raw, crc)
+    data, records = bytearray(), []
+    for key in sorted(tensors):
+        dtype, shape, raw, crc = tensors[key]
+        records.append((key.encode(), _entry(dtype, shape, len(data), len(raw), crc)))
+        data += raw
+    header = pw.varint_field(1, 1) + pw.bytes_field(3, pw.varint_field(1, 1))
+    table = write_table([(b"", header), *records])
+    files.makedirs(files.parent(prefix) or ".")
+    files.write_bytes(f"{prefix}.data-00000-of-00001", bytes(data))
+    files.write_bytes(f"{prefix}.index", table)  # last: a reader finds a whole checkpoint
+    return prefix
+
+
+def write_checkpoint_state(folder: str | os.PathLike, name: str) -> None:
+    """The ``checkpoint`` state file TF's ``CheckpointManager`` keeps beside its checkpoints,
+    naming ``name`` (``ckpt-1``) the latest (what ``tf.train.latest_checkpoint`` reads)."""
+    files.write_text(files.join(os.fspath(folder), "checkpoint"),
+                     f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+
+
+__all__ = ["checkpoint_key", "object_graph", "write_checkpoint_state", "write_tf_checkpoint"]
