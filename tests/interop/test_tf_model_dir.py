@@ -31,6 +31,7 @@ from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import slot_key
 from jaxdet.jobs import runs, tf_run
+from jaxdet.tasks.weights import load_weights, tf_variables
 from jaxdet.train import build as train_build
 from jaxdet.train.step import abstract_train_state
 from tf_train_start import fixture_batch
@@ -132,3 +133,31 @@ def test_a_jaxdet_run_goes_back_to_a_tf_model_dir(tmp_path):
                  "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "ckpt-1.index").read_bytes() == (
         tmp_path / "back" / "ckpt-1.index").read_bytes()
+
+
+def test_the_way_back_restores_tfs_background_logit(tmp_path):
+    """The zoo's MobileNetV2 SSD keeps TF's default ``add_background_class`` with a sigmoid:
+    TF's class predictor has a background logit per anchor that jaxdet's drops. Written back,
+    every tensor has TF's shape, the background logits are zeros (TF drops that column from
+    its scores) and everything else is TF's checkpoint again."""
+    zoo = FIXTURE.parent / "tf_ssd_mobilenet_v2_320x320_coco17_tpu-8"
+    config = load_pipeline_config(zoo / "pipeline.config", UNUSED)
+    assert config.model.tf_background_logit and not config.model.add_background_class
+    task = tasks.build_task(config)
+    theirs = TfCheckpoint(rebuild_data(zoo, tmp_path / "ckpt-0"))
+
+    load_weights(task.model, config, theirs.prefix, format="tf")
+    keys = theirs.variables()
+    written = tf_variables(task.model, config)
+    background = 0
+    for path, ours in written.items():
+        tf_value = theirs.read(keys[path])
+        assert ours.shape == tf_value.shape, path
+        if "class_predictions_with_background" in path:  # per anchor: 1 + 90 logits
+            grouped, tf_grouped = ours.reshape(-1, 91), tf_value.reshape(-1, 91)
+            assert not grouped[:, 0].any()
+            np.testing.assert_array_equal(grouped[:, 1:], tf_grouped[:, 1:])
+            background += 1
+        else:
+            np.testing.assert_array_equal(ours, tf_value, err_msg=path)
+    assert background == 12  # the class predictors' kernels and biases, 6 levels
