@@ -1,19 +1,14 @@
-"""The way back, checked with TensorFlow: a jaxdet run written as a TF model_dir
-(``jaxdet export --format tf_checkpoint``) is restored by the TF OD API's own model, every
-model object matched, and TF's detections on a few images equal jaxdet's.
+"""The way back, checked with TensorFlow: a jaxdet run written as a TF model_dir (by
+``benchmarks.accuracy.tf_way_back``, which ``jaxdet export --format tf_checkpoint`` writes
+too) is restored by the TF OD API's own model, every model object matched, and TF's detections
+of the images jaxdet saved beside it equal jaxdet's. Runs in the TF peer; prints JSON.
 
-Two halves, one per environment; prints JSON (the second half: the comparison):
+    python -m benchmarks.accuracy.tf_way_back --pipeline-config C --workdir RUN --out DIR
+    $PEER -m benchmarks.peers.tf_restore_check --pipeline-config C --out DIR
 
-    python -m benchmarks.peers.tf_restore_check write --pipeline-config C --workdir RUN --out DIR
-    $PEER -m benchmarks.peers.tf_restore_check check --pipeline-config C --out DIR
-
-``write`` (jaxdet's environment): the run's latest checkpoint as ``DIR/ckpt-1`` and
-``DIR/checkpoint``, and ``DIR/detections.npz``: a few generated images at the model's input
-size and jaxdet's detections of them (the TF OD API's output names). ``check`` (the TF peer):
-TF's model built from the pipeline.config (inference mode), ``tf.train.Checkpoint(model=...)``
-restored from ``DIR`` with ``assert_existing_objects_matched``, TF's detections of the same
-images compared (boxes and scores within ``--atol``, classes equal, over the detections whose
-score is at least ``--min-score``).
+TF's model is built from the pipeline.config (inference mode), ``tf.train.Checkpoint(model=...)``
+restored from ``DIR`` with ``assert_existing_objects_matched``; boxes and scores are compared
+within ``--atol``, classes exactly, over the detections scoring at least ``--min-score``.
 """
 
 from __future__ import annotations
@@ -23,33 +18,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-IMAGES = 3
-
-
-def write(args: argparse.Namespace) -> dict:
-    import jax
-
-    from jaxdet.config.tfod import load_pipeline_config
-    from jaxdet.data.build import input_size
-    from jaxdet.export.runtimes import predict_as_signature
-    from jaxdet.jobs import runs, tf_run
-    from jaxdet.jobs.detector import preprocess_images
-
-    config = load_pipeline_config(args.pipeline_config, args.set)
-    written = tf_run.write_tf_run(config, args.workdir, args.out)
-    height, width = input_size(config.data)
-    images = np.random.default_rng(0).integers(0, 256, (IMAGES, height, width, 3), np.uint8)
-    task, state, step = runs.load_for_inference(config, args.workdir)
-    params, stats = state["params"], state["batch_stats"]  # the weights written, not the EMA
-    x, info = preprocess_images(config, images)
-    det = jax.device_get(jax.jit(task.predict)(params, stats, x, info))
-    ids = np.arange(1, config.model.num_classes + 1)  # TF's label ids: class + 1
-    out = predict_as_signature(det, (height, width), ids)
-    np.savez(Path(args.out) / "detections.npz", images=images,
-             boxes=out["detection_boxes"], scores=out["detection_scores"],
-             classes=out["detection_classes"].astype(int) - 1)
-    return {"written": written.line(), "step": step}
 
 
 def check(args: argparse.Namespace) -> dict:
@@ -89,15 +57,11 @@ def check(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("half", choices=("write", "check"))
     parser.add_argument("--pipeline-config", required=True)
-    parser.add_argument("--workdir", help="the jaxdet run (write)")
-    parser.add_argument("--out", required=True, help="the TF model_dir written / checked")
-    parser.add_argument("--set", action="append", default=[], help="jaxdet overrides (write)")
+    parser.add_argument("--out", required=True, help="the TF model_dir written by jaxdet")
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--min-score", type=float, default=0.05)
-    args = parser.parse_args()
-    print(json.dumps(write(args) if args.half == "write" else check(args), indent=1))
+    print(json.dumps(check(parser.parse_args()), indent=1))
 
 
 if __name__ == "__main__":

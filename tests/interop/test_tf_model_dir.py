@@ -108,7 +108,8 @@ def test_a_jaxdet_run_goes_back_to_a_tf_model_dir(tmp_path):
     holds, for every tensor of TF's own checkpoint of that model, the same bytes under the
     same key, and the step: here the run continued from TF's model_dir, so what it writes
     back must be TF's checkpoint again. (TF restoring such a file into its own model, every
-    object matched, is checked with TF itself: benchmarks/peers/tf_restore_check.py.)"""
+    object matched, is checked with TF itself: benchmarks/accuracy/tf_way_back.py and
+    benchmarks/peers/tf_restore_check.py.)"""
     config = load_pipeline_config(FIXTURE / "pipeline.config",
                                   [*UNUSED, "train.init_checkpoint=null"])
     model_dir = _model_dir(tmp_path)

@@ -20,9 +20,9 @@ import logging
 import sys
 from typing import Any
 
-from jaxdet.cli.exporter_main_v2 import COMMON_FLAGS, export_like_tf, run_program
-from jaxdet.cli.model_main_tf2 import require
+from jaxdet.cli.exporter_main_v2 import COMMON_FLAGS, export_like_tf
 from jaxdet.cli.tfod_flags import Flag
+from jaxdet.cli.tfod_program import require, run_program
 from jaxdet.config.loader import ConfigError
 
 PROGRAM = "export_tflite_graph_tf2"

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxdet import files
-from jaxdet.cli.model_main_tf2 import parse_or_exit, require, start_logging
 from jaxdet.cli.tfod_flags import Flag
+from jaxdet.cli.tfod_program import require, run_program
 from jaxdet.config.loader import ConfigError
 
 PROGRAM = "exporter_main_v2"
@@ -60,24 +60,6 @@ EXPORT_NAMES = ("saved_model", "checkpoint", "signature.json", "pipeline.config"
 def main(argv: list[str] | None = None, *, reexec: bool = True) -> int:
     """Run ``exporter_main_v2`` with ``argv`` (default ``sys.argv[1:]``); the exit code."""
     return run_program(PROGRAM, FLAGS, run, argv, reexec=reexec)
-
-
-def run_program(program: str, flags: tuple[Flag, ...], body, argv: list[str] | None, *,
-                reexec: bool) -> int:
-    """Parse ``flags`` from ``argv`` and run ``body(values)`` with jaxdet's one-line errors."""
-    from jaxdet.cli.main import report_errors
-
-    if argv is None:
-        if reexec:
-            from jaxdet.backends.process import reexec_with_fast_allocator
-
-            reexec_with_fast_allocator()
-        argv = sys.argv[1:]
-    values = parse_or_exit(program, flags, argv)
-    if isinstance(values, int):
-        return values
-    start_logging(program, values)
-    return report_errors(lambda: body(values))
 
 
 def run(values: dict[str, Any]) -> int:

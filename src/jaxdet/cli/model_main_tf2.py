@@ -21,7 +21,8 @@ import sys
 from typing import Any
 
 from jaxdet import files
-from jaxdet.cli.tfod_flags import Flag, FlagError, HelpRequested, parse_flags
+from jaxdet.cli.tfod_flags import Flag
+from jaxdet.cli.tfod_program import require, run_program
 from jaxdet.config.loader import ConfigError
 
 PROGRAM = "model_main_tf2"
@@ -58,59 +59,7 @@ TF_KEEP_CHECKPOINTS = 7  # model_lib_v2.train_loop's checkpoint_max_to_keep
 
 def main(argv: list[str] | None = None, *, reexec: bool = True) -> int:
     """Run ``model_main_tf2`` with ``argv`` (default ``sys.argv[1:]``); the exit code."""
-    from jaxdet.cli.main import report_errors
-
-    if argv is None:
-        if reexec:
-            from jaxdet.backends.process import reexec_with_fast_allocator
-
-            reexec_with_fast_allocator()
-        argv = sys.argv[1:]
-    values = parse_or_exit(PROGRAM, FLAGS, argv)
-    if isinstance(values, int):
-        return values
-    start_logging(PROGRAM, values)
-    return report_errors(lambda: run(values))
-
-
-def parse_or_exit(program: str, flags: tuple[Flag, ...], argv: list[str]) -> dict | int:
-    """The flags' values, or the exit code after printing ``--help`` (0) or a flag error (2)."""
-    try:
-        return parse_flags(program, flags, argv)
-    except HelpRequested as request:
-        try:
-            print(request.text)
-        except BrokenPipeError:  # `model_main_tf2 --help | head`
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except FlagError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-def start_logging(program: str, values: dict[str, Any]) -> None:
-    """Log to standard error (debug with ``--v=1`` or more) and, with ``--log_dir``, also to
-    ``LOG_DIR/<program>.log`` as absl does."""
-    from jaxdet.cli.main import setup_logging
-
-    setup_logging(debug=values["verbosity"] >= 1)
-    if values["_positional"]:
-        log.warning("ignoring %s: not flags (TF's %s.py ignores them too)",
-                    " ".join(repr(a) for a in values["_positional"]), program)
-    if values["log_dir"]:
-        files.makedirs(values["log_dir"])
-        handler = logging.FileHandler(files.join(values["log_dir"], f"{program}.log"))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
-                                               "%(message)s"))
-        logging.getLogger().addHandler(handler)
-
-
-def require(values: dict[str, Any], *names: str) -> None:
-    """ConfigError naming the required flags that have no value (absl's mark_flag_as_required)."""
-    missing = [f"--{name}" for name in names if not values[name]]
-    if missing:
-        raise ConfigError(f"{' and '.join(missing)} must have a value (flags of TF's script: "
-                          "--help lists them)")
+    return run_program(PROGRAM, FLAGS, run, argv, reexec=reexec)
 
 
 def run(values: dict[str, Any]) -> int:
