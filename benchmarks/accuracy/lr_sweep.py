@@ -71,6 +71,10 @@ def run_cell(args: argparse.Namespace, dataset: str, base: float, seeds: list[in
     if args.tfod_src:
         argv += ["--tfod-src", args.tfod_src]
     result = vs_tfod.main(argv)
+    # the records came from here: vs_tfod's own data fields (its defaults) do not describe them
+    for key in ("data_seed", "boxes"):
+        result.pop(key, None)
+    result["dataset"] = dataset
     done.write_text(json.dumps(result, indent=1))
     return result
 
