@@ -27,11 +27,10 @@ from jaxdet.data.shapes import generate_shapes
 from jaxdet.jobs import runs
 from jaxdet.jobs.convert_dataset import source_to_tfrecord
 from jaxdet.train.checkpoint import Checkpointer
+from tfod_pipeline import PIPELINE
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
-PIPELINE = (Path(__file__).parent / "test_tfod_pipeline.py").read_text().split('PIPELINE = """')[
-    1].split('"""')[0]
 STEPS, EVERY = 16, 4
 SETS = ["parallel.data=1", "train.init_checkpoint=null", f"train.num_steps={STEPS}",
         f"train.checkpoint_every={EVERY}", "train.keep_checkpoints=2"]

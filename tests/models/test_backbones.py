@@ -68,10 +68,9 @@ V1_CHANNELS = {
     1.0: {2: 128, 3: 256, 4: 512, 5: 1024},
 }
 # (level 2, 3, 4, 5) and the level-4 expansion width.
-# level 5, the head conv: 1280 scaled below multiplier 1 (the TF OD API's Keras MobileNetV2)
 V2_CHANNELS = {
-    0.25: ({2: 8, 3: 8, 4: 24, 5: 320}, 144),
-    0.35: ({2: 8, 3: 16, 4: 32, 5: 448}, 192),
+    0.25: ({2: 8, 3: 8, 4: 24, 5: 1280}, 144),
+    0.35: ({2: 8, 3: 16, 4: 32, 5: 1280}, 192),
     1.0: ({2: 24, 3: 32, 4: 96, 5: 1280}, 576),
 }
 
@@ -106,13 +105,18 @@ def test_mobilenet_v2_levels(multiplier, from_expansion):
 def test_mobilenet_min_depth_and_head_channels():
     model = abstract_build(lambda: MobileNetV2(0.35, min_depth=16, batch_norm=BN,
                                                rngs=model_rngs(0)))
-    assert model.out_channels == {2: 16, 3: 16, 4: 32, 5: 448}
+    assert model.out_channels == {2: 16, 3: 16, 4: 32, 5: 1280}
     assert model.blocks[0][0].conv_pw.kernel.shape[-1] == 16
     big = abstract_build(lambda: MobileNetV2(1.4, batch_norm=BN, rngs=model_rngs(0)))
-    assert big.out_channels[5] == 1280  # TF's layer override: not scaled above 1
+    assert big.out_channels[5] == 1792
     lite = abstract_build(lambda: MobileNetV2(1.0, head_channels=256, batch_norm=BN,
                                               rngs=model_rngs(0)))
     assert lite.out_channels[5] == 256
+    # the TF OD API's Keras MobileNetV2: the head scaled below 1 only (TF's Conv_1 override)
+    for multiplier, head in ((0.35, 448), (1.4, 1280)):
+        tf_net = abstract_build(lambda m=multiplier: MobileNetV2(
+            m, min_depth=16, head_scaling="below_1", batch_norm=BN, rngs=model_rngs(0)))
+        assert tf_net.out_channels[5] == head
 
 
 @pytest.mark.parametrize("cls", [MobileNetV1, MobileNetV2])

@@ -50,6 +50,12 @@ class BackboneConfig(Strict):
     ``tf.keras.applications`` do (the TF OD API's CenterNet ResNet-v1 FPN feature extractors
     need it).
 
+    ``head_scaling`` (MobileNetV2): whether the multiplier scales its 1280-channel head conv
+    above 1 only (``above_1``: Keras applications and timm, whose weights jaxdet reads) or
+    below 1 only (``below_1``: the TF OD API's Keras MobileNetV2, which a converted TF SSD at a
+    multiplier other than 1 sets); None: the network's own (``above_1``; ``below_1`` in
+    CenterNet's MobileNetV2-FPN).
+
     ``tf_endpoints`` (EfficientNets): each level's map is the TF OD API EfficientDet's fixed
     layer instead of its stage's end (automl, effdet): level 5 after the first block of the
     last stage (whose later blocks are never applied there, so not built), levels 2-4 after
@@ -87,6 +93,7 @@ class BackboneConfig(Strict):
     stride_in_1x1: bool = False
     tf_endpoints: bool = False
     conv_bias: bool = later_field(False)
+    head_scaling: Literal["above_1", "below_1"] | None = later_field(None)
 
     @model_validator(mode="after")
     def _efficientnet_scaling(self) -> BackboneConfig:

@@ -81,6 +81,8 @@ def _feature_extractor(m: Mapper, ssd: Message, freeze_bn: bool) -> tuple[dict, 
     }
     if backbone_name.startswith("resnet"):  # TF's Keras ResNet v1 strides in the 1x1
         backbone["stride_in_1x1"] = True
+    if backbone_name == "mobilenet_v2" and backbone["depth_multiplier"] != 1.0:
+        backbone["head_scaling"] = "below_1"  # TF's Keras MobileNetV2 (its Conv_1 override)
     if fe.has("pad_to_multiple") and fe.take("pad_to_multiple") not in (1, 0):
         m.warn(f"{fe.path}.pad_to_multiple: jaxdet needs input sizes divisible by the largest "
                "feature stride and checks it when the model is built")

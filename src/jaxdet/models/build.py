@@ -78,7 +78,9 @@ def build_backbone(cfg: S.SSDModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Modul
             rngs=rngs
         )
     # TF's classic SSD reads the 576-channel expansion output of block 15 as its stride-16 map;
-    # its CenterNet MobileNetV2-FPN the end of the 64-channel stage.
+    # its CenterNet MobileNetV2-FPN the end of the 64-channel stage, and scales the head conv
+    # only below multiplier 1 (the TF OD API's Keras MobileNetV2; a converted TF SSD says so
+    # in backbone.head_scaling).
     from_expansion = isinstance(cfg.neck, S.SSDFeatureMapsConfig)
     center_net_fpn = isinstance(cfg.neck, S.CenterNetMobileNetV2FPNConfig)
     return MobileNetV2(
@@ -87,6 +89,7 @@ def build_backbone(cfg: S.SSDModelConfig, *, dtype, rngs: nnx.Rngs) -> nnx.Modul
         level4_from_expansion=from_expansion,
         batch_norm=bn,
         level4_stage=3 if center_net_fpn else 4,
+        head_scaling=b.head_scaling or ("below_1" if center_net_fpn else "above_1"),
         padding=padding,
         dtype=dtype,
         rngs=rngs,

@@ -8,10 +8,10 @@ depthwise-separable block (``conv_dw, bn1, conv_pw, bn2``) or an inverted residu
 
 ``depth_multiplier`` scales every channel count by the TF slim / timm rule: round to a
 multiple of 8, never below ``min_depth``, never more than 10% down. The MobileNetV2 head
-conv is scaled below multiplier 1 only and stays at ``head_channels`` (1280) at and above it,
-as the TF OD API's Keras MobileNetV2 builds it (its layer override of ``Conv_1``; Keras
-applications and timm do the opposite). Padding defaults to PyTorch-style symmetric (matching
-timm weights); pass ``padding="same"`` for TF ``SAME`` semantics.
+conv stays at ``head_channels`` (1280) when the multiplier is below 1, as Keras applications
+and timm do (``head_scaling="above_1"``); the TF OD API's Keras MobileNetV2 does the opposite
+(``"below_1"``: its layer override of ``Conv_1``). Padding defaults to PyTorch-style
+symmetric (matching timm weights); pass ``padding="same"`` for TF ``SAME`` semantics.
 """
 
 from __future__ import annotations
@@ -152,6 +152,10 @@ class MobileNetV2(nnx.Module):
     API's ``ssd_mobilenet_v2`` uses. ``level4_stage=3`` makes level 4 the end of the 64-channel
     stage instead (still stride 16; Keras ``block_9_add``), which the TF OD API's CenterNet
     MobileNetV2-FPN reads.
+
+    ``head_scaling``: when the multiplier scales the head conv's ``head_channels``:
+    ``"above_1"`` (Keras applications, timm) or ``"below_1"`` (the TF OD API's Keras
+    MobileNetV2, whose layer override keeps 1280 at and above 1).
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class MobileNetV2(nnx.Module):
         batch_norm: BatchNormParams,
         head_channels: int = 1280,
         level4_stage: Literal[3, 4] = 4,
+        head_scaling: Literal["above_1", "below_1"] = "above_1",
         padding: Padding = "symmetric",
         dtype=None,
         rngs: nnx.Rngs,
@@ -194,7 +199,9 @@ class MobileNetV2(nnx.Module):
         if level4_stage not in (3, 4) or (level4_stage == 3 and level4_from_expansion):
             raise ValueError(f"level4_stage must be 3 or 4 (4 with level4_from_expansion), got "
                              f"{level4_stage}")
-        head = ch(head_channels) if depth_multiplier < 1.0 else head_channels
+        scale_head = (depth_multiplier > 1.0 if head_scaling == "above_1"
+                      else depth_multiplier < 1.0)
+        head = ch(head_channels) if scale_head else head_channels
         self.conv_head = conv(in_ch, head, 1, dtype=dtype, rngs=rngs)
         self.bn2 = make_batch_norm(head, batch_norm, dtype, rngs)
         self.level4_from_expansion = level4_from_expansion
