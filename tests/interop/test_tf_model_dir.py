@@ -40,7 +40,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "tf_model_dir"
 sys.path.insert(0, str(FIXTURE.parent))
 from tf_fixture_values import rebuild_data  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tf_detectors")]
+pytestmark = [pytest.mark.slow]
 UNUSED = ["data.train.input_path=unused", "data.train.label_map_path=null",
           "data.eval.input_path=unused", "data.eval.label_map_path=null", "parallel.data=1"]
 

@@ -404,8 +404,8 @@ class TrainConfig(Strict):
     ``tensorboard_tags``: ``jaxdet`` (TensorBoard in ``WORKDIR/tensorboard``: ``train/loss``,
     ``eval/AP``, ...) or ``tf`` (the TF OD API's ``model_dir`` layout: ``WORKDIR/train`` and
     ``WORKDIR/eval`` with TF's tags, ``Loss/total_loss``, ``learning_rate``,
-    ``DetectionBoxes_Precision/mAP``, ..., so a TF dashboard shows the run; a converted
-    pipeline.config's choice)."""
+    ``DetectionBoxes_Precision/mAP``, ..., so a TF dashboard shows the run, and the train step
+    reports TF's L2 ``regularization_loss``; a converted pipeline.config's choice)."""
 
     batch_size: int = Field(8, ge=1)
     reference_batch_size: int | None = Field(None, ge=1)
