@@ -2,7 +2,8 @@
 pipeline.config converted into it. A config loads and is checked without importing any family.
 
 Modules: ``schema`` (every field a config may hold, with its default; the sections of
-``schema_base`` (the base class), ``schema_model``, ``schema_faster_rcnn``, ``schema_deepmac``,
+``schema_base`` (the base class), ``schema_model``, ``schema_center_net``, ``schema_datasets``,
+``schema_faster_rcnn``, ``schema_deepmac``,
 ``schema_unet3d``, ``schema_volumes``, ``schema_augment``, ``schema_params``, re-exported by it),
 ``families`` (model sections a family outside jaxdet registers), ``loader`` (YAML with
 ``base:`` and ``--set`` overrides; ``ConfigError``), ``changes`` (what a resumed run changed),
