@@ -21,16 +21,14 @@ import os
 import struct
 from collections.abc import Mapping
 
-import google_crc32c
 import numpy as np
 
 from jaxdet import files
 from jaxdet.interop import protowire as pw
 from jaxdet.interop.sstable import masked_crc32c, write_table
-from jaxdet.interop.tf_checkpoint import DTYPES, OBJECT_GRAPH_KEY, VARIABLE_SUFFIX
+from jaxdet.interop.tf_checkpoint import DT_STRING, DTYPES, OBJECT_GRAPH_KEY, VARIABLE_SUFFIX
 
-TF_DTYPE = {dtype: number for number, dtype in DTYPES.items() if dtype != np.dtype(object)}
-DT_STRING = 7
+TF_DTYPE = {dtype: number for number, dtype in DTYPES.items() if number != DT_STRING}
 
 
 def _escape(local_name: str) -> str:
@@ -85,9 +83,7 @@ def _string_tensor(value: bytes) -> tuple[bytes, int]:
     covers the length as a uint32, that checksum and the bytes."""
     length = struct.pack("<I", len(value))
     checksum = struct.pack("<I", masked_crc32c(length))
-    crc = google_crc32c.value(length + checksum + value)
-    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-    return pw.varint(len(value)) + checksum + value, masked
+    return pw.varint(len(value)) + checksum + value, masked_crc32c(length + checksum + value)
 
 
 def _entry(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
