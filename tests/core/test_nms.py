@@ -169,7 +169,8 @@ def test_batched_nms_with_each_class_own_boxes_matches_numpy_reference(top_k):
 @pytest.mark.slow
 def test_batched_nms_per_image_form_equals_the_vmapped_loop():
     """The TFLite exporter's form (one NMS loop per image), XLA's ``lax.map`` over the images
-    and the vmapped loop (the other exporter forms) give the same values."""
+    and the vmapped loop (the other exporter forms) give the same values. The default form
+    stages both of its own: ``lax.map`` for a CPU, the vmap (the other forms') elsewhere."""
     from jaxdet.core.portable import exportable, fresh_trace
 
     rng = np.random.default_rng(7)
@@ -180,6 +181,7 @@ def test_batched_nms_per_image_form_equals_the_vmapped_loop():
                             max_detections_per_class=5, max_total_detections=15,
                             pre_nms_top_k=25)
     mapped = jax.jit(fresh_trace(nms))(boxes, scores)
+    assert "platform_index" in str(jax.make_jaxpr(fresh_trace(nms))(boxes, scores))
     with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
                     nms_per_image=True):
         looped = jax.jit(fresh_trace(nms))(boxes, scores)

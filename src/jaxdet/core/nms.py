@@ -210,15 +210,20 @@ def _over_classes(boxes, scores, *, d, **kwargs):
 
     The images are not vmapped: under a vmap the loop's row update becomes a scatter, which
     XLA:CPU and TFLite run as a copy of all B x C x k scores per step (MobileNet SSD at batch
-    8: about half of the predict call). XLA runs the images one after another (``lax.map``);
-    one image, and each image under the ``nms_per_image`` exporter form, is traced on its own.
-    Other exporter forms keep the vmap."""
+    8: about half of the predict call). So on a CPU XLA runs the images one after another
+    (``lax.map``). On a GPU the vmap stays: there each turn of the loop hands its condition
+    back to the host, so B images in turn cost B times the turns (Faster R-CNN's proposals at
+    batch 8: the device idle a third of the train step), and a scatter costs little. One image,
+    and each image under the ``nms_per_image`` exporter form, is traced on its own. Other
+    exporter forms keep the vmap."""
     nms = functools.partial(greedy_nms_over_classes, max_total=d, **kwargs)
     if scores.shape[0] == 1 or portable.forms().nms_per_image:
         per_image = [nms(boxes[i], scores[i]) for i in range(scores.shape[0])]
         return tuple(jnp.stack(parts) for parts in zip(*per_image, strict=True))
     if portable.forms() == portable.Forms():
-        return jax.lax.map(lambda args: nms(*args), (boxes, scores))
+        return jax.lax.platform_dependent(
+            boxes, scores, cpu=lambda b, s: jax.lax.map(lambda args: nms(*args), (b, s)),
+            default=jax.vmap(nms))
     return jax.vmap(nms)(boxes, scores)
 
 
