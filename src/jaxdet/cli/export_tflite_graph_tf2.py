@@ -11,7 +11,10 @@ What differs from TF's file (said when it runs): jaxdet's model takes uint8 imag
 TFLite's builtin operations with jaxdet's own NMS (per class, as TF's ``--ssd_use_regular_nms``),
 not TF's ``TFLite_Detection_PostProcess`` custom operation; its outputs are named as the
 SavedModel's (``detection_boxes``, ``detection_classes``, ``detection_scores``,
-``num_detections``). Also ``jaxdet export_tflite_graph_tf2 ...``.
+``num_detections``). TF's converter does not put TF's post-processing operation after a
+jax2tf module, so the file with TF's own contract (normalized float32 input, the operation and
+its outputs, int8 if asked) is written by ``jaxdet export --format tflite_tf`` in one step.
+Also ``jaxdet export_tflite_graph_tf2 ...``.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ def run(values: dict[str, Any]) -> int:
                     "--ssd_use_regular_nms), not TF's fast NMS in TFLite_Detection_PostProcess")
     log.warning("jaxdet's TFLite file takes uint8 images [1, H, W, 3] (preprocessing inside), "
                 "not TF's normalized float32 pixels; outputs: detection_boxes, "
-                "detection_classes, detection_scores, num_detections")
+                "detection_classes, detection_scores, num_detections. TF's own file "
+                "(TFLite_Detection_PostProcess, its outputs, int8 if asked): jaxdet export "
+                "--format tflite_tf")
     overrides = (f"{max_detections_field(values['pipeline_config_path'])}="
                  f"{values['max_detections']}",)
     export = export_like_tf(values, format="tflite_saved_model", input_type="image_tensor",

@@ -56,19 +56,22 @@ from jaxdet.export.tf_formats import INPUT_NAME
 
 log = logging.getLogger("jaxdet")
 
-FORMATS = ("stablehlo", "onnx", "saved_model", "tflite", "tflite_saved_model")
+FORMATS = ("stablehlo", "onnx", "saved_model", "tflite", "tflite_saved_model", "tflite_tf")
 ARTIFACTS = {"stablehlo": "model.stablehlo", "onnx": "model.onnx",
              "saved_model": "saved_model", "tflite": "model.tflite",
-             "tflite_saved_model": "saved_model"}
-TF_FORMATS = ("saved_model", "tflite", "tflite_saved_model")
+             "tflite_saved_model": "saved_model", "tflite_tf": "model.tflite"}
+# TF's own SSD TFLite contract (export.tflite_ssd): the network's raw outputs, then TF's
+# TFLite_Detection_PostProcess operation; written from the task, not a serving function
+TF_POSTPROCESS_FORMATS = ("tflite_tf",)
+TF_FORMATS = ("saved_model", "tflite", "tflite_saved_model", *TF_POSTPROCESS_FORMATS)
 DECODES_IMAGES = ("saved_model",)  # formats whose runtime decodes JPEG/PNG in the graph
 # formats written for one batch size (default 1)
-FIXED_BATCH = ("onnx", "tflite", "tflite_saved_model")
+FIXED_BATCH = ("onnx", "tflite", "tflite_saved_model", *TF_POSTPROCESS_FORMATS)
 # runtimes without bfloat16 / float16 compute on CPU
-FLOAT32_ONLY = ("onnx", "tflite", "tflite_saved_model")
+FLOAT32_ONLY = ("onnx", "tflite", "tflite_saved_model", *TF_POSTPROCESS_FORMATS)
 RUNTIMES = {"stablehlo": ("cpu", "cuda", "tpu"), "onnx": ("onnxruntime",),
             "saved_model": ("tensorflow", "tf-serving"), "tflite": ("tflite",),
-            "tflite_saved_model": ("tflite-converter",)}
+            "tflite_saved_model": ("tflite-converter",), "tflite_tf": ("tflite",)}
 PLATFORMS = RUNTIMES["stablehlo"]
 
 
@@ -166,6 +169,50 @@ def export_serving_function(fn: Callable, config: S.Config, out_dir: str | Path,
     input_name = INPUT_NAME if format in TF_FORMATS else input_type
     signature = _signature(config, input_type, shape, outputs, class_ids, class_names,
                            keypoint_layout, RUNTIMES[format], input_name)
+    signature["format"] = format
+    signature["checkpoint_step"] = step if isinstance(step, int) else str(step)
+    return _write(out_dir, ARTIFACTS[format], write, signature)
+
+
+def export_tf_postprocess_model(task: Any, params: Any, batch_stats: Any, config: S.Config,
+                                out_dir: Path, *, format: str, max_detections: int,
+                                regular_nms: bool, quantize: str | None,
+                                representative: Callable | None, class_ids: list[int],
+                                class_names: list[str], step: Any = None) -> ExportResult:
+    """Writes TF's SSD TFLite file of an SSD-family ``task`` (:mod:`export.tflite_ssd`;
+    ``quantize="int8"`` with ``representative()``'s images) to the new folder ``out_dir`` as
+    ``model.tflite``, with signature.json. ``detection_classes`` are class indices (0-based)
+    as in TF's file: signature.json's label map gives each index's id and name."""
+    from jaxdet.export import tflite_ssd
+
+    height, width = task.input_size
+
+    def write(path: Path) -> None:
+        try:
+            path.write_bytes(tflite_ssd.tflite_bytes(
+                task, params, batch_stats, max_detections=max_detections,
+                use_regular_nms=regular_nms, quantize=quantize, representative=representative))
+        except ExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any conversion failure is said in one line
+            raise ExportError(f"the model cannot be converted to {format}: "
+                              f"{type(e).__name__}: {_first_line(e)}") from e
+
+    d = max_detections
+    outputs = {"detection_boxes": _Spec((1, d, 4), "float32"),
+               "detection_classes": _Spec((1, d), "float32"),
+               "detection_scores": _Spec((1, d), "float32"),
+               "num_detections": _Spec((1,), "float32")}
+    signature = _signature(config, "float_image_tensor", [1, height, width, 3], outputs,
+                           class_ids, class_names, None, RUNTIMES[format],
+                           tflite_ssd.INPUT_NAME)
+    signature["input"]["layout"] = (
+        "[1, height, width, 3] RGB at the model's input size, normalized: "
+        f"(pixel - {list(config.data.mean)}) / {list(config.data.std)}")
+    signature["outputs_order"] = list(tflite_ssd.OUTPUT_NAMES)
+    signature["detection_classes"] = "class index (0-based): label_map[index]"
+    signature["nms"] = "regular (per class)" if regular_nms else "fast (one class per box)"
+    signature["quantization"] = quantize or "none (float32)"
     signature["format"] = format
     signature["checkpoint_step"] = step if isinstance(step, int) else str(step)
     return _write(out_dir, ARTIFACTS[format], write, signature)
@@ -325,6 +372,7 @@ def _write(out_dir: Path, name: str, write: Callable[[Path], None], signature: d
     return ExportResult(out_dir, artifact, size, signature)
 
 
-__all__ = ["FORMATS", "ExportError", "ExportResult", "artifact_input_size", "check_request",
-           "export_serving_function",
+__all__ = ["FORMATS", "TF_POSTPROCESS_FORMATS", "ExportError", "ExportResult",
+           "artifact_input_size", "check_request", "export_serving_function",
+           "export_tf_postprocess_model",
            "export_onnx", "export_stablehlo", "output_names_of"]

@@ -216,3 +216,47 @@ class SSDTask(ModelTask):
         det = clip_to_window(det, window)
         det["boxes"] = to_original_coordinates(det["boxes"], image_info, self.input_size)
         return det
+
+    # ----------------------------------------------------------------- TF's TFLite contract
+
+    def detection_postprocess_inputs(self, params: PyTree, batch_stats: PyTree,
+                                     images: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """What TF's TFLite SSD file hands its ``TFLite_Detection_PostProcess`` operation.
+
+        Args:
+          images: [B, H, W, 3] normalized float images (the network's input, as TF's file
+            takes them).
+        Returns:
+          ``(box_encodings [B, A, 4] f32`` (ty, tx, th, tw), not decoded; ``class_predictions
+          [B, A, K] f32)``: every logit through the score converter, as TF's exporter passes
+          ``class_predictions_with_background``: K = C + 1 with the background in column 0
+          when the model has a background class, else K = C (the operation tells the two
+          apart by K).
+        """
+        (logits, encodings), _ = self.apply(params, batch_stats, images, train=False)
+        p = self.post
+        return encodings, convert_scores(logits, p.score_converter, logit_scale=p.logit_scale)
+
+    def detection_postprocess_attributes(self) -> dict:
+        """The ``TFLite_Detection_PostProcess`` settings of this model: ``anchors [A, 4]`` f32
+        (y_center, x_center, height, width), normalized, the box coder's ``scales``
+        (y, x, h, w), ``num_classes`` (C), ``score_threshold`` and ``iou_threshold``.
+        ValueError (one line) for a model the operation cannot
+        decode: another box coder, clamped or unscaled codes, identity scores."""
+        coder = self.box_coder
+        if type(coder).__name__ != "FasterRcnnBoxCoder" or coder.scales is None or (
+                coder.max_log_scale is not None):
+            raise ValueError("TF's TFLite_Detection_PostProcess decodes the faster_rcnn box "
+                             "coder with its four scales only; this model's box coder is "
+                             f"{coder!r} (export --format tflite instead)")
+        if self.post.score_converter == "identity":
+            raise ValueError("TF's TFLite_Detection_PostProcess takes converted scores; this "
+                             "model's score converter is identity (export --format tflite "
+                             "instead)")
+        ymin, xmin, ymax, xmax = np.asarray(self.anchors, np.float32).T
+        h, w = ymax - ymin, xmax - xmin
+        return {"anchors": np.stack([ymin + 0.5 * h, xmin + 0.5 * w, h, w], axis=-1),
+                "scales": tuple(float(s) for s in coder.scales),
+                "num_classes": self.num_classes,
+                "score_threshold": float(self.post.score_threshold),
+                "iou_threshold": float(self.post.iou_threshold)}
