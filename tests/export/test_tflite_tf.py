@@ -147,3 +147,28 @@ def test_tflite_tf_options_are_refused_elsewhere_in_one_line(capsys):
     with pytest.raises(ExportError, match="must be >= 1"):
         check_tf_postprocess_request("image_tensor", None, None,
                                      TfliteOptions(representative_images=0))
+
+
+@needs_tf
+@pytest.mark.slow
+def test_tflite_tf_int8_of_a_network_with_max_pooling_runs(tmp_path):
+    """A ResNet's stem (a padded max pooling) quantized to int8: the interpreter's kernels run
+    it (as an int8 padding and pooling, TF's converter makes a file that crashes them). Its
+    reference kernels: an untrained network's calibration ranges are ones XNNPACK refuses (a
+    trained one's it runs: the results page's int8 AP)."""
+    from jaxdet.config.loader import load_config
+    from jaxdet.jobs.export_job import TfliteOptions, export_model
+    from untrained_workdir import untrained_workdir
+
+    config = load_config("shapes_demo", ["data.train.num_images=4", "data.eval.num_images=4"])
+    workdir = untrained_workdir(config, tmp_path / "run")
+    export_model(config, workdir, tmp_path / "int8", format="tflite_tf",
+                 tflite=TfliteOptions(quantize="int8", representative_images=4))
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(
+        model_path=str(tmp_path / "int8" / "model.tflite"),
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    out = interpreter.get_signature_runner()(input=np.zeros((1, 128, 128, 3), np.float32))
+    assert out["output_3"].shape == (1, 50, 4) and out["output_0"].shape == (1,)

@@ -74,10 +74,12 @@ def _flexbuffer_map(options: dict) -> bytes:
     return bytes(fbb.Finish())
 
 
-def network_function(task: Any, params: Any, batch_stats: Any):
+def network_function(task: Any, params: Any, batch_stats: Any, *, for_int8: bool = False):
     """The concrete ``tf.function`` of the network alone: ``input`` f32 [1, H, W, 3]
     (normalized) -> (box encodings [1, A, 4], class predictions [1, A, K]) as one
-    XlaCallModule (plain convolutions, lowered for the CPU)."""
+    XlaCallModule (plain convolutions, lowered for the CPU). ``for_int8``: max pooling as
+    strided slices and maxima, for a padded max pooling quantized to int8 (TF's converter
+    makes it an int8 PADV2 with int64 paddings) crashes the TFLite interpreter."""
     tf, jax2tf = import_tf()
     height, width = task.input_size
 
@@ -93,7 +95,7 @@ def network_function(task: Any, params: Any, batch_stats: Any):
         box_encodings, class_predictions = converted(image)
         return box_encodings, class_predictions
 
-    with exportable(pooling_as_slices=False, row_as_sum=False, nms_as_op=False,
+    with exportable(pooling_as_slices=for_int8, row_as_sum=False, nms_as_op=False,
                     nms_per_image=True), stablehlo_for_tf(), trace.reference():
         return network.get_concrete_function()
 
@@ -189,8 +191,9 @@ def tflite_bytes(task: Any, params: Any, batch_stats: Any, *, max_detections: in
                  representative: Callable[[], Iterable[np.ndarray]] | None = None) -> bytes:
     """TF's TFLite file of an SSD-family ``task`` (see the module docstring)."""
     attributes = task.detection_postprocess_attributes()
-    network = network_tflite(network_function(task, params, batch_stats), quantize=quantize,
-                             representative=representative)
+    network = network_tflite(network_function(task, params, batch_stats,
+                                              for_int8=quantize is not None),
+                             quantize=quantize, representative=representative)
     return append_postprocess(network, attributes["anchors"], postprocess_options(
         attributes, max_detections=max_detections, use_regular_nms=use_regular_nms))
 

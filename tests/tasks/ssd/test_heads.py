@@ -104,6 +104,7 @@ def test_flattening_is_y_then_x_then_anchor(build_fast):
     np.testing.assert_array_equal(box, x.reshape(2, 3 * 5 * K, 4))
 
 
+@pytest.mark.slow  # its compile nears the quick tier's 3 s on a slow, busy 2-core VM
 def test_weight_shared_group_norm_and_depthwise_run(build_fast):
     head = build_fast(lambda: _weight_shared(norm="group_norm", use_depthwise=True,
                                              activation="swish"))
