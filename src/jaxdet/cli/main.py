@@ -20,7 +20,14 @@ from pathlib import Path
 from jaxdet import files
 from jaxdet.backends.process import reexec_with_fast_allocator
 from jaxdet.cli import errors as cli_errors
-from jaxdet.cli.model_args import model_of_args, named_config
+from jaxdet.cli.export_command import add_export_parser, cmd_export
+from jaxdet.cli.model_args import (
+    add_checkpoint_args,
+    add_config_args,
+    add_model_source_args,
+    model_of_args,
+    named_config,
+)
 from jaxdet.cli.staging import staged
 from jaxdet.config.loader import ConfigError, load_config, shipped_config_names
 
@@ -31,36 +38,6 @@ DESCRIPTION = ("Train, evaluate, run and export object detectors (SSD, RetinaNet
 TF_COMMANDS = ("model_main_tf2", "exporter_main_v2", "export_tflite_graph_tf2")
 DEMO_TARGET_AP = 0.5
 DEMO_TARGET_DICE = 0.9  # unet3d_demo: mean Dice of held-out generated volumes
-
-
-def _add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    which = p.add_mutually_exclusive_group(required=required)
-    which.add_argument("--config",
-                       help="a shipped config name (see `jaxdet configs`) or a YAML file")
-    which.add_argument("--pipeline-config", metavar="FILE",
-                       help="a TF Object Detection API pipeline.config (instead of --config)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
-                   help="override a config field (repeatable), e.g. --set train.batch_size=4")
-
-
-def _add_model_source_args(p: argparse.ArgumentParser) -> None:
-    """Where a model to run comes from: its config, a workdir and / or a checkpoint."""
-    _add_config_args(p, required=False)
-    p.add_argument("--workdir", default=None,
-                   help="the trained run (checkpoints/, config.yaml) or a TF2 zoo model "
-                        "folder (pipeline.config, checkpoint/); not needed with --checkpoint")
-    _add_checkpoint_args(p)
-
-
-def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", default=None, metavar="PATH",
-                   help="weights to use instead of the workdir's: a TF OD API checkpoint "
-                        "(a zoo model's checkpoint/ckpt-0), another jaxdet workdir or a PyTorch "
-                        "state dict (.safetensors/.pth: effdet, torchvision RetinaNet), with "
-                        "--pipeline-config or --config describing its model")
-    p.add_argument("--checkpoint-format", default="auto",
-                   choices=("auto", "tf", "jaxdet", "torch"),
-                   help="the --checkpoint's format (default: recognised from the path)")
 
 
 def _add_progress_arg(p: argparse.ArgumentParser) -> None:
@@ -131,18 +108,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a detector (resumes from the workdir's checkpoint)")
-    _add_config_args(p)
+    add_config_args(p)
     p.add_argument("--workdir", required=True, help="checkpoints, logs and eval results go here")
     p.add_argument("--no-eval", action="store_true", help="skip evaluation during/after training")
     _add_progress_arg(p)
     _add_distributed_args(p)
 
     p = sub.add_parser("eval", help="COCO-evaluate a workdir's checkpoint (or a TF zoo model)")
-    _add_config_args(p, required=False)
+    add_config_args(p, required=False)
     p.add_argument("--workdir", default=None,
                    help="the trained run, or a TF2 zoo model folder (pipeline.config, "
                         "checkpoint/); needed unless --checkpoint is given")
-    _add_checkpoint_args(p)
+    add_checkpoint_args(p)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     p.add_argument("--out", default=None,
                    help="output folder (default: WORKDIR/eval/step_N, or step_N_2, _3 ... "
@@ -163,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="detect objects in images with a workdir's checkpoint "
                        "(or a TF zoo model)")
-    _add_model_source_args(p)
+    add_model_source_args(p)
     p.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                    help="image files and/or folders (searched recursively)")
     p.add_argument("--out", required=True, help="output folder: <name>.json + <name>.jpg each")
@@ -178,45 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     _add_progress_arg(p)
 
-    p = sub.add_parser("export", help="write a trained model as a serving artifact "
-                       "(StableHLO, ONNX, TF SavedModel or TFLite: images in, the TF OD API's "
-                       "detection signature out)")
-    _add_model_source_args(p)
-    p.add_argument("--out", required=True, help="a new folder for the artifact")
-    p.add_argument("--format", default="stablehlo",
-                   help="stablehlo (default; jax alone, any batch), onnx (ONNX Runtime, a "
-                        "fixed batch; pip install 'jaxdet[onnx]'), saved_model (TF Serving, any "
-                        "batch), tflite (a fixed batch; builtin operations, jaxdet's NMS), "
-                        "tflite_saved_model (the SavedModel TF's TFLite converter makes that "
-                        "file from) or tflite_tf (SSD-family models: the file TF's "
-                        "export_tflite_graph_tf2 and converter make, normalized float32 input "
-                        "and TF's TFLite_Detection_PostProcess operation; int8 with "
-                        "--quantize); the TF formats need TensorFlow: make install-tf-export. "
-                        "tf_checkpoint: the run as a TF OD API model_dir (ckpt-1 and its "
-                        "checkpoint file), which TF's model_main_tf2 evaluates and trains on "
-                        "and its exporters export; no TensorFlow needed")
-    p.add_argument("--input-type", default="image_tensor",
-                   help="image_tensor (uint8 [B, H, W, 3]), float_image_tensor (float32 "
-                        "0..255) or encoded_image_string_tensor (JPEG/PNG bytes [B]; "
-                        "saved_model only)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="a fixed batch (default: any batch for stablehlo and saved_model, 1 "
-                        "for onnx and tflite)")
-    p.add_argument("--input-size", type=int, nargs=2, default=None, metavar=("H", "W"),
-                   help="the images' size (default: the model's input size; others are "
-                        "resized inside as the config's resizer does)")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    p.add_argument("--max-detections", type=int, default=None,
-                   help="tflite_tf: detections per image (default: the config's "
-                        "model.post_processing.max_total_detections)")
-    p.add_argument("--regular-nms", action="store_true",
-                   help="tflite_tf: TF's regular (per-class) NMS instead of its fast NMS (one "
-                        "class per box; TF's default)")
-    p.add_argument("--quantize", choices=("int8",), default=None,
-                   help="tflite_tf: TF's post-training integer quantization, calibrated on "
-                        "images of the config's training data")
-    p.add_argument("--representative-images", type=int, default=100, metavar="N",
-                   help="with --quantize: how many training images calibrate it (default 100)")
+    add_export_parser(sub)
 
     p = sub.add_parser("demo", help="generate shapes, train shapes_demo, evaluate, print AP")
     p.add_argument("--workdir", default="runs/demo",
@@ -230,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_progress_arg(p)
 
     p = sub.add_parser("summary", help="parameters, anchors, output shapes and FLOPs of a config")
-    _add_config_args(p)
+    add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (no compile)")
     p.add_argument("--data", nargs="?", const="train", choices=("train", "eval"), default=None,
@@ -248,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("convert-checkpoint",
                        help="import TF OD API (or jaxdet) weights into a new workdir at step 0")
-    _add_config_args(p)
+    add_config_args(p)
     p.add_argument("--checkpoint", required=True, metavar="PATH",
                    help="a TF OD API checkpoint (checkpoint/ckpt-0), a jaxdet workdir or a "
                         "PyTorch state dict (.safetensors or .pth)")
@@ -418,52 +357,6 @@ def _predict(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     print(f"wrote {summary.out_dir}/<name>.json, <name>.jpg and predictions.json")
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    with staged(args):
-        return _export(args)
-
-
-def _export(args: argparse.Namespace) -> int:
-    from jaxdet.export.exporter import check_request
-    from jaxdet.jobs.export_job import export_model
-
-    if args.format == "tf_checkpoint":
-        return _export_tf_checkpoint(args)
-    from jaxdet.export.exporter import TF_POSTPROCESS_FORMATS
-    from jaxdet.jobs.export_job import TfliteOptions, check_tf_postprocess_request
-
-    check_request(args.format, args.input_type)  # before any checkpoint is read
-    tflite = TfliteOptions(max_detections=args.max_detections, regular_nms=args.regular_nms,
-                           quantize=args.quantize,
-                           representative_images=args.representative_images)
-    if args.format in TF_POSTPROCESS_FORMATS:
-        check_tf_postprocess_request(args.input_type, args.batch_size, args.input_size, tflite)
-    elif tflite != TfliteOptions(representative_images=args.representative_images):
-        raise ConfigError("--max-detections, --regular-nms and --quantize are for --format "
-                          "tflite_tf (TF's SSD TFLite file)")
-    source = model_of_args(args)
-    result = export_model(source.config, source.workdir, args.out, format=args.format,
-                          input_type=args.input_type, batch_size=args.batch_size,
-                          input_size=args.input_size, step=args.step,
-                          checkpoint=source.checkpoint,
-                          checkpoint_format=args.checkpoint_format, tflite=tflite)
-    print(f"wrote {result.line()}")
-    print(f"signature: {result.out_dir / 'signature.json'}")
-    return 0
-
-
-def _export_tf_checkpoint(args: argparse.Namespace) -> int:
-    """``jaxdet export --format tf_checkpoint``: the run as a TF OD API model_dir."""
-    from jaxdet.jobs.tf_run import write_tf_run
-
-    source = model_of_args(args)
-    if source.workdir is None or source.checkpoint is not None:
-        raise ConfigError("--format tf_checkpoint writes a jaxdet run: give its --workdir")
-    written = write_tf_run(source.config, source.workdir, args.out, step=args.step)
-    print(f"wrote {written.line()}")
     return 0
 
 

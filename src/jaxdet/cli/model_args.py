@@ -56,3 +56,35 @@ def model_of_args(args: argparse.Namespace) -> ModelSource:
 
 
 __all__ = ["model_of_args", "named_config"]
+
+
+def add_config_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--config`` / ``--pipeline-config`` (one of them; ``required``) and ``--set``."""
+    which = p.add_mutually_exclusive_group(required=required)
+    which.add_argument("--config",
+                       help="a shipped config name (see `jaxdet configs`) or a YAML file")
+    which.add_argument("--pipeline-config", metavar="FILE",
+                       help="a TF Object Detection API pipeline.config (instead of --config)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
+                   help="override a config field (repeatable), e.g. --set train.batch_size=4")
+
+
+def add_model_source_args(p: argparse.ArgumentParser) -> None:
+    """Where a model to run comes from: its config, a workdir and / or a checkpoint."""
+    add_config_args(p, required=False)
+    p.add_argument("--workdir", default=None,
+                   help="the trained run (checkpoints/, config.yaml) or a TF2 zoo model "
+                        "folder (pipeline.config, checkpoint/); not needed with --checkpoint")
+    add_checkpoint_args(p)
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` (weights other than the workdir's) and ``--checkpoint-format``."""
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="weights to use instead of the workdir's: a TF OD API checkpoint "
+                        "(a zoo model's checkpoint/ckpt-0), another jaxdet workdir or a PyTorch "
+                        "state dict (.safetensors/.pth: effdet, torchvision RetinaNet), with "
+                        "--pipeline-config or --config describing its model")
+    p.add_argument("--checkpoint-format", default="auto",
+                   choices=("auto", "tf", "jaxdet", "torch"),
+                   help="the --checkpoint's format (default: recognised from the path)")
