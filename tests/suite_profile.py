@@ -13,7 +13,9 @@ Set ``JAXDET_SUITE_PROFILE=<folder>`` and run pytest with ``-p suite_profile``; 
   jaxprs and lowering them; ``programs``: ``[name, seconds, "miss"|"hit"]`` for each
   compilation over 0.5 s;
 - ``subprocesses``: ``[argv head, seconds from start to exit]`` of every process the test
-  started (``subprocess.Popen``).
+  started (``subprocess.Popen``);
+- ``cpu``: the CPU seconds (user + system) the worker and the processes it waited for spent in
+  the test; well below ``end - start``, the test waited (a sleep, a disk, a server).
 
 ``python -m benchmarks.suite.profile --summarize <folder>`` summarizes the files. Without the
 variable the plugin does nothing.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -52,6 +55,14 @@ class _Record:
         self.traces = 0.0
         self.programs: list[list] = []
         self.subprocesses: list[list] = []
+        self.cpu_start = _cpu_seconds()
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and the children it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 _CURRENT = _Record()
@@ -146,6 +157,7 @@ if _FOLDER:
             "cache_loads": [record.cache_loads[0], round(record.cache_loads[1], 2)],
             "traces": round(record.traces, 2), "programs": record.programs,
             "subprocesses": record.subprocesses,
+            "cpu": round(_cpu_seconds() - record.cpu_start, 2),
         }
         with open(os.path.join(_FOLDER, f"{_WORKER}.jsonl"), "a") as out:
             out.write(json.dumps(line) + "\n")

@@ -66,3 +66,26 @@ def test_learning_rate_sweep_verdicts():
     assert rows[3] == "| default:11 | 0.08 | 0.268, 0.248 | 0.089, 0.099 | 0.269, 0.249 " \
                       "| -0.164 | no |"
     assert lr_sweep.cell_name("crowded:31", 0.04) == "crowded_seed31/base_0.04"
+
+
+def test_suite_profile_summary_finds_the_tests_that_waited():
+    """The suite profile's summary: busy time per worker, CPU against wall, and the tests that
+    waited most (wall minus CPU) first; records written before CPU was timed are left out of
+    the CPU figures."""
+    from benchmarks.suite.profile import summarize
+
+    def record(name: str, worker: str, start: float, call: float, cpu: float | None) -> dict:
+        r = {"nodeid": f"tests/t.py::{name}", "worker": worker, "start": start,
+             "end": start + call, "setup": 0.0, "call": call, "teardown": 0.0, "fixtures": {},
+             "compiles": [0, 0.0], "cache_loads": [0, 0.0], "traces": 0.0, "programs": [],
+             "subprocesses": []}
+        return r if cpu is None else {**r, "cpu": cpu}
+
+    summary = summarize([record("busy", "gw0", 0.0, 10.0, 9.5),
+                         record("sleeps", "gw1", 0.0, 8.0, 1.0),
+                         record("old", "gw1", 8.0, 4.0, None)])
+    assert summary["wall_s"] == 12.0
+    assert summary["workers"]["gw1"] == {"tests": 2, "busy_s": 12.0, "last_end_s": 12.0}
+    assert summary["cpu_s"] == 10.5
+    assert [w["test"] for w in summary["waited_most"]] == ["tests/t.py::sleeps",
+                                                           "tests/t.py::busy"]

@@ -9,7 +9,9 @@ the wall time and each worker's busy time and last finish (are both cores busy t
 time in setup / call / teardown; XLA compilations (missed the persistent cache) against
 programs loaded from it (a program another test or process compiled already) and tracing; the
 slowest tests with their compile share; the costliest fixtures; subprocesses by command; the
-programs loaded back most often (the same program asked for by several tests or processes).
+programs loaded back most often (the same program asked for by several tests or processes);
+the CPU the tests used against their wall time, and the tests that waited most (wall minus CPU:
+a sleep, a disk, a server; where a second worker per core would help).
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def summarize(records: list[dict], top: int = 40) -> dict:
     for r in records:
         by_file[r["nodeid"].split("::")[0]] += _total(r)
     slowest = sorted(records, key=_total, reverse=True)[:top]
+    timed = [r for r in records if "cpu" in r]  # records from before the plugin timed CPU
+    waited = sorted(timed, key=lambda r: r["cpu"] - _total(r))[:top]
     return {
         "tests": len(records),
         "wall_s": round(end - start, 1),
@@ -99,6 +103,9 @@ def summarize(records: list[dict], top: int = 40) -> dict:
              "cache_load_s": r["cache_loads"][1], "trace_s": r["traces"],
              "subprocess_s": round(sum(s for _, s in r["subprocesses"]), 1)}
             for r in slowest],
+        "cpu_s": round(sum(r["cpu"] for r in timed), 1) if timed else None,
+        "waited_most": [{"test": r["nodeid"], "s": round(_total(r), 1), "cpu_s": r["cpu"]}
+                        for r in waited],
         "slowest_files": {k: round(v, 1) for k, v in sorted(
             by_file.items(), key=lambda kv: -kv[1])[:top]},
         "costliest_fixtures": {k: round(v, 1) for k, v in sorted(

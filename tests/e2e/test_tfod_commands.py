@@ -17,7 +17,9 @@ import pytest
 from tensorboard_events import read_scalars
 from tfod_pipeline import write_pipeline
 
-pytestmark = [pytest.mark.slow]
+# one worker for both tests: the second's two processes load the train and eval programs the
+# first's compiled from the persistent cache (same pipeline.config, same shapes)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tfod_commands")]
 
 BIN = Path(sys.executable).parent  # the venv's console scripts
 FIXTURE = Path(__file__).parents[1] / "interop" / "fixtures" / "tf_model_dir"
