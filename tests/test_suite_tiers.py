@@ -8,16 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from suite_tiers import LARGE_COMPILE_S, tier_violation
+from suite_tiers import LARGE_COMPILE_S, machine_slowness, tier_violation
+
+
+def _not_asked() -> float:
+    raise AssertionError("the machine's slowness is measured only for a compile over the bound")
 
 
 def test_what_puts_a_test_in_the_slow_tier():
-    assert tier_violation([], (LARGE_COMPILE_S - 0.1, "jit(step)")) is None
-    why = tier_violation([], (LARGE_COMPILE_S + 2.5, "jit(traced_step)"))
+    assert tier_violation([], (LARGE_COMPILE_S - 0.1, "jit(step)"), _not_asked) is None
+    why = tier_violation([], (LARGE_COMPILE_S + 2.5, "jit(traced_step)"), lambda: 1.0)
     assert why and f"compiled jit(traced_step) in {LARGE_COMPILE_S + 2.5:.1f} s" in why
-    assert "@pytest.mark.slow" in why
-    why = tier_violation(["python -m jaxdet.cli.main train"], (0.0, ""))
+    assert f"(over {LARGE_COMPILE_S:.1f} s)" in why and "@pytest.mark.slow" in why
+    why = tier_violation(["python -m jaxdet.cli.main train"], (0.0, ""), _not_asked)
     assert why and "started 1 process(es) (python -m jaxdet.cli.main train)" in why
+
+
+def test_a_slow_machine_stretches_the_compile_bound():
+    """A machine that compiles the reference program twice as slowly allows twice the
+    compile time; the measurement is at least 1 and taken once per process."""
+    over = (LARGE_COMPILE_S * 1.5, "jit(step)")
+    assert tier_violation([], over, lambda: 2.0) is None
+    why = tier_violation([], (LARGE_COMPILE_S * 2.5, "jit(step)"), lambda: 2.0)
+    assert why and f"(over {2 * LARGE_COMPILE_S:.1f} s)" in why
+    slowness = machine_slowness()
+    assert slowness >= 1.0 and machine_slowness() == slowness
 
 
 @pytest.mark.slow
