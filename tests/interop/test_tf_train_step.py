@@ -35,9 +35,13 @@ NAMES = sorted(d.name.removeprefix("tf_") for d in FIXTURES.glob("tf_*")
                if (d / "train_step.json").is_file())
 PLACEHOLDERS = ["data.train.input_path=unused", "data.eval.input_path=unused"]
 
+# Under -m exhaustive: Faster R-CNN with the C4 extractor. Mask R-CNN's fixture is the same
+# config with a mask head added, so its step checks every C4 loss and gradient this one does.
+EXHAUSTIVE = {"faster_rcnn_resnet50_v1_640x640_coco17_tpu-8"}
 # one xdist group per fixture (its tests share the module fixture's compiled step), so that
-# the seven fixtures' compilations spread over the workers
-PARAMS = [pytest.param(name, marks=pytest.mark.xdist_group(f"tf_train_step_{name}"))
+# the fixtures' compilations spread over the workers
+PARAMS = [pytest.param(name, marks=[pytest.mark.xdist_group(f"tf_train_step_{name}"),
+                                    *([pytest.mark.exhaustive] if name in EXHAUSTIVE else [])])
           for name in NAMES]
 
 

@@ -195,15 +195,20 @@ def test_tf_level_blocks_take_tfs_fixed_layers_inside_deeper_stages():
                        rngs=nnx.Rngs(0))
     net.eval()
     x = normal(3, (1, 64, 64, 3))
-    out = net(x)
-    h = net.act(net.bn1(net.conv_stem(x)))
-    for stage in list(net.blocks)[:2]:
-        for block in stage:
-            h = block(h)
-    stage2 = list(net.blocks[2])
-    at_block_1 = stage2[1](stage2[0](h))
+
+    @nnx.jit  # one program (run eagerly, B1's blocks compiled ~550 single operations)
+    def levels_and_blocks(net, x):
+        h = net.act(net.bn1(net.conv_stem(x)))
+        for stage in list(net.blocks)[:2]:
+            for block in stage:
+                h = block(h)
+        stage2 = list(net.blocks[2])
+        at_block_1 = stage2[1](stage2[0](h))
+        return net(x), at_block_1, stage2[2](at_block_1)
+
+    out, at_block_1, at_stage_end = levels_and_blocks(net, x)
     np.testing.assert_allclose(out[3], at_block_1, rtol=1e-6, atol=1e-6)
-    assert not np.allclose(out[3], stage2[2](at_block_1), atol=1e-3)  # not the stage's end
+    assert not np.allclose(out[3], at_stage_end, atol=1e-3)  # not the stage's end
     with pytest.raises(ValueError, match="level 4 cannot end after block 5"):
         EfficientNet("b1", batch_norm=BN, level_blocks={4: 5}, rngs=nnx.Rngs(0))
     b0 = EfficientNet("b0", batch_norm=BN, last_stage_blocks=1, rngs=nnx.Rngs(0))
@@ -211,5 +216,6 @@ def test_tf_level_blocks_take_tfs_fixed_layers_inside_deeper_stages():
                          level_blocks=TF_LEVEL_BLOCKS, rngs=nnx.Rngs(0))
     b0.eval()
     tf_b0.eval()
-    for level, value in b0(x).items():
-        np.testing.assert_array_equal(value, tf_b0(x)[level])
+    both = nnx.jit(lambda a, b, x: (a(x), b(x)))(b0, tf_b0, x)
+    for level, value in both[0].items():
+        np.testing.assert_array_equal(value, both[1][level])
