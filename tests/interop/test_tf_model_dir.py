@@ -30,6 +30,7 @@ from jaxdet.cli.main import main
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import slot_key
+from jaxdet.interop.tfod_names import tf_unapplied
 from jaxdet.jobs import runs, tf_run
 from jaxdet.tasks.weights import load_weights, tf_variables
 from jaxdet.train import build as train_build
@@ -154,15 +155,22 @@ def test_the_way_back_restores_tfs_background_logit(tmp_path):
 def _compare_written(task, config, theirs: TfCheckpoint) -> int:
     """Check ``task.model`` written in TF's layout against TF's checkpoint ``theirs``: every
     tensor TF's shape, TF's values, but a background logit TF keeps (``1 + C`` logits per
-    anchor), which is written as zeros. Returns how many tensors had one."""
+    anchor), which is written as zeros, and the variables TF holds but never applies (an
+    EfficientNet's classifier top), written as placeholders of TF's shape. Returns how many
+    tensors had a background logit."""
     keys = theirs.variables()
     slots = config.model.num_classes + 1
     background = 0
     written = tf_variables(task.model, config)
     assert written
+    unapplied = tf_unapplied(task.model)
+    assert {p for p in written if unapplied(p)} == {
+        p for p in keys if unapplied(p) and not p.startswith("model/_self_supervised_rng")}
     for path, ours in written.items():
         tf_value = theirs.read(keys[path])
         assert ours.shape == tf_value.shape, path
+        if unapplied(path):
+            continue
         if getattr(config.model, "tf_background_logit", False) and (
                 "_class_predictor_layers" in path):
             grouped, tf_grouped = ours.reshape(-1, slots), tf_value.reshape(-1, slots)
@@ -175,6 +183,7 @@ def _compare_written(task, config, theirs: TfCheckpoint) -> int:
 
 
 ARCHITECTURES = ["tf_ssd_resnet50_v1_fpn_640x640_coco17_tpu-8",
+                 "tf_ssd_efficientdet_d0_512x512_coco17_tpu-8",
                  pytest.param("tf_faster_rcnn_resnet50_v1_fpn_640x640_coco17_tpu-8",
                               marks=pytest.mark.exhaustive),
                  "tf_faster_rcnn_resnet50_v1_640x640_coco17_tpu-8",
@@ -188,9 +197,10 @@ ARCHITECTURES = ["tf_ssd_resnet50_v1_fpn_640x640_coco17_tpu-8",
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_the_way_back_gives_tfs_tensors_for_each_architecture(name, tmp_path):
     """Each TF detector fixture read into jaxdet and written back gives TF's own checkpoint:
-    every tensor TF's name map covers, TF's shape and TF's values (RetinaNet and Faster R-CNN C4
-    here; FPN Faster R-CNN, Mask R-CNN, CenterNet with keypoints and DeepMAC with
-    ``-m exhaustive``). EfficientDet's BiFPN fusion weights are refused in one line."""
+    every tensor TF's name map covers, TF's shape and TF's values (RetinaNet, EfficientDet-D0:
+    its BiFPN fusion weights TF's ``[k, 1]`` columns again, its classifier top that TF keeps
+    but never applies written in TF's shapes, and Faster R-CNN C4 here; FPN
+    Faster R-CNN, Mask R-CNN, CenterNet with keypoints and DeepMAC with ``-m exhaustive``)."""
     fixture = FIXTURE.parent / name
     config = load_pipeline_config(fixture / "pipeline.config", UNUSED)
     task = tasks.build_task(config)
@@ -200,10 +210,18 @@ def test_the_way_back_gives_tfs_tensors_for_each_architecture(name, tmp_path):
         2 if getattr(config.model, "tf_background_logit", False) else 0)
 
 
-def test_efficientdet_is_refused_on_the_way_back(tmp_path):
-    fixture = FIXTURE.parent / "tf_ssd_efficientdet_d0_512x512_coco17_tpu-8"
+def test_efficientdet_d1_writes_tfs_unapplied_last_block_and_classifier_top(tmp_path):
+    """B1's last stage has two blocks; jaxdet builds the first (level 5's endpoint), TF's
+    Keras EfficientNet holds both and its classifier top: written back, the second block, the
+    top conv and batch norm and the logits are there under TF's numbering, in TF's shapes
+    (26 tensors, D0 has 7: its last stage is one block)."""
+    fixture = FIXTURE.parent / "tf_names" / "tf_ssd_efficientdet_d1_640x640_coco17_tpu-8"
     config = load_pipeline_config(fixture / "pipeline.config", UNUSED)
     task = tasks.build_task(config)
-    with pytest.raises(ValueError, match="a model holding it cannot be written as a TF "
-                                         "checkpoint yet"):
-        tf_variables(task.model, config)
+    theirs = TfCheckpoint(rebuild_data(fixture, tmp_path / "ckpt-0"))
+    keys, unapplied = theirs.variables(), tf_unapplied(task.model)
+    written = {p: v for p, v in tf_variables(task.model, config).items() if unapplied(p)}
+    assert len(written) == 26
+    assert set(written) == {p for p in keys if unapplied(p)}
+    for path, ours in written.items():
+        assert ours.shape == theirs.shape(keys[path]), path

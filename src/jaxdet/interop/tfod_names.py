@@ -14,7 +14,7 @@ convolutions and batch norms in the order the network applies them. The map is
 
 * ``identity``: kernels (both HWIO), biases, batch-norm parameters and statistics;
 * ``depthwise``: TF's depthwise kernel ``[kh, kw, C, 1]`` -> jaxdet's grouped ``[kh, kw, 1, C]``;
-* ``reshape``: the same values in jaxdet's shape (BiFPN fusion weights ``[k, 1]`` -> ``[k]``);
+* ``column``: TF's column ``[k, 1]`` -> jaxdet's vector ``[k]`` (BiFPN fusion weights);
 * ``bgr_to_rgb``: a first conv's kernel with its input channels reversed, for a TF model
   whose preprocessing turns RGB into BGR (caffe, ``tf.keras.applications.resnet``) while
   jaxdet normalizes RGB;
@@ -42,6 +42,7 @@ from jaxdet.models.backbones.mobilenet import (
     MobileNetV2,
 )
 from jaxdet.models.backbones.resnet import Bottleneck, ResNet
+from jaxdet.models.layers import BatchNormParams
 
 Path = tuple[str | int, ...]
 Target = tuple[Path, str]
@@ -62,7 +63,7 @@ def to_ours(transform: str, array: np.ndarray, our_shape: tuple[int, ...]) -> np
     array = np.asarray(array)
     if transform == "identity":
         return array
-    if transform == "reshape":  # e.g. BiFPN fusion weights [k, 1] -> [k]
+    if transform == "column":  # BiFPN fusion weights [k, 1] -> [k]
         return array.reshape(our_shape)
     if transform == "bgr_to_rgb":  # [kh, kw, 3 (B, G, R), out] -> input channels R, G, B
         if array.ndim != 4 or array.shape[2] != 3:
@@ -87,9 +88,9 @@ def to_ours(transform: str, array: np.ndarray, our_shape: tuple[int, ...]) -> np
 def to_tf(transform: str, array: np.ndarray, tf_shape: tuple[int, ...] | None = None
           ) -> np.ndarray:
     """A jaxdet variable in TF's layout, :func:`to_ours` undone. ``tf_shape``: the TF
-    variable's shape where the transform alone does not give it (``reshape``; a
-    ``drop_background`` class predictor whose TF model keeps the background logit: that
-    column is written as zeros, the logit TF scores last and drops). ValueError otherwise."""
+    variable's shape where the transform alone does not give it (a ``drop_background`` class
+    predictor whose TF model keeps the background logit: that column is written as zeros, the
+    logit TF scores last and drops). ValueError for a transform it does not know."""
     array = np.asarray(array)
     if transform == "identity":
         return array
@@ -98,10 +99,8 @@ def to_tf(transform: str, array: np.ndarray, tf_shape: tuple[int, ...] | None = 
     if transform == "depthwise":
         kh, kw, _, channels = array.shape
         return array.reshape(kh, kw, channels, 1)
-    if transform == "reshape":
-        if tf_shape is None:
-            raise ValueError("a reshaped variable needs TF's shape")
-        return array.reshape(tf_shape)
+    if transform == "column":
+        return array.reshape(-1, 1)
     if transform == "drop_background":
         if tf_shape is None or tf_shape[-1] == array.shape[-1]:
             return array
@@ -245,6 +244,63 @@ def tf_unapplied(model: nnx.Module) -> Callable[[str], bool]:
     return unapplied
 
 
+# The Keras EfficientNet's classifier after its last block: a 1x1 conv to 1280 channels (times
+# the variant's width), its batch norm, and the 1000-class logits (a dense kernel and bias)
+_EFFICIENTNET_TOP_CHANNELS = 1280
+_EFFICIENTNET_CLASSES = 1000
+# The whole Keras EfficientNet (the detector's feature extractor also tracks a sub-model up to
+# its endpoints, ``_efficientnet``, sharing its first layers: the layers after the endpoints are
+# the whole network's alone)
+_KERAS_EFFICIENTNET = "model/_feature_extractor/classification_backbone"
+
+
+def tf_unapplied_variables(model: nnx.Module) -> dict[str, np.ndarray]:
+    """The variables a TF detector holds but never applies (:func:`tf_unapplied`), in TF's
+    shapes, so that a checkpoint jaxdet writes binds every object of TF's model: for a Keras
+    EfficientNet backbone the last stage's later blocks (jaxdet builds up to level 5's
+    endpoint), the top conv and batch norm and the classifier's logits, numbered on from the
+    blocks jaxdet builds. Kernels and biases are zeros, batch norms the identity (gamma and
+    variance 1, beta and mean 0): TF never reads them. Empty for every other backbone."""
+    net = getattr(model, "backbone", None)
+    if not isinstance(net, effnet.EfficientNet):
+        return {}
+    # every block of the variant, shapes only (nothing drawn)
+    full = nnx.eval_shape(lambda: effnet.EfficientNet(net.variant, batch_norm=BatchNormParams(),
+                                                      rngs=nnx.Rngs(0)))
+    applied = len(efficientnet_layers(net, ()))
+    layers = efficientnet_layers(full, ())
+    targets: dict[str, Target] = {}
+    keras_numbered_targets(targets, _KERAS_EFFICIENTNET, layers[applied:], start=applied)
+    out = {}
+    for tf_path, (path, transform) in targets.items():
+        shape = _shape_at(full, path)
+        ones = path[-1] in ("scale", "var")
+        value = np.ones(shape, np.float32) if ones else np.zeros(shape, np.float32)
+        out[tf_path] = to_tf(transform, value)
+    width, _ = effnet.VARIANTS[net.variant]
+    top = effnet.make_divisible(_EFFICIENTNET_TOP_CHANNELS * width, 8)
+    last = _shape_at(full, (*layers[-1][0], "mean"))[0]  # the last block's output
+    n, prefix = len(layers), _KERAS_EFFICIENTNET
+    out[f"{prefix}/layer_with_weights-{n}/kernel"] = np.zeros((1, 1, last, top), np.float32)
+    for tf_name, _ in BN_NAMES:
+        fill = np.ones if tf_name in ("gamma", "moving_variance") else np.zeros
+        out[f"{prefix}/layer_with_weights-{n + 1}/{tf_name}"] = fill((top,), np.float32)
+    out[f"{prefix}/layer_with_weights-{n + 2}/kernel"] = np.zeros(
+        (top, _EFFICIENTNET_CLASSES), np.float32)
+    out[f"{prefix}/layer_with_weights-{n + 2}/bias"] = np.zeros(_EFFICIENTNET_CLASSES,
+                                                                np.float32)
+    return out
+
+
+def _shape_at(model: nnx.Module, path: Path) -> tuple[int, ...]:
+    """The shape of the variable at ``path`` (a tuple of attribute names and indices) in
+    ``model``, abstract or built."""
+    node = model
+    for part in path:
+        node = node[part] if isinstance(part, int) else getattr(node, part)
+    return tuple(node.shape)
+
+
 def variables_of(model: nnx.Module) -> Iterator[Path]:
     """Every Param and BatchStat path of ``model``."""
     for path, _ in nnx.to_flat_state(nnx.state(model, (nnx.Param, nnx.BatchStat))):
@@ -253,5 +309,6 @@ def variables_of(model: nnx.Module) -> Iterator[Path]:
 
 __all__ = ["BN_NAMES", "Path", "Target", "UnmappedModelError", "bn_targets", "conv_targets",
            "efficientnet_layers", "keras_numbered_targets", "mobilenet_v1_layers",
-           "mobilenet_v2_layers", "resnet_layers", "tf_unapplied", "to_ours", "to_tf",
+           "mobilenet_v2_layers", "resnet_layers", "tf_unapplied", "tf_unapplied_variables",
+           "to_ours", "to_tf",
            "variables_of"]

@@ -43,7 +43,12 @@ from jaxdet.interop.array_import import load_torch_weights, load_variables
 from jaxdet.interop.formats import detect_format
 from jaxdet.interop.tf_checkpoint import TfCheckpoint
 from jaxdet.interop.tf_import import ImportReport, load_tf_checkpoint, load_tf_weights
-from jaxdet.interop.tfod_names import tf_unapplied, to_tf, variables_of
+from jaxdet.interop.tfod_names import (
+    tf_unapplied,
+    tf_unapplied_variables,
+    to_tf,
+    variables_of,
+)
 from jaxdet.tasks.family import Family
 from jaxdet.train.workdir_variables import latest_variables
 
@@ -121,7 +126,9 @@ def load_tf_optimizer_slot(model: nnx.Module, config: Family | S.Config,
 def tf_variables(model: nnx.Module, config: Family | S.Config,
                  tf_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
     """``model``'s variables as a TF OD API checkpoint holds them: ``{TF object path: array
-    in TF's layout}`` by its family's TF name map (``interop.tfod_names.to_tf``), for
+    in TF's layout}`` by its family's TF name map (``interop.tfod_names.to_tf``), and the
+    variables TF holds but never applies as placeholders of TF's shapes (an EfficientNet's
+    classifier top: ``interop.tfod_names.tf_unapplied_variables``), for
     ``interop.tf_checkpoint_writer``. ``tf_shapes`` (object path -> shape, e.g. from a TF
     checkpoint of the same model) where TF's shape is not jaxdet's (a background logit jaxdet
     leaves out, a reshaped weight)."""
@@ -139,7 +146,7 @@ def tf_variables(model: nnx.Module, config: Family | S.Config,
         except ValueError as err:
             raise ValueError(f"{tf_path}: {err} (TF shapes it differently from jaxdet; a "
                              "model holding it cannot be written as a TF checkpoint yet)") from None
-    return out
+    return {**out, **tf_unapplied_variables(model)}
 
 
 def tf_variable_names(model: nnx.Module, config: Family | S.Config, path: str | os.PathLike, *,

@@ -75,7 +75,7 @@ def _bifpn(out: dict, neck: BiFPN, prefix: str) -> None:
                     bn_targets(out, f"{tf}/1", (*r, "bn"))
             if fnode.combine.edge_weights is not None:
                 out[f"{prefix}/node_combine_op/{n}/bifpn_combine_weights"] = (
-                    (*at, "combine", "edge_weights"), "reshape")
+                    (*at, "combine", "edge_weights"), "column")
             unit = fnode.after_combine.conv
             post = f"{prefix}/node_post_combine_block/{n}"
             if not hasattr(unit, "conv_dw"):
