@@ -320,11 +320,16 @@ def test_optimizers_and_schedules(tmp_path, optimizer, expect):
 
 
 def test_moving_average_defaults_to_tf_decay(tmp_path):
+    """TF2's moving average warms up, counting the update it makes: (2 + t) / (11 + t) caps
+    update t's decay (the fixture of a TF run continued checks the values)."""
     c = _config(tmp_path, edit=("use_moving_average: false", ""))
     assert c.train.ema_decay == 0.9999  # TF: use_moving_average defaults to true
+    assert c.train.ema_dynamic_decay and c.train.ema_dynamic_decay_offset == 1
     c = _config(tmp_path, edit=("use_moving_average: false",
                                 "use_moving_average: true moving_average_decay: 0.99"))
     assert c.train.ema_decay == 0.99
+    c = _config(tmp_path)
+    assert c.train.ema_decay is None and not c.train.ema_dynamic_decay
 
 
 def test_overrides_apply_on_top(tmp_path):

@@ -34,6 +34,7 @@ from jaxdet.interop.tfod_names import tf_unapplied
 from jaxdet.jobs import runs, tf_run
 from jaxdet.tasks.weights import load_weights, tf_variables
 from jaxdet.train import build as train_build
+from jaxdet.train.optim import param_path
 from jaxdet.train.step import abstract_train_state
 from tf_train_start import fixture_batch
 
@@ -102,6 +103,54 @@ def test_a_tf_model_dir_continues_as_tf_continues_it(tmp_path):
             assert metrics[key] == pytest.approx(row[key], rel=1e-5 if k == 0 else 1.5e-2), (
                 row["step"], key, metrics[key], row[key])
     assert int(state["step"]) == tf["steps"][-1]["step"]
+
+
+def test_a_tf_run_with_adam_and_moving_averages_continues_as_tf_continues_it(tmp_path):
+    """The same model trained by Adam with TF2's moving average of the weights
+    (``use_moving_average``: the averages are slots of TF's ``ExponentialMovingAverage``
+    optimizer, Adam's own slots those of its ``ema_base_optimizer``), saved at step 20: the
+    continued run reads Adam's ``m`` and ``v`` and the averages, its next four steps give TF's
+    losses (the first to float32 rounding, the later within the band above), and its moving
+    averages after them are TF's: the class predictor's bias to 1e-6, every average's norm
+    within 0.2% (the weights they follow carry the steps' float32 noise). TF2's average
+    counts the update it makes, (2 + t) / (11 + t) capping update t's decay: the converted
+    config's ``ema_dynamic_decay_offset: 1``."""
+    fixture = FIXTURE.parent / "tf_model_dir_adam_ema"
+    tf = json.loads((fixture / "continue.json").read_text())
+    config = load_pipeline_config(fixture / "pipeline.config",
+                                  [*UNUSED, "train.init_checkpoint=null", "train.num_steps=30"])
+    assert config.train.optimizer.name == "adam" and config.train.ema_decay == 0.9
+    model_dir = tmp_path / "model_dir"
+    rebuild_data(fixture, model_dir / "ckpt-1", "ckpt-1.index")
+    shutil.copy(fixture / "checkpoint", model_dir / "checkpoint")
+    continued = tf_run.continue_tf_run(config, model_dir)
+    assert (continued.step, continued.slots) == (20, {"m": 186, "v": 186, "average": 186})
+
+    family = tasks.resolve(config)
+    task = family.build_task()
+    tx, rate = train_build.build_optimizer(config.train)
+    checkpointer = runs.open_checkpoints(config, model_dir)
+    try:
+        state, _ = checkpointer.restore(20, abstract_train_state(task, tx, ema=True))
+    finally:
+        checkpointer.close()
+    step = train_build.build_train_step(config, task, tx, rate, normalizer=family.normalizer())
+    batch = fixture_batch(task, tf)
+    for k, row in enumerate(tf["steps"]):
+        state, metrics = step(state, batch)
+        metrics = jax.device_get(metrics)
+        for key in ("classification_loss", "localization_loss"):
+            assert float(metrics[key]) == pytest.approx(row[key], rel=1e-5 if k == 0 else 1.5e-2)
+    names = tasks.tf_name_map(task.model, config)
+    averages = {param_path(k): np.asarray(v) for k, v in
+                jax.tree_util.tree_flatten_with_path(jax.device_get(state["ema_params"]))[0]}
+    assert set(tf["averages"]) <= set(names)
+    for tf_path, want in tf["averages"].items():
+        ours = averages["/".join(map(str, names[tf_path][0]))]
+        assert float(np.linalg.norm(ours)) == pytest.approx(want["norm"], rel=2e-3), tf_path
+    (tf_path, want), = tf["average_values"].items()
+    np.testing.assert_allclose(averages["/".join(map(str, names[tf_path][0]))].reshape(-1),
+                               want, atol=1e-6)
 
 
 def test_a_jaxdet_run_goes_back_to_a_tf_model_dir(tmp_path):

@@ -329,21 +329,25 @@ RematTarget = Literal[
 
 
 class TrainConfig(Strict):
-    """Batch, steps, optimizer and schedule, checkpoints. ``ema_decay`` keeps a moving average
-    of the weights (used at eval with ``eval.use_ema``); ``ema_dynamic_decay`` caps its decay
-    at ``(1 + step) / (10 + step)`` early in training (TF's ``num_updates``, the EfficientDet
-    recipe). ``remat`` recomputes the listed parts in the backward pass instead of keeping
-    their activations (gradient checkpointing): ``backbone.levelN`` = the backbone blocks
-    ending at stride 2**N (one checkpoint per block), ``backbone`` = all of them, ``neck``,
-    ``head`` (one checkpoint per level). Same gradients, less memory, ~1 more forward pass of
-    those parts. ``initializers``: rules that draw some parameters of a freshly built model
-    with another initializer (a converted TF pipeline.config's own). ``reference_batch_size``:
-    the linear scaling rule, every learning rate times ``batch_size / reference_batch_size``.
-    ``tensorboard_tags``: ``jaxdet`` (TensorBoard in ``WORKDIR/tensorboard``: ``train/loss``,
-    ``eval/AP``, ...) or ``tf`` (the TF OD API's ``model_dir`` layout: ``WORKDIR/train`` and
-    ``WORKDIR/eval`` with TF's tags, ``Loss/total_loss``, ``learning_rate``,
-    ``DetectionBoxes_Precision/mAP``, ..., so a TF dashboard shows the run, and the train step
-    reports TF's L2 ``regularization_loss``; a converted pipeline.config's choice)."""
+    """Batch, steps, optimizer and schedule, checkpoints. ``ema_decay`` keeps a moving average of
+    the weights (used at eval with ``eval.use_ema``); ``ema_dynamic_decay`` caps its decay
+    at ``(1 + n) / (10 + n)`` early in training (TF's ``num_updates``, the EfficientDet
+    recipe), where ``n`` is the update's 0-based index plus ``ema_dynamic_decay_offset``: 0
+    as TF1's ``num_updates`` and tfa's ``MovingAverage`` count, 1 as TF2's
+    ``ExponentialMovingAverage`` (the TF OD API's ``use_moving_average``), which counts the
+    update it makes (a converted pipeline.config's). ``remat`` recomputes the listed parts
+    in the backward pass instead of keeping their activations (gradient checkpointing):
+    ``backbone.levelN`` = the backbone blocks ending at stride 2**N (one checkpoint per
+    block), ``backbone`` = all of them, ``neck``, ``head`` (one checkpoint per level). Same
+    gradients, less memory, ~1 more forward pass of those parts. ``initializers``: rules
+    that draw some parameters of a freshly built model with another initializer (a converted
+    TF pipeline.config's own). ``reference_batch_size``: the linear scaling rule, every
+    learning rate times ``batch_size / reference_batch_size``. ``tensorboard_tags``:
+    ``jaxdet`` (TensorBoard in ``WORKDIR/tensorboard``: ``train/loss``, ``eval/AP``, ...) or
+    ``tf`` (the TF OD API's ``model_dir`` layout: ``WORKDIR/train`` and ``WORKDIR/eval``
+    with TF's tags, ``Loss/total_loss``, ``learning_rate``,
+    ``DetectionBoxes_Precision/mAP``, ..., so a TF dashboard shows the run, and the train
+    step reports TF's L2 ``regularization_loss``; a converted pipeline.config's choice)."""
 
     batch_size: int = Field(8, ge=1)
     reference_batch_size: int | None = Field(None, ge=1)
@@ -354,6 +358,7 @@ class TrainConfig(Strict):
         name="cosine", learning_rate_base=0.04, warmup_learning_rate=0.013, warmup_steps=100)
     ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
     ema_dynamic_decay: bool = False
+    ema_dynamic_decay_offset: int = Field(0, ge=0)
     accumulate_steps: int = Field(1, ge=1)
     remat: tuple[RematTarget, ...] = ()
     loss_scale: LossScaleConfig = LossScaleConfig()

@@ -180,6 +180,8 @@ def map_train(m: Mapper, root: Message, l2: float) -> tuple[dict, dict]:
                              "num_steps": num_steps, "optimizer": optimizer,
                              "learning_rate": learning_rate, "ema_decay": ema,
                              "tensorboard_tags": "tf"}  # TF's dashboards read the run
+    if ema is not None:  # TF2's ExponentialMovingAverage: warmed up, counting its own update
+        train.update(ema_dynamic_decay=True, ema_dynamic_decay_offset=1)
     for name in ("freeze_variables", "update_trainable_variables"):
         patterns = [str(v) for v in tc.all(name)]
         if patterns:  # TF1's model_main.py applied them; model_lib_v2 trains every variable

@@ -183,27 +183,38 @@ def load_tf_checkpoint(
     return report
 
 
-def slot_key(variable_key: str, slot: str) -> str:
+# Where TF2 keeps an optimizer's slots: the optimizer itself, or, when TF's moving average
+# of the weights wraps it (the official ExponentialMovingAverage, ``use_moving_average``), its
+# base optimizer (``ema_base_optimizer``) for the optimizer's own slots beside the wrapper's
+# ``average`` slots
+_SLOT_OWNERS = ("optimizer", "optimizer/ema_base_optimizer")
+
+
+def slot_key(variable_key: str, slot: str, owner: str = "optimizer") -> str:
     """The checkpoint key of optimizer slot ``slot`` (TF2 Keras: ``momentum``; Adam ``m`` /
-    ``v``; RMSprop ``rms``) of the variable saved under ``variable_key``."""
+    ``v``; RMSprop ``rms``; the moving average's ``average``) of the variable saved under
+    ``variable_key``, held by the optimizer at object path ``owner``."""
     return (variable_key.removesuffix(VARIABLE_SUFFIX)
-            + f"/.OPTIMIZER_SLOT/optimizer/{slot}{VARIABLE_SUFFIX}")
+            + f"/.OPTIMIZER_SLOT/{owner}/{slot}{VARIABLE_SUFFIX}")
 
 
 def load_tf_slots(model: nnx.Module, checkpoint: TfCheckpoint | str | os.PathLike,
                   mapping: dict[str, Target], slot: str) -> int:
-    """Copy each mapped variable's optimizer slot ``slot`` (:func:`slot_key`) of a TF2
-    training checkpoint into ``model``'s variable in place, transformed as the variable's
-    weights are; a variable without one (a batch norm's moving statistics, a frozen
-    variable) is set to zeros. Returns how many slots were copied (0: the checkpoint's
-    optimizer has no such slot)."""
+    """Copy each mapped variable's optimizer slot ``slot`` (:func:`slot_key`; held by the
+    optimizer or, under TF's moving average, by its base optimizer) of a TF2 training
+    checkpoint into ``model``'s variable in place, transformed as the variable's weights are;
+    a variable without one (a batch norm's moving statistics, a frozen variable) is set to
+    zeros. Returns how many slots were copied (0: the checkpoint's optimizer has no such
+    slot)."""
     ckpt = checkpoint if isinstance(checkpoint, TfCheckpoint) else TfCheckpoint(checkpoint)
     keys = ckpt.variables()
     found = 0
     for tf_path, (path, transform) in mapping.items():
         variable = variable_at(model, path)
-        key = slot_key(keys[tf_path], slot) if tf_path in keys else None
-        if key is None or key not in ckpt.entries:
+        candidates = [slot_key(keys[tf_path], slot, owner) for owner in _SLOT_OWNERS
+                      ] if tf_path in keys else []
+        key = next((k for k in candidates if k in ckpt.entries), None)
+        if key is None:
             variable[...] = jnp.zeros(variable.shape, variable.dtype)
             continue
         variable[...] = jnp.asarray(to_ours(transform, ckpt.read(key), variable.shape),

@@ -8,9 +8,10 @@ workdir.
 The latest ``ckpt-N`` (the one TF's ``tf.train.latest_checkpoint`` picks) becomes a jaxdet
 checkpoint at the training step it was saved at: the model's weights by the family's TF name
 map, the optimizer's slots (Keras's ``momentum`` velocity; Adam's ``m`` / ``v``; RMSprop's
-``rms``) into jaxdet's optimizer state, and the step, which the learning-rate schedule
-follows. The input pipeline starts again at the beginning of the data (TF's position in its
-``tf.data`` pipeline is not saved in the checkpoint).
+``rms``) into jaxdet's optimizer state, TF's moving averages of the weights (the ``average``
+slots of ``use_moving_average``) into jaxdet's, and the step, which the learning-rate
+schedule and the averages' warm-up follow. The input pipeline starts again at the beginning
+of the data (TF's position in its ``tf.data`` pipeline is not saved in the checkpoint).
 """
 
 from __future__ import annotations
@@ -115,9 +116,17 @@ def continue_tf_run(config: Config, model_dir: str | os.PathLike) -> ContinuedRu
     state.update(step=jnp.asarray(step, jnp.int32), params=params, batch_stats=batch_stats,
                  opt_state=with_moments(state["opt_state"], step, moments))
     if config.train.ema_decay is not None:
-        log.warning("%s: TF's moving averages are not read; the run's averages start from its "
-                    "weights at step %d", prefix, step)
-        state["ema_params"] = params
+        holder = family.build_task()
+        found["average"] = weights.load_tf_optimizer_slot(holder.model, family, prefix,
+                                                          "average")
+        if found["average"]:  # TF's moving average (use_moving_average): its own slots
+            state["ema_params"] = holder.initial_variables()[0]
+        else:
+            del found["average"]
+            log.warning("%s holds no moving averages of the weights (TF trained without "
+                        "use_moving_average); the run's averages start from its weights at "
+                        "step %d", prefix, step)
+            state["ema_params"] = params
     checkpointer = open_checkpoints(config, workdir)
     try:
         if checkpointer.latest_step() is not None:

@@ -171,6 +171,7 @@ def build_train_step(
         schedule,
         ema_decay=config.train.ema_decay,
         ema_dynamic_decay=config.train.ema_dynamic_decay,
+        ema_dynamic_decay_offset=config.train.ema_dynamic_decay_offset,
         accumulate_steps=config.train.accumulate_steps,
         loss_scale=build_loss_scale(config),
         allow_tf32=config.allow_tf32,

@@ -74,11 +74,13 @@ def abstract_train_batch(task: Task, batch_size: int) -> dict[str, jax.ShapeDtyp
     return abstract_batch(task.batch_layout(), batch_size)
 
 
-def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool) -> PyTree:
-    """``decay * ema + (1 - decay) * params``; ``dynamic`` caps decay at (1+t)/(10+t)."""
+def _ema_update(state: TrainState, params: PyTree, decay: float, dynamic: bool,
+                offset: int = 0) -> PyTree:
+    """``decay * ema + (1 - decay) * params``; ``dynamic`` caps decay at (1+n)/(10+n), n the
+    update's 0-based index (the state's step) plus ``offset``."""
     d = jnp.float32(decay)
     if dynamic:
-        t = state["step"].astype(jnp.float32)
+        t = state["step"].astype(jnp.float32) + offset
         d = jnp.minimum(d, (1.0 + t) / (10.0 + t))
     return jax.tree.map(lambda e, p: d * e + (1.0 - d) * p, state["ema_params"], params)
 
@@ -90,6 +92,7 @@ def make_train_step(
     *,
     ema_decay: float | None = None,
     ema_dynamic_decay: bool = False,
+    ema_dynamic_decay_offset: int = 0,
     accumulate_steps: int = 1,
     loss_scale: ls.LossScaleParams | None = None,
     allow_tf32: bool = True,
@@ -123,8 +126,10 @@ def make_train_step(
     skipped).
 
     ``ema_dynamic_decay`` warms the moving average up as TF's ``num_updates`` /
-    tfa's ``dynamic_decay`` do: update ``t`` (0-based) uses ``min(ema_decay, (1 + t) / (10 + t))``,
-    so early averages follow the weights instead of the initialization.
+    tfa's ``dynamic_decay`` do: update ``t`` (0-based) uses ``min(ema_decay, (1 + n) / (10 +
+    n))`` with ``n = t + ema_dynamic_decay_offset`` (1: TF2's ``ExponentialMovingAverage``,
+    which counts the update it makes), so early averages follow the weights instead of the
+    initialization.
 
     ``accumulate_steps`` = k: one optimizer update from k micro-batches of B/k images (see
     ``train.accumulate``; equal to the whole-batch step except for BatchNorm statistics, which
@@ -164,7 +169,8 @@ def make_train_step(
         if "loss_scale" in state:  # carried through (updated below when scaling)
             new_state["loss_scale"] = state["loss_scale"]
         if ema_decay is not None:
-            new_state["ema_params"] = _ema_update(state, params, ema_decay, ema_dynamic_decay)
+            new_state["ema_params"] = _ema_update(state, params, ema_decay, ema_dynamic_decay,
+                                                  ema_dynamic_decay_offset)
         metrics = {
             "loss": loss,
             **parts,
