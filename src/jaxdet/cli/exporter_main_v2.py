@@ -178,7 +178,7 @@ def _write_checkpoint_folder(config, weights: Weights, folder: Path) -> None:
     from jaxdet.jobs.tf_run import write_tf_run
 
     if weights.workdir is not None:
-        write_tf_run(config, weights.workdir, folder, name="ckpt-0")
+        write_tf_run(config, weights.workdir, folder, name="ckpt-0", optimizer=False)
         return
     folder.mkdir(parents=True)
     for path in files.glob(f"{weights.checkpoint}.*", files_only=True):

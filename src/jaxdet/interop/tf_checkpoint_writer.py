@@ -40,28 +40,63 @@ def checkpoint_key(path: str) -> str:
     return "/".join(_escape(name) for name in path.split("/")) + VARIABLE_SUFFIX
 
 
-def object_graph(paths: list[str], full_names: Mapping[str, str] | None = None) -> bytes:
+def slot_checkpoint_key(path: str, owner: str, slot: str) -> str:
+    """TF's key of optimizer slot ``slot`` (``momentum``, ``m``, ``average``, ...) of the
+    variable at object path ``path``, held by the optimizer at object path ``owner``
+    (``optimizer``; under TF's moving average, ``optimizer/ema_base_optimizer`` for the base
+    optimizer's own slots)."""
+    return (checkpoint_key(path).removesuffix(VARIABLE_SUFFIX) + "/.OPTIMIZER_SLOT/"
+            + "/".join(_escape(name) for name in owner.split("/")) + f"/{_escape(slot)}"
+            + VARIABLE_SUFFIX)
+
+
+def _attribute(full_name: str, key: str) -> bytes:
+    return pw.bytes_field(2, pw.bytes_field(1, b"VARIABLE_VALUE")
+                          + pw.bytes_field(2, full_name.encode())
+                          + pw.bytes_field(3, key.encode()))
+
+
+def object_graph(paths: list[str], full_names: Mapping[str, str] | None = None,
+                 slots: list[tuple[str, str, str]] = ()) -> bytes:
     """The serialized ``TrackableObjectGraph`` of variables at ``paths``: node 0 the root,
     one node per path prefix (breadth first), each variable's node with its
-    ``VARIABLE_VALUE`` attribute (``full_name``: ``full_names[path]``, else the path)."""
+    ``VARIABLE_VALUE`` attribute (``full_name``: ``full_names[path]``, else the path); then
+    one node per optimizer slot of ``slots`` (``(variable path, optimizer path, slot name)``,
+    the optimizer an object of the tree), which the optimizer's node references, as TF's
+    optimizers record their slots for a restore to give back."""
     children: list[dict[str, int]] = [{}]
     leaves: dict[int, str] = {}
-    for path in paths:
+
+    def node_of(path: str) -> int:
         node = 0
         for name in path.split("/"):
             if name not in children[node]:
                 children[node][name] = len(children)
                 children.append({})
             node = children[node][name]
+        return node
+
+    for path in paths:
+        node = node_of(path)
         if node in leaves or children[node]:
             raise ValueError(f"object path {path!r} is a variable and an object at once")
         leaves[node] = path
+    owners = {owner: node_of(owner) for _, owner, _ in slots}
     # renumber breadth first from the root, as TF numbers the nodes it writes
     order, position = [0], {0: 0}
     for node in order:
         for child in children[node].values():
             position[child] = len(order)
             order.append(child)
+    variable_nodes = {path: position[node] for node, path in leaves.items()}
+    references: dict[int, bytes] = {}
+    for k, (path, owner, slot) in enumerate(slots):
+        if path not in variable_nodes:
+            raise ValueError(f"slot {slot!r} of {path!r}: no such variable")
+        references.setdefault(owners[owner], b"")
+        references[owners[owner]] += pw.bytes_field(3, pw.varint_field(1, variable_nodes[path])
+                                                    + pw.bytes_field(2, slot.encode())
+                                                    + pw.varint_field(3, len(order) + k))
     graph = b""
     full_names = full_names or {}
     for node in order:
@@ -70,10 +105,11 @@ def object_graph(paths: list[str], full_names: Mapping[str, str] | None = None) 
                         for name, child in children[node].items())
         if node in leaves:
             path = leaves[node]
-            body += pw.bytes_field(2, pw.bytes_field(1, b"VARIABLE_VALUE")
-                                   + pw.bytes_field(2, full_names.get(path, path).encode())
-                                   + pw.bytes_field(3, checkpoint_key(path).encode()))
-        graph += pw.bytes_field(1, body)
+            body += _attribute(full_names.get(path, path), checkpoint_key(path))
+        graph += pw.bytes_field(1, body + references.get(node, b""))
+    for path, owner, slot in slots:
+        graph += pw.bytes_field(1, _attribute(f"{full_names.get(path, path)}/{slot}",
+                                              slot_checkpoint_key(path, owner, slot)))
     return graph
 
 
@@ -95,24 +131,30 @@ def _entry(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int)
 
 
 def write_tf_checkpoint(prefix: str | os.PathLike, variables: Mapping[str, np.ndarray], *,
-                        full_names: Mapping[str, str] | None = None) -> str:
+                        full_names: Mapping[str, str] | None = None,
+                        slots: Mapping[tuple[str, str, str], np.ndarray] | None = None) -> str:
     """Write ``variables`` (object path -> array: float32, int64, ...) as the TF2 checkpoint
     ``prefix`` (``prefix.index`` and ``prefix.data-00000-of-00001``; the folder is made), with
-    their object graph (:func:`object_graph`). Returns the prefix.
+    their object graph (:func:`object_graph`), and the optimizer slots ``slots``
+    (``(variable path, optimizer path, slot name)`` -> array, the variable's shape) that TF's
+    optimizer takes back when it makes its slots after a restore. Returns the prefix.
 
     Raises:
       ValueError: an array of a dtype TF checkpoints do not hold, a path that is a variable
-        and an object at once."""
+        and an object at once, a slot of no variable written."""
     prefix = os.fspath(prefix)
+    slots = dict(slots or {})
     tensors: dict[str, tuple[int, tuple[int, ...], bytes, int]] = {}
-    for path, value in variables.items():
+    keyed = [(checkpoint_key(path), path, value) for path, value in variables.items()]
+    keyed += [(slot_checkpoint_key(*where), "/".join(where), value)
+              for where, value in slots.items()]
+    for key, path, value in keyed:
         array = np.asarray(value)  # (not ascontiguousarray: it makes a scalar 1-d)
         if array.dtype not in TF_DTYPE:
             raise ValueError(f"{path}: dtype {array.dtype} has no TF checkpoint dtype")
         raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-        tensors[checkpoint_key(path)] = (TF_DTYPE[array.dtype], array.shape, raw,
-                                         masked_crc32c(raw))
-    raw, crc = _string_tensor(object_graph(list(variables), full_names))
+        tensors[key] = (TF_DTYPE[array.dtype], array.shape, raw, masked_crc32c(raw))
+    raw, crc = _string_tensor(object_graph(list(variables), full_names, list(slots)))
     tensors[OBJECT_GRAPH_KEY] = (DT_STRING, (), raw, crc)
     data, records = bytearray(), []
     for key in sorted(tensors):
@@ -134,4 +176,5 @@ def write_checkpoint_state(folder: str | os.PathLike, name: str) -> None:
                      f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
 
 
-__all__ = ["checkpoint_key", "object_graph", "write_checkpoint_state", "write_tf_checkpoint"]
+__all__ = ["checkpoint_key", "object_graph", "slot_checkpoint_key", "write_checkpoint_state",
+           "write_tf_checkpoint"]

@@ -143,32 +143,40 @@ def continue_tf_run(config: Config, model_dir: str | os.PathLike) -> ContinuedRu
 
 @dataclass
 class WrittenTfRun:
-    """What :func:`write_tf_run` wrote: the TF checkpoint's prefix, the step, the tensors."""
+    """What :func:`write_tf_run` wrote: the TF checkpoint's prefix, the step, the model's
+    tensors and the optimizer slots."""
 
     prefix: str
     step: int
     tensors: int
+    slots: int = 0
 
     def line(self) -> str:
         return (f"{self.prefix} (.index, .data-00000-of-00001) and its checkpoint file: step "
-                f"{self.step}, {self.tensors} model tensors, for TF's model_main_tf2 "
-                "--model_dir / --checkpoint_dir and exporter_main_v2 --trained_checkpoint_dir")
+                f"{self.step}, {self.tensors} model tensors, {self.slots} optimizer slots, for "
+                "TF's model_main_tf2 --model_dir / --checkpoint_dir and exporter_main_v2 "
+                "--trained_checkpoint_dir")
 
 
 def write_tf_run(config: Config, workdir: str | os.PathLike, out_dir: str | os.PathLike, *,
-                 step: int | None = None, name: str = "ckpt-1") -> WrittenTfRun:
+                 step: int | None = None, name: str = "ckpt-1",
+                 optimizer: bool = True) -> WrittenTfRun:
     """Write the jaxdet run in ``workdir`` (its checkpoint of ``step``, default the latest)
     as a TF OD API ``model_dir``: ``out_dir/<name>`` (a TF2 object-based checkpoint of
-    ``tf.train.Checkpoint(step=..., model=...)``, the model's tensors by the family's TF name
-    map, the trained weights, not their moving average) and the ``checkpoint`` state file.
-    TF's ``model_main_tf2.py`` evaluates it, continues training from it (its optimizer state
-    starts afresh at that step), and its exporters export it.
+    ``tf.train.Checkpoint(step=..., model=..., optimizer=...)``: the model's tensors by the
+    family's TF name map, the trained weights, not their moving average; the optimizer's
+    slots, Keras's ``momentum`` velocity, Adam's ``m`` / ``v``, RMSprop's ``rms``, and its
+    iteration count; with ``train.ema_decay``, the moving averages as the ``average`` slots of
+    TF2's ``ExponentialMovingAverage``, the optimizer's own slots under its
+    ``ema_base_optimizer``) and the ``checkpoint`` state file. TF's ``model_main_tf2.py``
+    evaluates it, continues training from it, its optimizer taking the slots back, and its
+    exporters export it. ``optimizer=False`` writes the model and the step alone (what TF's
+    exporters keep in ``output_directory/checkpoint``).
 
     Raises:
       FileNotFoundError: no checkpoint; UnmappedModelError: a model part without a TF name
         map; ValueError: ``out_dir`` already holds TF checkpoints."""
     import numpy as np
-    from flax import nnx
 
     from jaxdet.interop.tf_checkpoint_writer import write_checkpoint_state, write_tf_checkpoint
     from jaxdet.jobs.inference import restore_for_inference
@@ -178,15 +186,84 @@ def write_tf_run(config: Config, workdir: str | os.PathLike, out_dir: str | os.P
         raise ValueError(f"{out} already holds TF checkpoints (ckpt-N): write into a new folder")
     family = tasks.resolve(config)
     task, state, step = restore_for_inference(family, workdir, step=step)
-    _, params, batch_stats = nnx.split(task.model, nnx.Param, nnx.BatchStat)
-    nnx.replace_by_pure_dict(params, state["params"])
-    nnx.replace_by_pure_dict(batch_stats, state["batch_stats"])
-    nnx.update(task.model, params, batch_stats)
-    tensors = weights.tf_variables(task.model, family)
+    tensors = _tf_tensors(family, task.model, state["params"], state["batch_stats"])
     variables = {**tensors, "step": np.int64(step), "save_counter": np.int64(1)}
-    prefix = write_tf_checkpoint(files.join(out, name), variables)
+    slots = {}
+    if optimizer:
+        ema = config.train.ema_decay is not None
+        owner = "optimizer/ema_base_optimizer" if ema else "optimizer"
+        trees = {(owner, slot): moment for slot, moment in
+                 _optimizer_moments(family, task, workdir, step).items()}
+        if ema and "ema_params" in state:
+            trees["optimizer", "average"] = state["ema_params"]
+        for (where, slot), tree in trees.items():
+            slots.update(_slots(family, task.model, tree, state["batch_stats"], where, slot))
+        variables[f"{owner}/iter"] = np.int64(step)
+        variables.update({f"{owner}/{k}": np.float32(v)
+                          for k, v in _keras_hyperparameters(config).items()})
+    prefix = write_tf_checkpoint(files.join(out, name), variables, slots=slots)
     write_checkpoint_state(out, name)
-    return WrittenTfRun(prefix, step, len(tensors))
+    return WrittenTfRun(prefix, step, len(tensors), len(slots))
+
+
+def _keras_hyperparameters(config: Config) -> dict[str, float]:
+    """The hyperparameters TF2's Keras optimizer of ``config`` keeps as variables (its
+    learning rate, a schedule, is none): SGD's ``momentum``, Adam's ``beta_1`` / ``beta_2``,
+    RMSprop's ``rho`` / ``momentum``, each with ``decay`` (Keras's own rate decay, 0)."""
+    opt = config.train.optimizer
+    if opt.name in ("adam", "adamw"):
+        return {"beta_1": opt.beta1, "beta_2": opt.beta2, "decay": 0.0}
+    if opt.name == "rmsprop":
+        return {"rho": opt.rmsprop_decay, "momentum": opt.momentum, "decay": 0.0}
+    return {"momentum": opt.momentum if opt.name == "momentum" else 0.0, "decay": 0.0}
+
+
+def _tf_tensors(family, model, params, batch_stats) -> dict:
+    """``{TF object path: array}`` of ``model`` (of ``family``) holding ``params`` and
+    ``batch_stats`` (``weights.tf_variables``)."""
+    from flax import nnx
+
+    _, p, b = nnx.split(model, nnx.Param, nnx.BatchStat)
+    nnx.replace_by_pure_dict(p, params)
+    nnx.replace_by_pure_dict(b, batch_stats)
+    nnx.update(model, p, b)
+    return weights.tf_variables(model, family)
+
+
+def _slots(family, model, tree, batch_stats, owner: str, slot: str) -> dict:
+    """The optimizer slot ``slot`` of every trainable TF variable, from ``tree`` (shaped as
+    the parameters, put into ``model``): ``{(TF object path, owner, slot): array}``.
+    Batch-norm statistics and the variables TF never applies get none, as in TF."""
+    from flax import nnx
+
+    from jaxdet.interop.tfod_names import tf_unapplied
+
+    trainable = {"/".join(map(str, path)) for path, _ in
+                 nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    names = family.tf_name_map(model)
+    unapplied = tf_unapplied(model)
+    tensors = _tf_tensors(family, model, tree, batch_stats)
+    return {(tf_path, owner, slot): value for tf_path, value in tensors.items()
+            if not unapplied(tf_path) and tf_path in names
+            and "/".join(map(str, names[tf_path][0])) in trainable}
+
+
+def _optimizer_moments(family, task, workdir, step: int) -> dict:
+    """The moments of the run's optimizer state at ``step`` by TF slot name
+    (``train.optimizer_moments.moments_of``)."""
+    from jaxdet.train.optimizer_moments import moments_of
+    from jaxdet.train.step import abstract_train_state
+
+    config = family.config
+    tx, _ = train_build.build_optimizer(config.train)
+    abstract = abstract_train_state(task, tx, ema=config.train.ema_decay is not None,
+                                    loss_scale=train_build.build_loss_scale(config))
+    checkpointer = open_checkpoints(config, Path(workdir), read_only=True)
+    try:
+        state, _ = checkpointer.restore(step, abstract)
+    finally:
+        checkpointer.close()
+    return moments_of(state["opt_state"])
 
 
 __all__ = ["ContinuedRun", "WrittenTfRun", "continue_tf_run", "holds_tf_run", "tf_checkpoints",

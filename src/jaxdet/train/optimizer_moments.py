@@ -75,6 +75,28 @@ def with_moments(opt_state: Any, step: int, moments: Mapping[str, Any]) -> Any:
     return replace(opt_state)
 
 
+def moments_of(opt_state: Any) -> dict[str, Any]:
+    """The moments in ``opt_state`` by the TF2 Keras slot name that holds them (what
+    :func:`with_moments` puts in): ``{slot: tree shaped like the parameters}``, the first
+    of each slot; ``{}`` for plain SGD."""
+    found: dict[str, Any] = {}
+
+    def visit(node: Any) -> None:
+        fields = SLOT_FIELDS.get(type(node))
+        if fields is not None:
+            for name, slot in fields.items():
+                found.setdefault(slot, getattr(node, name))
+        elif isinstance(node, tuple):
+            for item in node:
+                visit(item)
+        elif isinstance(node, Mapping):
+            for item in node.values():
+                visit(item)
+
+    visit(opt_state)
+    return found
+
+
 def _count(old: Any, step: int) -> Any:
     return jnp.full(jnp.shape(old), step, jnp.asarray(old).dtype)
 
@@ -90,4 +112,4 @@ def _same_shape(old: Any, moments: Mapping[str, Any], slot: str) -> Any:
                         old, new)
 
 
-__all__ = ["SLOT_FIELDS", "slots_needed", "with_moments"]
+__all__ = ["SLOT_FIELDS", "moments_of", "slots_needed", "with_moments"]
