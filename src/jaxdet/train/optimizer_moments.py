@@ -12,7 +12,7 @@ schedule's, Adam's bias correction) becomes ``step``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -27,23 +27,33 @@ SLOT_FIELDS: dict[type, dict[str, str]] = {
 }
 
 
+def _moment_states(node: Any) -> Iterator[Any]:
+    """The optax states in ``node`` (an optimizer state) that hold moments (:data:`SLOT_FIELDS`),
+    in order."""
+    if type(node) in SLOT_FIELDS:
+        yield node
+    elif isinstance(node, tuple):
+        for item in node:
+            yield from _moment_states(item)
+    elif isinstance(node, Mapping):
+        for item in node.values():
+            yield from _moment_states(item)
+
+
 def slots_needed(opt_state: Any) -> list[str]:
     """The TF2 Keras slot names ``opt_state``'s moments come from, in order (``[]`` for plain
     SGD)."""
-    found: list[str] = []
+    return list(moments_of(opt_state))
 
-    def visit(node: Any) -> None:
-        fields = SLOT_FIELDS.get(type(node))
-        if fields is not None:
-            found.extend(s for s in fields.values() if s not in found)
-        elif isinstance(node, tuple):
-            for item in node:
-                visit(item)
-        elif isinstance(node, Mapping):
-            for item in node.values():
-                visit(item)
 
-    visit(opt_state)
+def moments_of(opt_state: Any) -> dict[str, Any]:
+    """The moments in ``opt_state`` by the TF2 Keras slot name that holds them (what
+    :func:`with_moments` puts in): ``{slot: tree shaped like the parameters}``, the first
+    of each slot, in order; ``{}`` for plain SGD."""
+    found: dict[str, Any] = {}
+    for state in _moment_states(opt_state):
+        for name, slot in SLOT_FIELDS[type(state)].items():
+            found.setdefault(slot, getattr(state, name))
     return found
 
 
@@ -73,28 +83,6 @@ def with_moments(opt_state: Any, step: int, moments: Mapping[str, Any]) -> Any:
         return node
 
     return replace(opt_state)
-
-
-def moments_of(opt_state: Any) -> dict[str, Any]:
-    """The moments in ``opt_state`` by the TF2 Keras slot name that holds them (what
-    :func:`with_moments` puts in): ``{slot: tree shaped like the parameters}``, the first
-    of each slot; ``{}`` for plain SGD."""
-    found: dict[str, Any] = {}
-
-    def visit(node: Any) -> None:
-        fields = SLOT_FIELDS.get(type(node))
-        if fields is not None:
-            for name, slot in fields.items():
-                found.setdefault(slot, getattr(node, name))
-        elif isinstance(node, tuple):
-            for item in node:
-                visit(item)
-        elif isinstance(node, Mapping):
-            for item in node.values():
-                visit(item)
-
-    visit(opt_state)
-    return found
 
 
 def _count(old: Any, step: int) -> Any:
