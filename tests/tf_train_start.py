@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdet.interop.tf_checkpoint import local_name
 from jaxdet.tasks.weights import load_tf_detection_checkpoint
 from jaxdet.train.optim import param_path
 
@@ -47,6 +48,19 @@ def start_variables(task, config, fixture: Path, tmp: Path) -> tuple[dict, dict]
     return params, stats
 
 
+_HEAD = re.compile(r"^(model/_prediction_head_dict/)(.+?)(/\d+/layer_with_weights-\d+/.*)$")
+
+
+def object_path(fixture_path: str) -> str:
+    """A TF object path as the fixture scripts wrote it (local names joined by ``/``, a
+    CenterNet head's ``box/scale`` as two) as jaxdet's readers and name maps write it (the head
+    one local name, ``box.Sscale``: ``interop.tf_checkpoint.local_name``)."""
+    match = _HEAD.match(fixture_path)
+    if match is None:
+        return fixture_path
+    return match.group(1) + local_name(match.group(2)) + match.group(3)
+
+
 def start_heads(params: dict, task, config, starts: list[dict]) -> dict:
     """``params`` with a TF fixture's ``head_starts`` made as TF's script made them (CenterNet:
     each listed head's last kernel times its float32 ``scale``, its bias filled with ``value``;
@@ -56,8 +70,9 @@ def start_heads(params: dict, task, config, starts: list[dict]) -> dict:
     names = tasks.tf_name_map(task.model, config)
     scales, fills = {}, {}
     for start in starts:
-        scales["/".join(map(str, names[start["kernel"]][0]))] = np.float32(start["scale"])
-        fills["/".join(map(str, names[start["bias"]][0]))] = start["value"]
+        kernel, bias = object_path(start["kernel"]), object_path(start["bias"])
+        scales["/".join(map(str, names[kernel][0]))] = np.float32(start["scale"])
+        fills["/".join(map(str, names[bias][0]))] = start["value"]
     assert len(scales) == len(fills) == len(starts)
     done = []
 

@@ -134,3 +134,30 @@ def test_corrupt_index_block_and_missing_shard(tmp_path):
     prefix.with_name("ckpt.data-00000-of-00001").unlink()
     with pytest.raises(CheckpointError, match="data shard ckpt.data-00000-of-00001 is missing"):
         TfCheckpoint(prefix).read(key("u8"))
+
+
+def test_written_local_names_with_slashes_and_dots_and_slots_read_back(tmp_path):
+    """A local name holding ``/`` (CenterNet's ``box/scale`` head, one dict key) is one object
+    in the written graph and ``.S`` in TF's key, a ``.`` doubles, as TF escapes them; an
+    optimizer slot is referenced by the optimizer's node and keyed as TF keys slots. (TF 2.21
+    restored a CenterNet written this way with every object matched: the development record.)"""
+    from jaxdet.interop.tf_checkpoint_writer import write_tf_checkpoint
+    from jaxdet.interop.tf_import import slot_key
+
+    kernel = np.arange(4, dtype=np.float32).reshape(2, 2)
+    prefix = write_tf_checkpoint(
+        tmp_path / "ckpt-1",
+        {"model/heads/box.Sscale/0/kernel": kernel, "model/v1.5/bias": np.ones(2, np.float32),
+         "optimizer/iter": np.int64(7)},
+        slots={("model/heads/box.Sscale/0/kernel", "optimizer", "momentum"): -kernel})
+    ckpt = TfCheckpoint(prefix)
+    paths = ckpt.variables()
+    assert paths["model/heads/box.Sscale/0/kernel"] == f"model/heads/box.Sscale/0/kernel{V}"
+    assert paths["model/v1.5/bias"] == f"model/v1..5/bias{V}"
+    nodes = ckpt.object_graph()
+    heads = next(child for child, name in nodes[0]["children"] if name == "model")
+    heads = next(child for child, name in nodes[heads]["children"] if name == "heads")
+    assert [name for _, name in nodes[heads]["children"]] == ["box/scale"]
+    np.testing.assert_array_equal(
+        ckpt.read(slot_key(paths["model/heads/box.Sscale/0/kernel"], "momentum")), -kernel)
+    assert ckpt.read(paths["optimizer/iter"]) == 7

@@ -27,7 +27,7 @@ from jaxdet import tasks
 from jaxdet.config.tfod import load_pipeline_config
 from jaxdet.models.param_rules import ParamPattern
 from jaxdet.train.optim import decay_weights, param_path
-from tf_train_start import fixture_batch, start_heads, start_variables
+from tf_train_start import fixture_batch, object_path, start_heads, start_variables
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,6 +50,7 @@ def step(request, tmp_path_factory):
     name = request.param
     fixture = FIXTURES / f"tf_{name}"
     tf = json.loads((fixture / "train_step.json").read_text())
+    tf["grads"] = {object_path(k): v for k, v in tf["grads"].items()}
     size = tf["size"]
     overrides = list(PLACEHOLDERS)
     resizer = load_pipeline_config(fixture / "pipeline.config", overrides).data.resizer

@@ -309,7 +309,9 @@ class TfCheckpoint:
     def variables(self) -> dict[str, str]:
         """``{object path: checkpoint key}`` of every variable, each path by which the object
         graph reaches it (breadth first from the root; a variable shared by two objects, e.g. a
-        head used by two predictors, is listed under both paths)."""
+        head used by two predictors, is listed under both paths). A path joins local names
+        with ``/``; a local name holding ``/`` itself (a dict key such as CenterNet's
+        ``box/offset`` head) keeps it as ``.S``, as TF's keys do (:func:`local_name`)."""
         nodes = self.object_graph()
         out: dict[str, str] = {}
         paths_per_node: dict[int, int] = {}
@@ -324,8 +326,15 @@ class TfCheckpoint:
                 if child in ancestors or paths_per_node.get(child, 0) >= MAX_PATHS_PER_OBJECT:
                     continue
                 paths_per_node[child] = paths_per_node.get(child, 0) + 1
+                local = local_name(local)
                 queue.append((child, f"{path}/{local}" if path else local, ancestors + (child,)))
         return out
+
+
+def local_name(name: str) -> str:
+    """A TF object's local name as one component of an object path: ``/`` inside it written
+    ``.S`` (``box/offset`` -> ``box.Soffset``), so that the path's ``/`` separate objects."""
+    return name.replace("/", ".S")
 
 
 # where a TF2 training checkpoint keeps its global step: the TF OD API's model_main_tf2 saves

@@ -31,13 +31,19 @@ from jaxdet.interop.tf_checkpoint import DT_STRING, DTYPES, OBJECT_GRAPH_KEY, VA
 TF_DTYPE = {dtype: number for number, dtype in DTYPES.items() if number != DT_STRING}
 
 
+def _local_names(path: str) -> list[str]:
+    """The local names of object path ``path`` (``tf_checkpoint.local_name``: ``.S`` inside a
+    component is a ``/`` of the name)."""
+    return [name.replace(".S", "/") for name in path.split("/")]
+
+
 def _escape(local_name: str) -> str:
     return local_name.replace(".", "..").replace("/", ".S")
 
 
 def checkpoint_key(path: str) -> str:
     """TF's key of the variable at object path ``path`` (local names joined by ``/``)."""
-    return "/".join(_escape(name) for name in path.split("/")) + VARIABLE_SUFFIX
+    return "/".join(_escape(name) for name in _local_names(path)) + VARIABLE_SUFFIX
 
 
 def slot_checkpoint_key(path: str, owner: str, slot: str) -> str:
@@ -46,7 +52,7 @@ def slot_checkpoint_key(path: str, owner: str, slot: str) -> str:
     (``optimizer``; under TF's moving average, ``optimizer/ema_base_optimizer`` for the base
     optimizer's own slots)."""
     return (checkpoint_key(path).removesuffix(VARIABLE_SUFFIX) + "/.OPTIMIZER_SLOT/"
-            + "/".join(_escape(name) for name in owner.split("/")) + f"/{_escape(slot)}"
+            + "/".join(_escape(name) for name in _local_names(owner)) + f"/{_escape(slot)}"
             + VARIABLE_SUFFIX)
 
 
@@ -69,7 +75,7 @@ def object_graph(paths: list[str], full_names: Mapping[str, str] | None = None,
 
     def node_of(path: str) -> int:
         node = 0
-        for name in path.split("/"):
+        for name in _local_names(path):
             if name not in children[node]:
                 children[node][name] = len(children)
                 children.append({})

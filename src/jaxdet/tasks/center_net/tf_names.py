@@ -25,7 +25,8 @@ The map is ``{tf object path: (jaxdet variable path, transform)}`` as for every 
 * ``model/_prediction_head_dict/<head>/<i>``: one Keras ``Sequential`` per head and feature
   output ``i`` (``layer_with_weights-0`` the 3x3 conv, ``-1`` the 1x1 conv); the heads are
   ``object_center``, ``box/scale``, ``box/offset`` and, per keypoint task,
-  ``<task_name>/keypoint/heatmap``, ``.../keypoint/offset``, ``.../keypoint/regression``.
+  ``<task_name>/keypoint/heatmap``, ``.../keypoint/offset``, ``.../keypoint/regression``
+  (each one local name: ``box.Soffset`` in an object path, ``interop.tf_checkpoint.local_name``).
   jaxdet's task ``i`` (``model.keypoint_tasks[i]``) takes the heads of TF's task of the same
   name;
 * DeepMAC (``DeepMACMetaArch``): the ``INSTANCE_EMBEDDING`` and ``PIXEL_EMBEDDING`` heads
@@ -50,6 +51,7 @@ from collections.abc import Sequence
 from flax import nnx
 
 from jaxdet.config import schema as S
+from jaxdet.interop.tf_checkpoint import local_name
 from jaxdet.interop.tfod_names import (
     Path,
     Target,
@@ -188,13 +190,14 @@ def _heads(out: dict, model: nnx.Module, keypoint_tasks: Sequence[str]) -> None:
                          f"{num_tasks} keypoint tasks")
     for i, at in enumerate(sets):
         for tf_name, ours in BOX_HEADS.items():
-            _head(out, f"{HEADS}/{tf_name}/{i}", (*at, ours))
+            _head(out, f"{HEADS}/{local_name(tf_name)}/{i}", (*at, ours))
         for tf_name, ours in EMBEDDING_HEADS.items():
             if hasattr(model, ours):
                 _head(out, f"{HEADS}/{tf_name}/{i}", (*at, ours))
         for t, task in enumerate(keypoint_tasks):
             for tf_name, ours in KEYPOINT_HEADS.items():
-                _head(out, f"{HEADS}/{task}/{tf_name}/{i}", (*at, "keypoint_heads", t, ours))
+                _head(out, f"{HEADS}/{local_name(f'{task}/{tf_name}')}/{i}",
+                      (*at, "keypoint_heads", t, ours))
 
 
 def _mask_net(out: dict, model: nnx.Module) -> None:
