@@ -196,8 +196,11 @@ def write_tf_run(config: Config, workdir: str | os.PathLike, out_dir: str | os.P
                  _optimizer_moments(family, task, workdir, step).items()}
         if ema and "ema_params" in state:
             trees["optimizer", "average"] = state["ema_params"]
+        trainable = _trainable_tf_paths(family, task.model)
         for (where, slot), tree in trees.items():
-            slots.update(_slots(family, task.model, tree, state["batch_stats"], where, slot))
+            tensors_of_slot = _tf_tensors(family, task.model, tree, state["batch_stats"])
+            slots.update({(tf_path, where, slot): value
+                          for tf_path, value in tensors_of_slot.items() if tf_path in trainable})
         variables[f"{owner}/iter"] = np.int64(step)
         variables.update({f"{owner}/{k}": np.float32(v)
                           for k, v in _keras_hyperparameters(config).items()})
@@ -230,22 +233,18 @@ def _tf_tensors(family, model, params, batch_stats) -> dict:
     return weights.tf_variables(model, family)
 
 
-def _slots(family, model, tree, batch_stats, owner: str, slot: str) -> dict:
-    """The optimizer slot ``slot`` of every trainable TF variable, from ``tree`` (shaped as
-    the parameters, put into ``model``): ``{(TF object path, owner, slot): array}``.
-    Batch-norm statistics and the variables TF never applies get none, as in TF."""
+def _trainable_tf_paths(family, model) -> set[str]:
+    """The TF object paths of ``model``'s trainable variables, those TF's optimizer keeps
+    slots for: not batch-norm statistics, not the variables TF never applies."""
     from flax import nnx
 
     from jaxdet.interop.tfod_names import tf_unapplied
 
     trainable = {"/".join(map(str, path)) for path, _ in
                  nnx.to_flat_state(nnx.state(model, nnx.Param))}
-    names = family.tf_name_map(model)
     unapplied = tf_unapplied(model)
-    tensors = _tf_tensors(family, model, tree, batch_stats)
-    return {(tf_path, owner, slot): value for tf_path, value in tensors.items()
-            if not unapplied(tf_path) and tf_path in names
-            and "/".join(map(str, names[tf_path][0])) in trainable}
+    return {tf_path for tf_path, (path, _) in family.tf_name_map(model).items()
+            if not unapplied(tf_path) and "/".join(map(str, path)) in trainable}
 
 
 def _optimizer_moments(family, task, workdir, step: int) -> dict:
