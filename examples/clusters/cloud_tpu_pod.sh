@@ -6,9 +6,9 @@
 #
 # Every worker runs the same command (--worker=all); JAX reads the slice's hosts from the TPU
 # metadata, so nothing names the processes. The data and config are read from the bucket;
-# the workdir, which every worker writes its part of each checkpoint into, is the bucket
-# mounted at the same path on every worker (gcsfuse). The TPU VMs' service account needs
-# read and write access to the bucket.
+# the workdir is a bucket folder too: every worker writes its part of each checkpoint straight
+# into it (no gcsfuse mount, no shared disk). The TPU VMs' service account needs read and
+# write access to the bucket.
 set -euo pipefail
 
 NAME=${NAME:-jaxdet-v4-32}
@@ -16,7 +16,7 @@ ZONE=${ZONE:-us-central2-b}
 TYPE=${TYPE:-v4-32}                    # 4 hosts of 4 chips
 VERSION=${VERSION:-tpu-ubuntu2204-base}
 BUCKET=${BUCKET:-gs://my-bucket}
-RUN=${RUN:-/mnt/bucket/runs/retinanet-$TYPE}   # the bucket's runs/ folder, mounted
+RUN=${RUN:-$BUCKET/runs/retinanet-$TYPE}       # the workdir, in the bucket
 CONFIG=${CONFIG:-$BUCKET/configs/pipeline.config}   # TFRecords and label map in the bucket too
 
 on_all() {
@@ -28,9 +28,7 @@ case "${1:-}" in
     gcloud compute tpus tpu-vm create "$NAME" --zone="$ZONE" --accelerator-type="$TYPE" \
         --version="$VERSION" ;;
   install)
-    on_all "python3 -m venv ~/jaxdet && ~/jaxdet/bin/pip install -q 'jax[tpu]' 'jaxdet[gcs]' \
-        && sudo apt-get install -y -q gcsfuse && sudo mkdir -p /mnt/bucket \
-        && sudo gcsfuse --implicit-dirs -o allow_other ${BUCKET#gs://} /mnt/bucket" ;;
+    on_all "python3 -m venv ~/jaxdet && ~/jaxdet/bin/pip install -q 'jax[tpu]' 'jaxdet[gcs]'" ;;
   train)  # the same command resumes a stopped or preempted run from its last checkpoint
     on_all "nohup ~/jaxdet/bin/jaxdet train --pipeline-config $CONFIG --workdir $RUN \
         --set train.batch_size=256 > ~/train.log 2>&1 &" ;;

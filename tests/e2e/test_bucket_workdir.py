@@ -1,7 +1,8 @@
 """A TF OD API team's job with everything in a bucket (the GCS emulator of
 tests/gcs_emulator.py): ``jaxdet train --pipeline-config gs://... --workdir gs://...`` on
-TFRecords and a label map in the bucket, stopped (a checkpoint half uploaded) and resumed on a
-"new machine" (an empty staging folder) to the parameters of an uninterrupted run; ``jaxdet
+TFRecords and a label map in the bucket, checkpoints written by orbax straight into the
+bucket, stopped (a checkpoint half written) and resumed on a "new machine" (an empty staging
+folder) to the parameters of an uninterrupted run; ``jaxdet
 eval --watch``, ``jaxdet eval`` and ``jaxdet predict`` on the bucket's workdir, results written
 back to it; killed with SIGKILL as a process under ``-m exhaustive``."""
 
@@ -73,28 +74,30 @@ def _staged_copy(machine: Path) -> Path:
     return next(p for p in (machine / "train").iterdir() if p.is_dir())
 
 
-def _final_state(workdir: Path) -> dict:
-    checkpoints = Checkpointer(workdir / "checkpoints", read_only=True)
+def _final_state(workdir: Path | str) -> dict:
+    checkpoints = Checkpointer(files.join(workdir, "checkpoints"), read_only=True)
     try:
         return checkpoints.restore_raw(checkpoints.latest_step())
     finally:
         checkpoints.close()
 
 
-def _half_uploaded(workdir: str, step: int, like: int) -> None:
-    """What a machine killed while uploading checkpoint ``step`` leaves in the bucket: the
-    objects of a checkpoint (those of checkpoint ``like``) without its seal."""
+def _half_written(workdir: str, step: int, like: int) -> None:
+    """What a machine killed while orbax wrote checkpoint ``step`` leaves in the bucket: the
+    objects of a checkpoint (those of checkpoint ``like``) without orbax's commit markers
+    (``commit_success.txt``) and the seal."""
     for name in files.glob(f"{workdir}/checkpoints/{like}/**", files_only=True):
-        if not name.endswith("jaxdet_checksums.json"):
+        if not name.endswith(("jaxdet_checksums.json", "commit_success.txt")):
             rel = name.split(f"/checkpoints/{like}/", 1)[1]
             files.write_bytes(f"{workdir}/checkpoints/{step}/{rel}", files.read_bytes(name))
 
 
 def test_stopped_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs, tmp_path,
                                                                       monkeypatch, capsys):
-    """Training stopped on machine A after step 10 (checkpoints 4 and 8 sealed in the bucket,
-    12 half uploaded) resumes on machine B, an empty staging folder, with the same command,
-    to the parameters of an uninterrupted run; ``jaxdet eval --watch``, ``jaxdet eval``,
+    """Training stopped on machine A after step 10 (checkpoints 4 and 8 committed and sealed
+    in the bucket, 12 half written) resumes on machine B, an empty staging folder, with
+    the same command, to the parameters of an uninterrupted run; ``jaxdet eval --watch``,
+    ``jaxdet eval``,
     ``jaxdet predict``, the Python API and ``jaxdet export`` then read the bucket's run and
     write back to it. In one process (the process-level SIGKILL variant runs under
     ``-m exhaustive``; a signal to a ``jaxdet train`` process is in the preemption tests)."""
@@ -103,7 +106,9 @@ def test_stopped_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gc
     monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "machine_a"))
     runs.train(config, workdir, stop_after=10, progress=False, evaluate=False)
     assert _sealed_steps(workdir) == [4, 8]
-    _half_uploaded(workdir, 12, like=8)
+    lock = json.loads(files.read_text(f"{workdir}/.jaxdet-train.lock"))
+    assert lock["released"] and lock["pid"] > 0  # the bucket lock, given up at the end
+    _half_written(workdir, 12, like=8)
 
     monkeypatch.setenv("JAXDET_STAGING_DIR", str(tmp_path / "machine_b"))
     capsys.readouterr()
@@ -111,10 +116,11 @@ def test_stopped_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gc
     assert f"trained {STEPS - 8} steps (9-{STEPS})" in capsys.readouterr().out
     assert _sealed_steps(workdir) == [STEPS - EVERY, STEPS]  # keep_checkpoints=2, in the bucket
     assert files.isfile(f"{workdir}/config.yaml") and files.isfile(f"{workdir}/metrics.jsonl")
+    staged = _staged_copy(tmp_path / "machine_b")  # B's copy of the bucket's other files
+    assert (staged / "metrics.jsonl").is_file() and not (staged / "checkpoints").exists()
 
     runs.train(config, tmp_path / "uninterrupted", progress=False, evaluate=False)
-    staged = _staged_copy(tmp_path / "machine_b")  # B's copy of the bucket's run
-    resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
+    resumed, reference = _final_state(workdir), _final_state(tmp_path / "uninterrupted")
     for part in ("params", "batch_stats"):
         jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
     _readers_on_the_bucket(bucket, workdir)
@@ -177,8 +183,7 @@ def test_killed_in_a_bucket_resumes_elsewhere_to_the_same_parameters(bucket, gcs
     whole = subprocess.run(_train_command(bucket, tmp_path / "uninterrupted"),
                            capture_output=True, text=True, env=env, timeout=600)
     assert whole.returncode == 0, whole.stderr
-    staged = _staged_copy(machine_b)  # machine B's copy of the bucket's run
-    resumed, reference = _final_state(staged), _final_state(tmp_path / "uninterrupted")
+    resumed, reference = _final_state(workdir), _final_state(tmp_path / "uninterrupted")
     for part in ("params", "batch_stats"):
         jax.tree.map(np.testing.assert_array_equal, resumed[part], reference[part])
 

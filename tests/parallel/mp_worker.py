@@ -7,8 +7,8 @@ Runs ``jaxdet train`` through the CLI's own path (flags -> jax.distributed -> ru
 shapes config with the ``--set`` overrides (``--stop-after K``: first a run stopped after step
 K, then a second ``runs.train`` that resumes from the checkpoint; ``--until-signal``: first a
 run that a signal stops, then the resumed one); writes
-``DIR/params_<I>.npz`` (this process's copy of the final parameters) and prints one JSON line:
-process index/count, device counts, steps.
+``DIR/params_<I>.npz`` (``--out OUT``: ``OUT/params_<I>.npz``; this process's copy of the final
+parameters) and prints one JSON line: process index/count, device counts, steps.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main() -> int:
     p.add_argument("--num-processes", type=int, required=True)
     p.add_argument("--coordinator-address", required=True)
     p.add_argument("--workdir", required=True)
+    p.add_argument("--out", default=None, help="where params_<I>.npz goes (default: --workdir)")
     p.add_argument("--stop-after", type=int, default=None)
     p.add_argument("--until-signal", action="store_true",
                    help="first a run that a SIGTERM / SIGINT stops, then the resumed run")
@@ -67,7 +68,7 @@ def main() -> int:
         stopped = {"stopped_by": first.stopped_by, "stopped_at": first.step}
     result = runs.train(config, args.workdir, evaluate=False, progress=progress)
     params = jax.tree_util.tree_flatten_with_path(result.state["params"])[0]
-    np.savez(os.path.join(args.workdir, f"params_{args.process_id}.npz"),
+    np.savez(os.path.join(args.out or args.workdir, f"params_{args.process_id}.npz"),
              **{jax.tree_util.keystr(k): np.asarray(v.addressable_data(0)) for k, v in params})
     print(json.dumps({"started": started, "process_index": jax.process_index(),
                       "process_count": jax.process_count(),

@@ -1,6 +1,8 @@
 """Two local CPU processes train together through jax.distributed (gloo collectives), each
 reading its own half of every global batch, and end with the single-process parameters; the
-run is stopped and resumed from the orbax checkpoint both processes wrote; only process 0 logs.
+run is stopped and resumed from the orbax checkpoint both processes wrote, straight into a
+bucket (the GCS emulator) in the first test, into a shared folder in the second; only process
+0 logs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from compile_settings import FAST_COMPILE_XLA_FLAGS
+from jaxdet import files
 from jaxdet.config.loader import load_config
 from jaxdet.data import build as data_build
 from jaxdet.data.loader import SHARDED_STATE_FORMAT, gather_ints
@@ -48,15 +51,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(workdir: Path, overrides: list[str], *, num_processes: int = 2,
-            stop_after: int | None = None, timeout: int = 300) -> list[dict]:
+def _launch(workdir: Path | str, overrides: list[str], *, num_processes: int = 2,
+            stop_after: int | None = None, timeout: int = 300, out: Path | None = None,
+            env: dict[str, str] | None = None) -> list[dict]:
     port = _free_port()
-    env = _worker_env()
+    env = {**_worker_env(), **(env or {})}
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes",
              str(num_processes), "--coordinator-address", f"localhost:{port}",
-             "--workdir", str(workdir),
+             "--workdir", str(workdir), *(["--out", str(out)] if out else []),
              *(["--stop-after", str(stop_after)] if stop_after else []),
              *[f"--set={o}" for o in overrides]],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -80,22 +84,26 @@ def _params(path) -> dict:
         return {k: f[k] for k in f.files}
 
 
-def test_two_processes_train_like_one(tiny_overrides, tmp_path):
+def test_two_processes_train_in_a_bucket_like_one(tiny_overrides, tmp_path, gcs):
+    """The workdir is ``gs://``: both processes write their parts of each checkpoint into
+    the bucket (orbax through tensorstore), restore from it, and process 0 alone holds the
+    bucket's training lock and writes the logs; each process stages the other files in its
+    own folder."""
     overrides = [*tiny_overrides, *SAME]
     reference = runs.train(load_config("shapes_demo", overrides), tmp_path / "one",
                            progress=False, evaluate=False)
 
-    workdir = tmp_path / "two"
+    workdir = f"gs://{gcs.bucket}/multiprocess/two"
     multi = [*overrides, "parallel.data=-1"]  # one device in each process: a 2 x 1 mesh
-    # generate the shapes data once, before the processes start (they would race)
-    data_build.build_source(load_config("shapes_demo", multi).data.train, workdir)
-    reports = _launch(workdir, multi, stop_after=4)
+    staging = tmp_path / "staging"  # each process generates the shapes data in its own folder
+    reports = _launch(workdir, multi, stop_after=4, out=tmp_path,
+                      env={"JAXDET_STAGING_DIR": str(staging)})
 
     for i, report in enumerate(reports):
         assert report["started"] and report["process_index"] == i
         assert report["process_count"] == 2 and report["devices"] == 2
         assert report["killed_at"] == 4 and report["step"] == 6
-    params = [_params(workdir / f"params_{i}.npz") for i in range(2)]
+    params = [_params(tmp_path / f"params_{i}.npz") for i in range(2)]
     want = {jax.tree_util.keystr(k): np.asarray(v) for k, v in
             jax.tree_util.tree_flatten_with_path(reference.state["params"])[0]}
     assert params[0].keys() == want.keys()
@@ -105,7 +113,7 @@ def test_two_processes_train_like_one(tiny_overrides, tmp_path):
 
     # one log, by process 0: steps 1-4 by the killed run; after the resume from 3 its step-4
     # row is replaced by the recomputed one, then 5, 6: each step once
-    lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in files.read_text(f"{workdir}/metrics.jsonl").splitlines()]
     train = [x for x in lines if "train/loss" in x["metrics"]]
     assert [x["step"] for x in train] == [1, 2, 3, 4, 5, 6]
     ref = {json.loads(x)["step"]: json.loads(x)["metrics"]["train/loss"]
@@ -113,8 +121,14 @@ def test_two_processes_train_like_one(tiny_overrides, tmp_path):
     for x in train:
         assert x["metrics"]["train/loss"] == pytest.approx(ref[x["step"]], rel=1e-5)
 
-    # the checkpoint holds both processes' data positions (global batch 4, 2 rows each)
-    with Checkpointer(workdir / "checkpoints") as ckpt:
+    # the checkpoints, in the bucket only, hold both processes' parts and data positions
+    # (global batch 4, 2 rows each)
+    assert sorted(p.name for p in staging.iterdir()) == ["train", "train-process1"]
+    assert not list(staging.rglob("checkpoints"))
+    parts = files.glob(f"{workdir}/checkpoints/6/state/ocdbt.process_*")
+    assert sorted(p.rsplit("/", 1)[1] for p in parts) == ["ocdbt.process_0", "ocdbt.process_1"]
+    assert json.loads(files.read_text(f"{workdir}/.jaxdet-train.lock"))["released"]
+    with Checkpointer(f"{workdir}/checkpoints", read_only=True) as ckpt:
         assert ckpt.all_steps() == [3, 6]
         data = ckpt.read_metadata(6)["data"]
     assert data["format"] == SHARDED_STATE_FORMAT

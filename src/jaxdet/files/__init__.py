@@ -13,13 +13,15 @@ are one line naming the path (:class:`FileAccessError`; a missing file stays a
 
 Modules: ``paths`` (exists, glob, list, make and remove folders), ``streams`` (open, read
 whole or a byte range, write), ``errors`` (one-line errors; one more try after the client's
-own retries), ``mirror`` (a local folder kept in step with a bucket folder).
+own retries), ``mirror`` (a local folder kept in step with a bucket folder), ``exclusive``
+(objects written on a condition: created only if absent, replaced only by their owner).
 """
 
 from jaxdet.files.errors import FileAccessError
 from jaxdet.files.paths import (
     basename,
     exists,
+    files_under,
     getsize,
     glob,
     has_magic,
@@ -29,6 +31,7 @@ from jaxdet.files.paths import (
     join,
     listdir,
     makedirs,
+    move,
     parent,
     remove,
     rmtree,
@@ -47,6 +50,7 @@ __all__ = [
     "FileAccessError",
     "basename",
     "exists",
+    "files_under",
     "getsize",
     "glob",
     "has_magic",
@@ -56,6 +60,7 @@ __all__ = [
     "join",
     "listdir",
     "makedirs",
+    "move",
     "open_file",
     "parent",
     "read_bytes",

@@ -8,6 +8,7 @@ created on first use).
 
 from __future__ import annotations
 
+import base64
 import glob as _glob
 import logging
 import os
@@ -191,3 +192,55 @@ def rmtree(path: PathLike) -> None:
         remote_call(text, lambda: fs.rm(inner, recursive=True))
     except FileNotFoundError:
         pass
+
+
+def move(source: PathLike, target: PathLike) -> None:
+    """Moves the file or folder ``source`` to ``target`` (same store; on an object store,
+    object by object: copied, then deleted)."""
+    text = os.fspath(source)
+    if not is_url(text):
+        os.makedirs(os.path.dirname(local(os.fspath(target))) or ".", exist_ok=True)
+        shutil.move(local(text), local(os.fspath(target)))
+        return
+    fs, inner = filesystem(text)
+    _, inner_target = filesystem(os.fspath(target))
+    remote_call(text, lambda: fs.mv(inner, inner_target, recursive=True))
+
+
+def _hex_crc(stored: str | None) -> str | None:
+    """GCS's CRC32C (base64 of the 4 big-endian bytes) as hexadecimal digits."""
+    return None if not stored else base64.b64decode(stored).hex()
+
+
+def files_under(folder: PathLike) -> dict[str, dict]:
+    """``{relative path: {"size": bytes, "crc32c": the store's checksum or None}}`` of every
+    file under ``folder`` (one listing on an object store; GCS gives each object's CRC32C in
+    it, so nothing is read; a local folder has no stored checksum). A CRC32C is given as 8
+    hexadecimal digits, big-endian (as ``google_crc32c``'s ``hexdigest``)."""
+    text = os.fspath(folder).rstrip("/")
+    if not is_url(text):
+        base = local(text)
+        out = {}
+        for root, _, names in os.walk(base):
+            for name in names:
+                path = os.path.join(root, name)
+                out[os.path.relpath(path, base).replace(os.sep, "/")] = {
+                    "size": os.path.getsize(path), "crc32c": None}
+        return out
+    fs, inner = filesystem(text)
+    found = remote_call(text, lambda: fs.find(inner, detail=True))
+    prefix = inner.rstrip("/") + "/"
+    return {path[len(prefix):]: {"size": int(info.get("size") or 0),
+                                 "crc32c": _hex_crc(info.get("crc32c"))}
+            for path, info in found.items()
+            if path.startswith(prefix) and info.get("type", "file") == "file"}
+
+
+def forget_listings(url: PathLike) -> None:
+    """Drops what the store's client remembers of folder listings under ``url``, so the next
+    call sees objects another writer (orbax through tensorstore, another process) added or
+    deleted since. Nothing to do for a local path."""
+    text = os.fspath(url)
+    if is_url(text):
+        fs, inner = filesystem(text)
+        fs.invalidate_cache(inner)

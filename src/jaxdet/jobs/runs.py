@@ -69,6 +69,7 @@ from jaxdet.parallel.sharding import (
 )
 from jaxdet.tasks import weights
 from jaxdet.train import build as train_build
+from jaxdet.train.bucket_lock import hold_bucket_workdir
 from jaxdet.train.build import VARIABLE_NAMES_FILE
 from jaxdet.train.loop import LoopResult, PeriodicHook, train_loop
 from jaxdet.train.metrics_log import MetricsLogger
@@ -97,10 +98,15 @@ def train(
     placeholders.check_training_placeholders(
         config, splits=("train", "eval") if evaluate else ("train",))
     written, config = config, resolve_precision(config, jax.default_backend(), "train")
-    with staged_training(workdir) as staged:  # a remote workdir: a local copy, kept in step
+    with staged_training(workdir) as staged:  # a remote workdir: its files kept in step
         local = staged.local if staged is not None else Path(workdir)
         local.mkdir(parents=True, exist_ok=True)
-        lock = hold_workdir(local) if jax.process_index() == 0 else contextlib.nullcontext()
+        if jax.process_index() != 0:
+            lock = contextlib.nullcontext()
+        elif staged is not None and staged.native:  # machines sharing no disk agree on it
+            lock = hold_bucket_workdir(staged.url)
+        else:
+            lock = hold_workdir(local)
         with lock:
             return _train(config, written, local, stop_after=stop_after, progress=progress,
                           evaluate=evaluate,
@@ -117,13 +123,15 @@ def _train(config: Config, written: Config, workdir: Path, *, stop_after: int | 
     compile_cache.use_compilation_cache()  # a restarted run loads its step, not compiles it
     if config.data.train is None:
         raise ValueError("data.train is not set: there is nothing to train on")
-    if tf_run.holds_tf_run(workdir) and not any(workdir.glob("checkpoints/*")):
-        log.info("%s", tf_run.continue_tf_run(config, workdir).line())  # TF's model_dir
+    checkpointer = train_build.build_checkpointer(config, workdir)
+    if tf_run.holds_tf_run(workdir) and not checkpointer.all_steps():
+        checkpointer.close()  # TF's model_dir: its checkpoint becomes the first of this run
+        log.info("%s", tf_run.continue_tf_run(config, workdir).line())
+        checkpointer = train_build.build_checkpointer(config, workdir)
     family = tasks.resolve(config)  # the one lookup of model.type in this job
     task = family.build_task()
     fingerprint = family.checkpoint_fingerprint()
     former_fingerprints = family.former_fingerprints()
-    checkpointer = train_build.build_checkpointer(config, workdir)
     checkpointer.on_sealed = on_sealed
     start = checkpointer.latest_intact_step(set_aside=True)  # damaged ones: kept aside
     init = config.train.init_checkpoint

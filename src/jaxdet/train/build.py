@@ -18,6 +18,7 @@ from jaxdet.models.task import Task
 from jaxdet.train import optim
 from jaxdet.train.checkpoint import Checkpointer
 from jaxdet.train.loss_scale import LossScaleParams
+from jaxdet.train.remote_workdir import checkpoints_location
 from jaxdet.train.step import make_train_step
 
 log = logging.getLogger("jaxdet")
@@ -187,11 +188,12 @@ def build_train_step(
 
 def build_checkpointer(config: S.Config, workdir: Path, *, read_only: bool = False
                        ) -> Checkpointer:
-    """The workdir's checkpoints (``workdir/checkpoints``, ``train.keep_checkpoints`` kept,
-    one every ``train.checkpoint_every`` steps); ``read_only`` for a reader beside a run that
-    may be writing."""
+    """The workdir's checkpoints (``workdir/checkpoints``, or the bucket's when ``workdir`` is
+    the staging folder of a ``gs://`` workdir; ``train.keep_checkpoints`` kept, one every
+    ``train.checkpoint_every`` steps); ``read_only`` for a reader beside a run that may be
+    writing."""
     return Checkpointer(
-        workdir / "checkpoints",
+        checkpoints_location(workdir),
         keep=config.train.keep_checkpoints,
         every_steps=config.train.checkpoint_every,
         read_only=read_only,

@@ -8,21 +8,27 @@ temporary directories are removed when the next ``Checkpointer`` opens the direc
 step is complete, process 0 records its files' sizes and checksums in it
 (``train.checkpoint_integrity``); :meth:`Checkpointer.latest_intact_step` skips a step damaged
 since.
+
+``directory`` may be a bucket URL (``gs://bucket/run/checkpoints``): orbax writes there
+directly through tensorstore, every process its own part, and marks a finished step with its
+``commit_success.txt`` instead of a rename; a step without it is never listed, and the next
+writer removes it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
+from jaxdet import files
 from jaxdet.train.checkpoint_integrity import damage, seal
 
 _STATE, _METADATA = "state", "metadata"
@@ -63,7 +69,12 @@ class Checkpointer:
             raise ValueError(f"keep must be >= 1, got {keep}.")
         if every_steps < 1:
             raise ValueError(f"every_steps must be >= 1, got {every_steps}.")
-        self.directory = Path(directory).absolute()
+        self.remote = files.is_url(directory)
+        if self.remote:  # the store's client loads here, not first in orbax's threads
+            files.paths.filesystem(os.fspath(directory))
+        # a local folder as a Path; a bucket folder as its URL (str)
+        self.directory: Path | str = (os.fspath(directory).rstrip("/") if self.remote
+                                      else Path(directory).absolute())
         self.every_steps = int(every_steps)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
@@ -81,7 +92,7 @@ class Checkpointer:
         # called (process 0) after the steps saved so far are complete and sealed
         self.on_sealed: Callable[[], None] | None = None
         self._manager = ocp.CheckpointManager(
-            self.directory, options=options,
+            epath.Path(self.directory), options=options,
             item_handlers={_STATE: ocp.StandardCheckpointHandler(),
                            _METADATA: ocp.JsonCheckpointHandler()},
         )
@@ -108,8 +119,16 @@ class Checkpointer:
             self._unsealed.append(step)
         return saved
 
-    def step_dir(self, step: int) -> Path:
+    def step_dir(self, step: int) -> Path | str:
+        """The folder of ``step`` (a URL for a checkpoint folder in a bucket)."""
+        if self.remote:
+            return files.join(self.directory, str(int(step)))
         return self.directory / str(int(step))
+
+    @property
+    def workdir(self) -> Path | str:
+        """The folder holding this checkpoint folder."""
+        return files.parent(self.directory) if self.remote else self.directory.parent
 
     def _seal_written(self) -> None:
         """Checksum the steps this instance saved, once orbax has finished them (process 0;
@@ -118,8 +137,10 @@ class Checkpointer:
             return
         self._manager.wait_until_finished()
         if jax.process_index() == 0:
+            if self.remote:  # orbax wrote through tensorstore, not the listing's client
+                files.paths.forget_listings(self.directory)
             for step in self._unsealed:
-                if self.step_dir(step).is_dir():  # (not already rotated out by ``keep``)
+                if files.isdir(self.step_dir(step)):  # (not already rotated out by ``keep``)
                     seal(self.step_dir(step))
             if self.on_sealed is not None:  # e.g. copy the sealed steps to a remote workdir
                 self.on_sealed()
@@ -131,6 +152,8 @@ class Checkpointer:
         owns the workdir) it is moved to ``damaged_checkpoints/`` beside this directory, kept,
         so that its step can be written again."""
         found, moved = None, False
+        if self.remote:
+            files.paths.forget_listings(self.directory)
         for step in sorted(self._manager.all_steps(), reverse=True):
             why = damage(self.step_dir(step))
             if why is None:
@@ -138,13 +161,12 @@ class Checkpointer:
                 break
             where = ""
             if set_aside and jax.process_index() == 0:
-                target = self.directory.parent / "damaged_checkpoints" / str(step)
-                n = 1
-                while target.exists():
+                aside = files.join(self.workdir, "damaged_checkpoints")
+                target, n = files.join(aside, str(step)), 1
+                while files.exists(target):
                     n += 1
-                    target = target.with_name(f"{step}_{n}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(self.step_dir(step)), str(target))
+                    target = files.join(aside, f"{step}_{n}")
+                files.move(self.step_dir(step), target)
                 where, moved = f"; moved to {target} (kept)", True
             log.warning("checkpoint step %d in %s is damaged: %s%s; using an older one",
                         step, self.directory, why, where)
@@ -181,7 +203,7 @@ class Checkpointer:
         found = self.read_metadata(step).get("fingerprint")
         if found == expected:
             return
-        workdir = self.directory.parent if workdir is None else workdir
+        workdir = self.workdir if workdir is None else workdir
         if found in (former or {}):
             raise WorkdirMismatch(f"{workdir}: {former[found]}. Nothing was overwritten.")
         raise WorkdirMismatch(

@@ -8,6 +8,12 @@ step is complete, :func:`seal` records every file's size and CRC32C in
 ``jaxdet_checksums.json`` inside it; :func:`damage` compares them again. A step without the
 file (written by an older jaxdet, or killed between the rename and the seal) cannot be checked
 and is trusted, as before.
+
+A step in a bucket (``gs://``, written there by orbax directly) is recorded and checked from
+one listing: GCS keeps every object's size and CRC32C, so sealing and checking read no data.
+An object is never half-written there (an upload is all or nothing); what the record catches
+is an object deleted or replaced afterwards. Orbax marks a finished step in a bucket with its
+``commit_success.txt`` (there is no rename), and lists no step without it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import os
 from pathlib import Path
 
 import google_crc32c
+
+from jaxdet import files
 
 CHECKSUMS = "jaxdet_checksums.json"
 _CHUNK = 1 << 22
@@ -34,9 +42,18 @@ def _files(step_dir: Path) -> list[Path]:
     return sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != CHECKSUMS)
 
 
+def _remote_record(step_dir: str) -> dict[str, list]:
+    return {rel: [entry["size"], entry["crc32c"]]
+            for rel, entry in sorted(files.files_under(step_dir).items()) if rel != CHECKSUMS}
+
+
 def seal(step_dir: str | Path) -> None:
-    """Record the size and CRC32C of every file under ``step_dir`` (atomically: a partial
-    record is never left)."""
+    """Record the size and CRC32C of every file under ``step_dir`` (a local folder or a
+    bucket URL), atomically: a partial record is never left."""
+    if files.is_url(step_dir):
+        files.write_text(files.join(step_dir, CHECKSUMS),
+                         json.dumps(_remote_record(os.fspath(step_dir)), indent=0))
+        return
     step_dir = Path(step_dir)
     record = {str(p.relative_to(step_dir)): [p.stat().st_size, _crc(p)]
               for p in _files(step_dir)}
@@ -46,12 +63,14 @@ def seal(step_dir: str | Path) -> None:
 
 
 def is_sealed(step_dir: str | Path) -> bool:
-    return (Path(step_dir) / CHECKSUMS).is_file()
+    return files.isfile(files.join(step_dir, CHECKSUMS))
 
 
 def damage(step_dir: str | Path) -> str | None:
     """What is wrong with a sealed step (the first damaged file and how), or None when every
     file is as written (or the step is not sealed)."""
+    if files.is_url(step_dir):
+        return _remote_damage(os.fspath(step_dir))
     step_dir = Path(step_dir)
     if not step_dir.is_dir():  # e.g. set aside by process 0 while another process looked
         return "its folder is gone"
@@ -69,6 +88,25 @@ def damage(step_dir: str | Path) -> str | None:
         if actual != size:
             return f"{name} is {actual:,} bytes, {size:,} when written"
         if _crc(path) != crc:
+            return f"{name} does not hold the bytes written (CRC32C differs)"
+    return None
+
+
+def _remote_damage(step_dir: str) -> str | None:
+    try:
+        record = json.loads(files.read_text(files.join(step_dir, CHECKSUMS)))
+    except FileNotFoundError:
+        return None if files.exists(step_dir) else "its folder is gone"
+    except ValueError as err:
+        return f"{CHECKSUMS} cannot be read ({err})"
+    now = _remote_record(step_dir)
+    for name, (size, crc) in sorted(record.items()):
+        if name not in now:
+            return f"{name} is missing"
+        actual, actual_crc = now[name]
+        if actual != size:
+            return f"{name} is {actual:,} bytes, {size:,} when written"
+        if actual_crc != crc:
             return f"{name} does not hold the bytes written (CRC32C differs)"
     return None
 

@@ -9,22 +9,23 @@ import numpy as np
 import yaml
 
 from jaxdet.train.checkpoint import Checkpointer
-from jaxdet.train.remote_workdir import readable_workdir
+from jaxdet.train.remote_workdir import checkpoints_location, readable_workdir
 
 
 def latest_variables(workdir: str | os.PathLike) -> dict[str, np.ndarray]:
     """``{'/'-joined variable path: array}`` of the params and batch statistics (the EMA
     params when the run evaluated with them, its ``eval.use_ema``) of the latest intact
-    checkpoint of ``workdir`` (local, or remote: read from a staging copy).
+    checkpoint of ``workdir`` (local, or in a bucket).
 
     Raises:
       FileNotFoundError: no intact checkpoint there."""
     local = readable_workdir(workdir)
-    checkpointer = Checkpointer(local / "checkpoints", read_only=True)  # another run's
+    where = checkpoints_location(local)  # a bucket's checkpoints are read there
+    checkpointer = Checkpointer(where, read_only=True)  # another run's
     try:
         step = checkpointer.latest_intact_step()
         if step is None:
-            raise FileNotFoundError(f"no intact checkpoint in {local / 'checkpoints'}")
+            raise FileNotFoundError(f"no intact checkpoint in {where}")
         state = checkpointer.restore_raw(step)
     finally:
         checkpointer.close()
