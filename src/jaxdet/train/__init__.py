@@ -10,6 +10,8 @@ checked against what is free before it runs), ``loop`` (the hook-based loop), ``
 ``checkpoint`` (orbax checkpoints with metadata),
 ``checkpoint_integrity`` (checksums of a checkpoint's files), ``preemption`` (SIGTERM / SIGINT:
 finish the step, checkpoint), ``workdir_lock`` (one training run per workdir),
-``remote_workdir`` (workdirs in a bucket, through a local staging folder),
+``bucket_lock`` (the same for a workdir in a bucket: a lock object machines agree on),
+``remote_workdir`` (workdirs in a bucket: checkpoints written there directly, the other files
+through a local staging folder),
 ``workdir_variables`` (the variables of a workdir's latest checkpoint, as arrays, for another
 run to start from)."""

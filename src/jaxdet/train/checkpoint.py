@@ -25,7 +25,6 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
-from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
 from jaxdet import files
@@ -92,7 +91,7 @@ class Checkpointer:
         # called (process 0) after the steps saved so far are complete and sealed
         self.on_sealed: Callable[[], None] | None = None
         self._manager = ocp.CheckpointManager(
-            epath.Path(self.directory), options=options,
+            self.directory, options=options,  # a URL as a str: orbax reads it as a path
             item_handlers={_STATE: ocp.StandardCheckpointHandler(),
                            _METADATA: ocp.JsonCheckpointHandler()},
         )
